@@ -1,0 +1,56 @@
+# jupyter_memprof: `make demo` and `make test` are the whole set-up on a fresh machine.
+# Every target is idempotent: a second run only re-does what changed.
+
+PYTHON ?= python3.11
+VENV   := .venv
+BIN    := $(VENV)/bin
+TORCH  ?= torch==2.13.0
+STAMP  := $(VENV)/.memprof-installed
+# JupyterLab refuses to run as root without this flag.
+ROOT_FLAG := $(shell [ "$$(id -u)" = 0 ] && echo --allow-root)
+PYTEST_ARGS ?=
+
+.PHONY: setup demo test lint unit bench chromium clean
+
+setup: $(STAMP) chromium
+
+# torch first, from the local CPU wheel: a bare `torch` requirement with no torch present
+# would pull a multi-GB CUDA build. With torch==2.13.0 installed the package's `torch>=2.4`
+# is already satisfied and pip installs nothing more for it.
+$(STAMP): pyproject.toml labextension/package.json
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q "$(TORCH)"
+	$(BIN)/python -m pip install -q -e ".[test,lab]"
+	@$(BIN)/python -c "import torch, sys; cuda = torch.version.cuda; print('torch', torch.__version__, '(CUDA build)' if cuda else '(CPU build)'); sys.exit(0)"
+	@touch $@
+
+# Debian's chromium for the browser tests (never a browser download). Installed with apt
+# when missing and we are root (CI is); otherwise say how.
+chromium:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    echo "installing Debian's chromium for the browser tests"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	  else \
+	    echo "chromium is missing: run 'sudo apt-get install -y chromium' (browser tests are skipped without it)"; \
+	  fi; }
+
+demo: setup
+	@echo "Starting JupyterLab on notebooks/quickstart.ipynb; open the http://127.0.0.1 URL printed below."
+	$(BIN)/jupyter lab notebooks/quickstart.ipynb --ip 127.0.0.1 --no-browser $(ROOT_FLAG)
+
+lint: setup
+	$(BIN)/ruff check jupyter_memprof tests benchmarks
+	$(BIN)/ruff format --check jupyter_memprof tests benchmarks
+
+# Unit, magic, browser and notebook (nbval) tests in one pytest run, so one summary line
+# says what ran. pytest exits 5 when nothing was collected, which fails this target.
+test: lint
+	$(BIN)/python -m pytest tests notebooks --nbval $(PYTEST_ARGS)
+
+bench: setup
+	@for b in benchmarks/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info jupyter_memprof/labextension labextension/lib labextension/node_modules

@@ -1,0 +1,47 @@
+"""jupyter_memprof: where did my PyTorch memory go?
+
+Load it in IPython or Jupyter with ``%load_ext jupyter_memprof`` and put ``%%memprofile`` on
+top of a cell, or use :func:`profile` as a context manager anywhere.
+"""
+
+from ._version import __version__
+
+__all__ = [
+    "Profile",
+    "__version__",
+    "load",
+    "load_ipython_extension",
+    "profile",
+    "unload_ipython_extension",
+]
+
+
+def __getattr__(name: str):
+    # Keep `import jupyter_memprof` light: torch, pandas and bokeh load on first use.
+    if name == "profile":
+        from ._capture import profile
+
+        return profile
+    if name == "Profile":
+        from ._result import Profile
+
+        return Profile
+    if name == "load":
+        from ._storage import load
+
+        return load
+    raise AttributeError(f"module 'jupyter_memprof' has no attribute {name!r}")
+
+
+def load_ipython_extension(ipython) -> None:
+    """Register ``%%memprofile`` / ``%memprofile`` (called by ``%load_ext jupyter_memprof``)."""
+    from ._magic import load_extension
+
+    load_extension(ipython)
+
+
+def unload_ipython_extension(ipython) -> None:
+    """Remove the magics and every trace of the extension (``%unload_ext jupyter_memprof``)."""
+    from ._magic import unload_extension
+
+    unload_extension(ipython)

@@ -1,0 +1,110 @@
+"""The result object: the tables of one capture and what can be asked of them."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+
+from . import _schema
+
+
+@dataclass
+class Profile:
+    """One captured profile: pandas tables plus the analyses and views built on them.
+
+    The tables (see the README's "Tables" section for every column):
+
+    - ``ops``: one row per op, module call, annotation, autograd node and optimizer call;
+    - ``allocations``: one row per memory block, from allocation to free;
+    - ``versions``: one row per (tensor, version); in-place writes make new versions;
+    - ``events``: one row per memory event, time ordered;
+    - ``timeline``: live bytes per (device, category) after each event;
+    - ``flows``: forward op -> backward op links by autograd sequence number;
+    - ``uses``: which data-flow op read or wrote which tensor version;
+    - ``names``: tensors the session knows by name (parameters, gradients, optimizer state,
+      notebook variables).
+    """
+
+    ops: pd.DataFrame
+    allocations: pd.DataFrame
+    versions: pd.DataFrame
+    events: pd.DataFrame
+    timeline: pd.DataFrame
+    flows: pd.DataFrame
+    uses: pd.DataFrame
+    names: pd.DataFrame
+    meta: dict[str, Any] = field(default_factory=dict)
+    session_id: int | None = field(default=None, compare=False)
+
+    # -- construction -------------------------------------------------------------------
+    @classmethod
+    def empty(cls, **meta: Any) -> Profile:
+        return cls(**{name: _schema.empty(s) for name, s in _schema.TABLES.items()}, meta=meta)
+
+    @property
+    def tables(self) -> dict[str, pd.DataFrame]:
+        return {name: getattr(self, name) for name in _schema.TABLES}
+
+    @property
+    def label(self) -> str:
+        return str(self.meta.get("label") or (f"profile {self.session_id}" if self.session_id else "profile"))
+
+    # -- analyses -----------------------------------------------------------------------
+    def lineage(self, alloc_id: int) -> pd.DataFrame:
+        """The story of one block, one row per step, time ordered (see :mod:`_lineage`)."""
+        from ._lineage import lineage
+
+        return lineage(self.tables, alloc_id)
+
+    def lineage_text(self, alloc_id: int) -> str:
+        """:meth:`lineage` as readable text for a terminal."""
+        from ._lineage import lineage_text
+
+        return lineage_text(self.tables, alloc_id)
+
+    def peak(self, device: str | None = None) -> pd.DataFrame:
+        """The blocks live at the peak of ``device`` (default: the device with the highest
+        peak), largest first; ``.attrs`` holds ``peak_bytes``, ``peak_ns`` and ``device``."""
+        from ._peak import peak
+
+        return peak(self.tables, device)
+
+    def summary(self) -> dict[str, Any]:
+        """Headline numbers: peak per device, top categories at the peak, counts, timings."""
+        from ._summary import summary
+
+        return summary(self)
+
+    # -- views --------------------------------------------------------------------------
+    def show(self):
+        """The interactive dashboard (ipywidgets + Bokeh) for a notebook."""
+        from ._dashboard import dashboard_widget
+
+        return dashboard_widget(self)
+
+    def to_html(self, path: str | os.PathLike) -> str:
+        """Write the dashboard as one standalone interactive HTML file; returns the path."""
+        from ._dashboard import write_html
+
+        return write_html(self, path)
+
+    # -- persistence --------------------------------------------------------------------
+    def save(self, path: str | os.PathLike) -> str:
+        """Save every table and the metadata losslessly (a zip of JSON; no pickle)."""
+        from ._storage import save
+
+        return save(self, path)
+
+    # -- display ------------------------------------------------------------------------
+    def __repr__(self) -> str:
+        from ._summary import summary_text
+
+        return summary_text(self)
+
+    def _repr_html_(self) -> str:
+        from ._summary import summary_html
+
+        return summary_html(self)

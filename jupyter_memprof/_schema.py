@@ -1,0 +1,244 @@
+"""Every table's schema, declared once, and the vocabularies they use.
+
+A schema maps column -> dtype. :func:`empty` builds a typed empty table and :func:`conform`
+coerces a freshly built (or freshly loaded) table to its schema, so every table a user sees
+has the same columns and dtypes whether it holds a million rows or none.
+"""
+
+from __future__ import annotations
+
+import enum
+
+import pandas as pd
+
+
+class _Vocabulary(str, enum.Enum):
+    """A string enum whose members compare equal to their values."""
+
+    def __str__(self) -> str:
+        return self.value
+
+    @classmethod
+    def values(cls) -> list[str]:
+        return [m.value for m in cls]
+
+
+class Category(_Vocabulary):
+    """What a block of memory is for (the order is the display order)."""
+
+    PARAMETER = "parameter"
+    OPTIMIZER_STATE = "optimizer_state"
+    INPUT = "input"
+    TEMPORARY = "temporary"
+    ACTIVATION = "activation"
+    GRADIENT = "gradient"
+    AUTOGRAD_DETAIL = "autograd_detail"
+    UNKNOWN = "unknown"
+
+
+class Phase(_Vocabulary):
+    FORWARD = "forward"
+    BACKWARD = "backward"
+    OPTIMIZER = "optimizer"
+    OTHER = "other"
+
+
+class OpKind(_Vocabulary):
+    OP = "op"  # dispatcher op (aten::..., and other namespaced ops)
+    MODULE = "module"  # an nn.Module call
+    ANNOTATION = "annotation"  # a user record_function label
+    BACKWARD = "backward"  # an autograd node run by the engine
+    OPTIMIZER = "optimizer"  # optimizer.step / zero_grad
+
+
+class Action(_Vocabulary):
+    """Memory event actions: the vocabulary of torch's raw memory-timeline export."""
+
+    PREEXISTING = "preexisting"
+    CREATE = "create"
+    INCREMENT_VERSION = "increment_version"
+    DESTROY = "destroy"
+
+
+class Relation(_Vocabulary):
+    """How an op relates to a block in :meth:`Profile.lineage`."""
+
+    PREEXISTING = "preexisting"
+    ALLOCATED = "allocated"
+    READ = "read"
+    MUTATED = "mutated"
+    SAVED_FOR_BACKWARD = "saved_for_backward"
+    USED_IN_BACKWARD = "used_in_backward"
+    FREED = "freed"
+
+
+class Role(_Vocabulary):
+    """What the live session says a named tensor is (see the ``names`` table)."""
+
+    PARAMETER = "parameter"
+    BUFFER = "buffer"
+    GRADIENT = "gradient"
+    OPTIMIZER_STATE = "optimizer_state"
+    VARIABLE = "variable"
+
+
+def _cat(values: list[str], ordered: bool = False) -> pd.CategoricalDtype:
+    return pd.CategoricalDtype(values, ordered=ordered)
+
+
+CATEGORY_DTYPE = _cat(Category.values(), ordered=True)
+PHASE_DTYPE = _cat(Phase.values())
+KIND_DTYPE = _cat(OpKind.values())
+ACTION_DTYPE = _cat(Action.values())
+RELATION_DTYPE = _cat(Relation.values())
+ROLE_DTYPE = _cat(Role.values())
+STRING = pd.StringDtype()
+# Open vocabularies (op names, devices): categories are whatever occurs.
+OPEN_CATEGORY = "category"
+
+OPS = {
+    "op_id": "int64",
+    "parent_id": "Int64",
+    "depth": "int64",
+    "name": OPEN_CATEGORY,
+    "kind": KIND_DTYPE,
+    "start_ns": "int64",
+    "end_ns": "int64",
+    "thread": "int64",
+    "seq_nr": "Int64",
+    "phase": PHASE_DTYPE,
+    "module": STRING,
+    "callsite": STRING,
+    "input_shapes": "object",
+    "self_alloc_bytes": "int64",
+    "total_alloc_bytes": "int64",
+    "flops": "Int64",
+    # extension: the data-flow node this op belongs to (the outermost dispatcher op or
+    # autograd node around it, itself if it is one); NA outside any such op.
+    "node_id": "Int64",
+}
+
+ALLOCATIONS = {
+    "alloc_id": "int64",
+    "tensor_id": "Int64",
+    "device": OPEN_CATEGORY,
+    "ptr": "int64",
+    "size_bytes": "int64",
+    "alloc_ns": "Int64",
+    "free_ns": "Int64",
+    "alloc_op_id": "Int64",
+    "free_op_id": "Int64",
+    "category": CATEGORY_DTYPE,
+    "reason": STRING,
+    "name": STRING,
+}
+
+VERSIONS = {
+    "tensor_id": "int64",
+    "version": "int64",
+    "alloc_id": "int64",
+    "category": CATEGORY_DTYPE,
+    "start_ns": "Int64",
+    "op_id": "Int64",
+    # extension: the rule that set `category`
+    "reason": STRING,
+}
+
+EVENTS = {
+    "time_ns": "int64",
+    "action": ACTION_DTYPE,
+    "alloc_id": "int64",
+    "tensor_id": "Int64",
+    "version": "Int64",
+    "device": OPEN_CATEGORY,
+    "size_bytes": "int64",
+    "category": CATEGORY_DTYPE,
+    # extension: the op during which it happened (NA for preexisting blocks)
+    "op_id": "Int64",
+}
+
+TIMELINE = {
+    "time_ns": "int64",
+    "device": OPEN_CATEGORY,
+    "category": CATEGORY_DTYPE,
+    "bytes": "int64",
+}
+
+FLOWS = {
+    "seq_nr": "int64",
+    "forward_op_id": "int64",
+    "backward_op_id": "int64",
+}
+
+# extension: the data-flow edges. One row per (data-flow node, tensor) the node reads or
+# writes, with the version it saw; `mutated` says the node wrote it in place (which created
+# version + 1).
+USES = {
+    "op_id": "int64",
+    "tensor_id": "int64",
+    "alloc_id": "Int64",
+    "version": "int64",
+    "mutated": "bool",
+}
+
+# extension: tensors the live session knows by name (model parameters and buffers, their
+# gradients, optimizer state, notebook variables), read from the objects themselves when the
+# capture starts ("start") and when it ends ("end"), and matched to blocks.
+NAMES = {
+    "name": STRING,
+    "role": ROLE_DTYPE,
+    "device": OPEN_CATEGORY,
+    "ptr": "int64",
+    "size_bytes": "int64",
+    "when": _cat(["start", "end"]),
+    "alloc_id": "Int64",
+}
+
+LINEAGE = {
+    "time_ns": "Int64",
+    "op_id": "Int64",
+    "op_name": STRING,
+    "relation": RELATION_DTYPE,
+    "version": "Int64",
+    "category": CATEGORY_DTYPE,
+    "phase": PHASE_DTYPE,
+    "module": STRING,
+    "callsite": STRING,
+}
+
+TABLES: dict[str, dict] = {
+    "ops": OPS,
+    "allocations": ALLOCATIONS,
+    "versions": VERSIONS,
+    "events": EVENTS,
+    "timeline": TIMELINE,
+    "flows": FLOWS,
+    "uses": USES,
+    "names": NAMES,
+}
+
+
+class SchemaError(ValueError):
+    """A table does not have the columns its schema declares."""
+
+
+def empty(schema: dict) -> pd.DataFrame:
+    """A table with no rows, the schema's columns and dtypes."""
+    return pd.DataFrame({c: pd.Series([], dtype=d) for c, d in schema.items()})
+
+
+def conform(df: pd.DataFrame, schema: dict, *, name: str = "table") -> pd.DataFrame:
+    """Return ``df`` with exactly the schema's columns, in order, cast to their dtypes."""
+    missing = [c for c in schema if c not in df.columns]
+    if missing:
+        raise SchemaError(f"{name} is missing columns {missing}")
+    out = {}
+    for col, dtype in schema.items():
+        s = df[col]
+        if dtype == OPEN_CATEGORY:
+            if not isinstance(s.dtype, pd.CategoricalDtype):
+                s = s.astype("category")
+        elif str(s.dtype) != str(dtype) or isinstance(dtype, pd.CategoricalDtype):
+            s = s.astype(dtype)
+        out[col] = s.reset_index(drop=True)
+    return pd.DataFrame(out)
