@@ -1,0 +1,89 @@
+"""From records to the finished tables: the pipeline, top to bottom."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import pandas as pd
+
+from . import _tables as T
+from ._categories import categorise
+from ._timeline import build_events, build_timeline
+from ._torch_events import Trace
+
+
+def analyse(
+    trace: Trace,
+    *,
+    names: list,
+    module_paths: list[str],
+    module_classes: list[str],
+    devices: list[str],
+    start_ns: int | None = None,
+    progress: Callable[[str, int, int], object] | None = None,
+) -> tuple[dict[str, pd.DataFrame], dict]:
+    progress = progress or (lambda *a: None)
+    stages = ["ops", "allocations", "versions", "categories", "timeline"]
+    timings: dict[str, float] = {}
+    t = time.perf_counter()
+
+    def step(i: int) -> None:
+        nonlocal t
+        now = time.perf_counter()
+        timings[stages[i]] = now - t
+        t = now
+        progress(stages[i], i + 1, len(stages))
+
+    ops = T.build_ops(trace, module_paths, module_classes)
+    flows = T.build_flows(ops)
+    step(0)
+    mem = T.memory_frame(trace, devices)
+    refs = T.refs_frame(trace)
+    names_df = T.names_frame(names)
+    allocations = T.build_allocations(mem, refs, names_df, devices)
+    names_df = T.match_names(names_df, allocations)
+    ops = T.finish_ops(ops, flows, allocations)
+    step(1)
+    uses = T.build_uses(ops, refs, allocations)
+    versions = T.build_versions(allocations, uses, ops)
+    step(2)
+    tables = {
+        "ops": ops,
+        "allocations": allocations,
+        "versions": versions,
+        "uses": uses,
+        "names": names_df,
+        "flows": flows,
+    }
+    allocations, versions = categorise(tables)
+    step(3)
+    if start_ns is None:
+        firsts = [
+            x
+            for x in (
+                ops["start_ns"].min() if len(ops) else None,
+                mem["time_ns"].min() if len(mem) else None,
+            )
+            if x is not None
+        ]
+        start_ns = int(min(firsts)) if firsts else 0
+    events = build_events(allocations, versions, ops, start_ns)
+    timeline = build_timeline(events, versions)
+    step(4)
+    allocations.attrs.clear()
+    tables = {
+        "ops": ops,
+        "allocations": allocations,
+        "versions": versions,
+        "events": events,
+        "timeline": timeline,
+        "flows": flows,
+        "uses": uses,
+        "names": names_df,
+    }
+    return tables, {
+        "start_ns": start_ns,
+        "end_ns": int(max(ops["end_ns"].max() if len(ops) else start_ns, start_ns)),
+        "stage_s": timings,
+    }

@@ -1,0 +1,442 @@
+"""The only module that touches torch's private profiler API.
+
+It walks the event tree of a finished ``torch.profiler.profile`` run
+(``kineto_results.experimental_event_tree()``) once, and turns it into plain named
+records: :class:`OpRecord` for ops, :class:`TensorRef` for the tensors an op reads or writes,
+and :class:`MemoryRecord` for allocator events. Everything downstream works on these records
+and never sees ``torch._C``.
+
+Differences between torch releases are guarded here (``getattr`` with defaults for fields
+that come and go, such as ``forward_tid``).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import sysconfig
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import torch
+
+from ._schema import OpKind
+
+try:  # private API: present in every torch this package supports (>= 2.4)
+    from torch._C._profiler import RecordScope, _EventType, _TensorMetadata
+except ImportError as exc:  # pragma: no cover - only on unsupported torch builds
+    raise ImportError(
+        f"jupyter_memprof needs torch's profiler event tree (torch >= 2.4); found torch {torch.__version__}"
+    ) from exc
+
+#: Names of the annotations the capture's module hooks emit: ``MODULE_MARKER + index``.
+MODULE_MARKER = "memprof.module#"
+
+_TORCH_OP = _EventType.TorchOp
+_ALLOCATION = _EventType.Allocation
+_PY_CALL = _EventType.PyCall
+_PY_CCALL = _EventType.PyCCall
+_BACKWARD_SCOPE = RecordScope.BACKWARD_FUNCTION
+_USER_SCOPE = RecordScope.USER_SCOPE
+# Python functions whose own ops (the seed gradient) belong to the backward pass
+_AUTOGRAD_ENTRY_POINTS = (": backward", ": grad", ": _engine_run_backward")
+
+
+class TensorRef(NamedTuple):
+    """One tensor an op received (as an argument, or inside a tensor-list argument)."""
+
+    op_id: int
+    tensor_id: int  # the profiler's storage identity
+    ptr: int  # storage data pointer
+    device: str
+    extent: int  # bytes from the storage start to the end of this view (a size lower bound)
+    mutable: bool  # the op's schema says it may write this argument in place
+
+
+class OpRecord(NamedTuple):
+    op_id: int
+    parent_id: int | None
+    depth: int
+    name: str
+    kind: OpKind
+    start_ns: int
+    end_ns: int
+    thread: int
+    seq_nr: int | None
+    backward: bool  # runs inside an autograd node
+    optimizer: bool  # runs inside optimizer.step / zero_grad
+    module_index: int | None  # for kind == MODULE: index into the capture's module list
+    module_ctx: int | None  # innermost enclosing module call (its op_id)
+    callsite: str | None
+    input_shapes: list
+    node_id: int | None  # the data-flow node (outermost dispatcher op / autograd node)
+
+
+class MemoryRecord(NamedTuple):
+    time_ns: int
+    ptr: int
+    size: int  # > 0 allocation, < 0 free
+    tensor_id: int | None  # None for raw blocks with no tensor identity
+    allocation_id: int
+    device: str
+    op_id: int | None  # innermost enclosing op
+    node_id: int | None
+    total_allocated: int
+
+
+class Trace(NamedTuple):
+    ops: list[OpRecord]
+    tensors: list[TensorRef]
+    memory: list[MemoryRecord]
+    event_count: int  # nodes in torch's event tree (for benchmarks and progress)
+
+
+# -- operator schemas ------------------------------------------------------------------
+_AMBIGUOUS = object()
+_schema_cache: dict[tuple[str, int], Any] = {}
+
+
+def _mutable_arguments(name: str, inputs: list) -> tuple[bool, ...] | None:
+    """Which arguments the op ``name`` may write in place, from its registered schemas.
+
+    ``None`` means "not a dispatcher op" (a ``record_function`` label, an autograd node):
+    such names never have ``::`` or have no registered schema. Schema lookup costs ~100 µs
+    in torch, so the answer is cached per (name, number of arguments) and names without
+    ``::`` are rejected before any lookup. Only when overloads with the same arity disagree
+    do we match argument types per call (rare).
+    """
+    key = (name, len(inputs))
+    hit = _schema_cache.get(key, _AMBIGUOUS)
+    if hit is _AMBIGUOUS and key not in _schema_cache:
+        hit = _schema_cache[key] = _lookup(name, len(inputs))
+    if hit is _AMBIGUOUS:
+        return _match_types(name, inputs)
+    return hit
+
+
+def _schemas(name: str) -> list:
+    if "::" not in name:
+        return []
+    try:
+        return list(torch._C._jit_get_schemas_for_operator(name))
+    except RuntimeError:
+        return []
+
+
+def _writes(schema) -> tuple[bool, ...]:
+    return tuple(bool(getattr(a.alias_info, "is_write", False)) for a in schema.arguments)
+
+
+def _lookup(name: str, n_inputs: int):
+    schemas = _schemas(name)
+    if not schemas:
+        return None
+    flags = {_writes(s) for s in schemas if len(s.arguments) == n_inputs}
+    if not flags:
+        # A dispatcher op recorded with an unexpected arity: assume it writes nothing
+        # rather than everything (a spurious version bump would mislabel the tensor).
+        return (False,) * n_inputs
+    if len(flags) == 1:
+        return flags.pop()
+    return _AMBIGUOUS
+
+
+def _match_types(name: str, inputs: list) -> tuple[bool, ...]:
+    """Union of the write flags of the overloads whose argument types fit ``inputs``."""
+    out = [False] * len(inputs)
+    for schema in _schemas(name):
+        if len(schema.arguments) != len(inputs):
+            continue
+        if all(_type_fits(v, a.type) for v, a in zip(inputs, schema.arguments)):
+            for i, w in enumerate(_writes(schema)):
+                out[i] |= w
+    return tuple(out)
+
+
+def _type_fits(value, schema_type) -> bool:
+    if isinstance(schema_type, torch._C.OptionalType):
+        return value is None or _type_fits(value, schema_type.getElementType())
+    if isinstance(schema_type, torch._C.AnyType):
+        return True
+    if isinstance(schema_type, torch._C.TensorType):
+        return isinstance(value, _TensorMetadata)
+    if isinstance(schema_type, torch._C.ListType):
+        return isinstance(value, list)
+    if isinstance(schema_type, torch._C.BoolType):
+        return isinstance(value, bool)
+    if isinstance(schema_type, torch._C.IntType):
+        return isinstance(value, int) and not isinstance(value, bool)
+    if isinstance(schema_type, (torch._C.FloatType, torch._C.NumberType)):
+        return isinstance(value, (int, float, complex))
+    return value is None or not isinstance(value, _TensorMetadata)
+
+
+# -- user frames -----------------------------------------------------------------------
+def _library_prefixes() -> tuple[str, ...]:
+    paths = {sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")}
+    paths.add(os.path.dirname(torch.__file__))
+    paths.add(os.path.dirname(os.path.abspath(__file__)))
+    paths.update(p for p in sys.path if p.endswith(("site-packages", "dist-packages")))
+    return tuple(sorted(p.rstrip(os.sep) + os.sep for p in paths if p))
+
+
+class FrameNamer:
+    """Formats the innermost user frame as ``file.py:123 in fn``.
+
+    A frame is a user frame when its file is not in the standard library, site-packages,
+    torch or this package (notebook cells are user frames). ``cell_names`` maps IPython's
+    cell file names to labels like ``In[3]``.
+    """
+
+    def __init__(self, cell_names: Callable[[str], str | None] | None = None):
+        self._prefixes = _library_prefixes()
+        self._cell_names = cell_names
+        self._is_user: dict[str, bool] = {}
+        self._labels: dict[tuple[str, int, str], str] = {}
+
+    def is_user(self, filename: str) -> bool:
+        hit = self._is_user.get(filename)
+        if hit is None:
+            hit = self._is_user[filename] = self._classify(filename)
+        return hit
+
+    def _classify(self, filename: str) -> bool:
+        if not filename or filename.startswith(("<frozen", "<string>")):
+            return False
+        if filename.startswith("<"):  # <stdin>, <ipython-input-...>
+            return True
+        if not os.path.isabs(filename):
+            # torch records library frames relative to their sys.path entry
+            # ("torch/nn/modules/linear.py", "enum.py"): find the file to judge it.
+            for base in sys.path:
+                full = os.path.join(base or os.getcwd(), filename)
+                if os.path.exists(full):
+                    filename = os.path.abspath(full)
+                    break
+            else:
+                return False
+        return not filename.startswith(self._prefixes)
+
+    def label(self, filename: str, line: int, function: str) -> str:
+        key = (filename, line, function)
+        hit = self._labels.get(key)
+        if hit is None:
+            cell = self._cell_names(filename) if self._cell_names else None
+            where = cell or os.path.basename(filename)
+            hit = self._labels[key] = f"{where}:{line} in {function}"
+        return hit
+
+
+# -- the walk --------------------------------------------------------------------------
+def _kind(name: str, scope, n_inputs_is_op: bool) -> OpKind:
+    if scope == _BACKWARD_SCOPE or name.startswith("autograd::engine::evaluate_function"):
+        return OpKind.BACKWARD
+    if name.startswith("Optimizer."):
+        return OpKind.OPTIMIZER
+    if n_inputs_is_op:
+        return OpKind.OP
+    return OpKind.ANNOTATION
+
+
+def read_trace(kineto_results, namer: FrameNamer | None = None) -> Trace:
+    """Walk torch's event tree once and return plain records, ops in start-time order.
+
+    Op nesting comes from time containment on each thread, not from the tree's shape: with
+    Python stacks recorded, a ``record_function`` annotation sits inside the short Python
+    frame that opened it, and the ops it encloses are not its children in the tree. The tree
+    is still used for what it is right about: the Python frames above each op (callsite).
+    ``op_id`` is the position in start-time order, so parents precede their children.
+    """
+    namer = namer or FrameNamer()
+    roots = kineto_results.experimental_event_tree()
+    ops: list[OpRecord] = []
+    tensors: list[TensorRef] = []
+    memory: list[MemoryRecord] = []
+    dev_names: dict[Any, str] = {}
+    mutable_arguments = _mutable_arguments
+    is_user = namer.is_user
+    label = namer.label
+    n_events = 0
+    # per thread: open ops as (end_ns, op_id, depth, node, module_ctx, backward, optimizer)
+    open_ops: dict[int, list[tuple]] = {}
+    forever = 1 << 62
+
+    # (event, callsite, in_autograd_call) in pre-order, which is start-time order
+    stack: list[tuple] = [(e, None, False) for e in reversed(roots)]
+    pop, push = stack.pop, stack.append
+    while stack:
+        ev, callsite, in_autograd = pop()
+        n_events += 1
+        tag = ev.tag
+        if tag == _TORCH_OP:
+            f = ev.extra_fields
+            name = f.name
+            op_id = len(ops)
+            start = ev.start_time_ns
+            end = ev.end_time_ns
+            tid = ev.start_tid
+            st = open_ops.get(tid)
+            if st is None:
+                st = open_ops[tid] = []
+            while st and st[-1][0] <= start:
+                st.pop()
+            if st:
+                _, parent, pdepth, node, module_ctx, backward, optimizer = st[-1]
+                depth = pdepth + 1
+            else:
+                parent, depth, node, module_ctx, backward, optimizer = (
+                    None,
+                    0,
+                    None,
+                    None,
+                    False,
+                    False,
+                )
+            # ops run by `loss.backward()` / `torch.autograd.grad` itself (the seed gradient)
+            backward = backward or in_autograd
+            inputs = f.inputs
+            scope = f.scope
+            shapes = []
+            mutable = mutable_arguments(name, inputs)
+            is_op = mutable is not None
+            module_index = None
+            if name.startswith(MODULE_MARKER):
+                kind = OpKind.MODULE
+                module_index = int(name[len(MODULE_MARKER) :])
+                module_ctx_child = op_id
+            else:
+                kind = _kind(name, scope, is_op)
+                module_ctx_child = module_ctx
+            if kind is OpKind.BACKWARD:
+                backward = True
+            elif kind is OpKind.OPTIMIZER:
+                optimizer = True
+            if node is None and (is_op or scope == _BACKWARD_SCOPE):
+                node = op_id
+            for i, x in enumerate(inputs):
+                if type(x) is _TensorMetadata:
+                    sizes = x.sizes
+                    shapes.append(sizes)
+                    if x.id is not None:
+                        tensors.append(
+                            _tensor_ref(
+                                op_id, x, sizes, mutable[i] if mutable else False, dev_names
+                            )
+                        )
+                elif type(x) is list:
+                    sub = []
+                    for y in x:
+                        if type(y) is _TensorMetadata:
+                            sizes = y.sizes
+                            sub.append(sizes)
+                            if y.id is not None:
+                                tensors.append(
+                                    _tensor_ref(
+                                        op_id, y, sizes, mutable[i] if mutable else False, dev_names
+                                    )
+                                )
+                    shapes.append(sub)
+                else:
+                    shapes.append([])
+            seq = f.sequence_number
+            ops.append(
+                OpRecord(
+                    op_id,
+                    parent,
+                    depth,
+                    name,
+                    kind,
+                    start,
+                    end,
+                    tid,
+                    seq if seq is not None and seq >= 0 else None,
+                    backward,
+                    optimizer,
+                    module_index,
+                    module_ctx,
+                    callsite,
+                    shapes,
+                    node,
+                )
+            )
+            # an op still running when the capture stopped has no sensible end
+            st.append(
+                (
+                    end if end >= start else forever,
+                    op_id,
+                    depth,
+                    node,
+                    module_ctx_child,
+                    backward,
+                    optimizer,
+                )
+            )
+        elif tag == _ALLOCATION:
+            f = ev.extra_fields
+            t = ev.start_time_ns
+            st = open_ops.get(ev.start_tid)
+            while st and st[-1][0] <= t:
+                st.pop()
+            if st:
+                parent, node = st[-1][1], st[-1][3]
+            else:
+                parent = node = None
+            dev = f.device
+            dname = dev_names.get(dev)
+            if dname is None:
+                dname = dev_names[dev] = str(dev)
+            memory.append(
+                MemoryRecord(
+                    t,
+                    f.ptr,
+                    f.alloc_size,
+                    f.id,
+                    f.allocation_id,
+                    dname,
+                    parent,
+                    node,
+                    f.total_allocated,
+                )
+            )
+            continue
+        elif tag == _PY_CALL or tag == _PY_CCALL:
+            caller = ev.extra_fields.caller
+            fn = caller.file_name
+            if is_user(fn):
+                callsite = label(fn, caller.line_number, caller.function_name)
+            if tag == _PY_CALL and not in_autograd:
+                in_autograd = ev.name.endswith(_AUTOGRAD_ENTRY_POINTS) and "torch/" in ev.name
+        children = ev.children
+        if children:
+            for c in reversed(children):
+                push((c, callsite, in_autograd))
+    return Trace(ops, tensors, memory, n_events)
+
+
+def _tensor_ref(op_id, t, sizes, mutable, dev_names) -> TensorRef:
+    dev = t.device
+    dname = dev_names.get(dev)
+    if dname is None:
+        dname = dev_names[dev] = str(dev)
+    # The furthest byte this view reaches: sum((size - 1) * stride) + 1 elements.
+    n = 1
+    for s, st in zip(sizes, t.strides):
+        if s == 0:
+            n = 0
+            break
+        n += (s - 1) * st
+    return TensorRef(op_id, t.id, t.storage_data_ptr or 0, dname, n * t.dtype.itemsize, mutable)
+
+
+def profiler_running() -> bool:
+    """True while any torch profiler (autograd or kineto) is collecting in this process."""
+    return bool(torch._C._autograd._profiler_enabled())
+
+
+def trace_start_ns(kineto_results) -> int | None:
+    """When torch's trace began, on the events' clock (absent in some releases)."""
+    fn = getattr(kineto_results, "trace_start_ns", None)
+    try:
+        return int(fn()) if fn is not None else None
+    except (RuntimeError, TypeError):
+        return None
