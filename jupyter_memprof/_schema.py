@@ -235,7 +235,7 @@ def conform(df: pd.DataFrame, schema: dict, *, name: str = "table") -> pd.DataFr
     out = {}
     for col, dtype in schema.items():
         s = df[col]
-        if dtype == OPEN_CATEGORY:
+        if isinstance(dtype, str) and dtype == OPEN_CATEGORY:
             if not isinstance(s.dtype, pd.CategoricalDtype):
                 s = s.astype("category")
         elif str(s.dtype) != str(dtype) or isinstance(dtype, pd.CategoricalDtype):

@@ -13,3 +13,35 @@ def _torch_threads():
 
     torch.set_num_threads(1)
     yield
+
+
+@pytest.fixture(scope="session")
+def mlp_adam_profile():
+    """One real Adam step of a small MLP (fc1 -> relu -> fc2), profiled once per session."""
+    import torch
+
+    import jupyter_memprof
+
+    torch.manual_seed(0)
+
+    class MLP(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc1 = torch.nn.Linear(64, 128)
+            self.fc2 = torch.nn.Linear(128, 10)
+
+        def forward(self, x):
+            return self.fc2(torch.relu(self.fc1(x)))
+
+    model = MLP()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    x = torch.randn(32, 64)
+    y = torch.randint(0, 10, (32,))
+    ns = {"model": model, "opt": opt, "x": x, "y": y}
+    with jupyter_memprof.profile(namespace=ns) as prof:
+        opt.zero_grad()
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+    ns["loss"] = loss
+    return prof, ns
