@@ -8,6 +8,7 @@ profile is kept and the exception propagates.
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import sys
 import time
@@ -236,29 +237,61 @@ class profile(contextlib.AbstractContextManager):
         return False  # never swallow the exception
 
     def _build(self, prof: Profile, tp, names: SessionNames, end_names) -> None:
-        from ._analysis import analyse
-        from ._torch_events import FrameNamer, read_trace
-
-        progress = self.progress or (lambda stage, done, total: None)
-        t0 = time.perf_counter()
-        progress("reading events", 0, 1)
-        results = tp.profiler.kineto_results
-        trace = read_trace(results, FrameNamer(_cell_namer()))
-        t1 = time.perf_counter()
-        modules = names.hooked_modules
-        module_paths = [names.module_path(m) for m in modules]
-        module_classes = [type(m).__name__ for m in modules]
-        tables, meta = analyse(
-            trace,
-            names=[*self._start_names, *end_names],
-            module_paths=module_paths,
-            module_classes=module_classes,
+        tables, meta = build_tables(
+            tp.profiler.kineto_results,
+            names=names,
+            name_rows=[*self._start_names, *end_names],
             devices=self.devices,
-            progress=progress,
+            progress=self.progress,
         )
         for key, df in tables.items():
             setattr(prof, key, df)
         prof.meta.update(meta)
-        prof.meta["capture_s"] = t1 - t0
-        prof.meta["analysis_s"] = time.perf_counter() - t0
-        prof.meta["event_count"] = trace.event_count
+
+
+def build_tables(
+    kineto_results,
+    *,
+    names: SessionNames,
+    name_rows: list,
+    devices: list[str],
+    progress: Progress | None = None,
+) -> tuple[dict, dict]:
+    """Everything that happens after the profiled code: records, then tables and analysis.
+
+    The cyclic garbage collector is paused meanwhile: the records are millions of small
+    acyclic tuples, and collections triggered by their allocation would otherwise cost as
+    much as the analysis itself.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _build_tables(kineto_results, names=names, name_rows=name_rows, devices=devices, progress=progress)
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def _build_tables(kineto_results, *, names, name_rows, devices, progress):
+    from ._analysis import analyse
+    from ._torch_events import FrameNamer, read_trace, trace_start_ns
+
+    progress = progress or (lambda stage, done, total: None)
+    t0 = time.perf_counter()
+    progress("reading events", 0, 1)
+    trace = read_trace(kineto_results, FrameNamer(_cell_namer()))
+    t1 = time.perf_counter()
+    modules = names.hooked_modules
+    tables, meta = analyse(
+        trace,
+        names=name_rows,
+        module_paths=[names.module_path(m) for m in modules],
+        module_classes=[type(m).__name__ for m in modules],
+        devices=devices,
+        start_ns=trace_start_ns(kineto_results),
+        progress=progress,
+    )
+    meta["read_s"] = t1 - t0
+    meta["analysis_s"] = time.perf_counter() - t0
+    meta["event_count"] = trace.event_count
+    return tables, meta

@@ -9,6 +9,8 @@ that decides a block wins, and its name is the ``reason`` column.
    ``gradient`` (".grad of a parameter"). These are exact.
 2. Autograd's own bookkeeping: the tensor an ``AccumulateGrad`` node stores or adds into is
    a ``gradient`` ("accumulated into .grad"), even when nothing names it.
+   Activation checkpointing: forward work replayed inside an autograd node (module calls
+   during backward) makes ``activation`` ("recomputed in backward (checkpointing)").
 3. Short lives: a block freed inside the data-flow op that allocated it is ``temporary``
    ("freed inside the op that made it"); this covers raw blocks with no tensor identity
    (convolution workspaces). A block made and freed inside ``optimizer.step()`` /
@@ -71,6 +73,18 @@ def block_names(names: pd.DataFrame) -> pd.DataFrame:
     )
 
 
+def _inside_module(ops: pd.DataFrame) -> np.ndarray:
+    """For every op: does it run inside an nn.Module call (a module op among its ancestors)?"""
+    n = len(ops)
+    inside = ops["kind"].to_numpy(dtype=object) == "module"
+    parent = ops["parent_id"].to_numpy(dtype=np.int64, na_value=-1)
+    depth = ops["depth"].to_numpy()
+    order = np.argsort(depth, kind="stable")
+    for level in np.split(order, np.flatnonzero(np.diff(depth[order])) + 1)[1:] if n else []:
+        inside[level] |= inside[parent[level]]
+    return inside
+
+
 def categorise(tables: dict[str, pd.DataFrame]) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Return (allocations, versions) with ``category``, ``reason`` and ``name`` filled."""
     ops, allocs, versions = tables["ops"], tables["allocations"], tables["versions"]
@@ -126,6 +140,14 @@ def categorise(tables: dict[str, pd.DataFrame]) -> tuple[pd.DataFrame, pd.DataFr
                 acc[(acc["mutated"].to_numpy()) | ~has_mut]["alloc_id"].dropna().astype("int64")
             )
             decide(np.isin(alloc_ids, target.to_numpy()), C.GRADIENT, "accumulated into .grad")
+
+    # forward work replayed inside backward (activation checkpointing) makes activations,
+    # even though the autograd node that replays it frees them before it returns
+    created = ~alloc_ns_na
+    recomputed = (
+        created & (alloc_phase == Phase.BACKWARD.value) & at(_inside_module(ops), alloc_op, False)
+    )
+    decide(recomputed, C.ACTIVATION, "recomputed in backward (checkpointing)")
 
     # 3. short lives
     same_node = (alloc_node >= 0) & (alloc_node == free_node)

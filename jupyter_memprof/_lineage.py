@@ -111,7 +111,8 @@ def all_lineages(tables: dict[str, pd.DataFrame], alloc_ids=None) -> pd.DataFram
                 s = pd.DataFrame(
                     {
                         "alloc_id": u["alloc_id"].to_numpy(dtype=np.int64)[bw][ok],
-                        "time_ns": starts[fwd],
+                        # autograd saves what a node needs when the forward op returns
+                        "time_ns": ops["end_ns"].to_numpy()[fwd],
                         "op_id": fwd,
                         "relation": Relation.SAVED_FOR_BACKWARD.value,
                         "version": u["version"].to_numpy()[bw][ok],

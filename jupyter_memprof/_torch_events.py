@@ -39,7 +39,7 @@ _PY_CCALL = _EventType.PyCCall
 _BACKWARD_SCOPE = RecordScope.BACKWARD_FUNCTION
 _USER_SCOPE = RecordScope.USER_SCOPE
 # Python functions whose own ops (the seed gradient) belong to the backward pass
-_AUTOGRAD_ENTRY_POINTS = (": backward", ": grad", ": _engine_run_backward")
+_AUTOGRAD_ENTRY_POINTS = frozenset({"backward", "grad", "_engine_run_backward"})
 
 
 class TensorRef(NamedTuple):
@@ -400,12 +400,22 @@ def read_trace(kineto_results, namer: FrameNamer | None = None) -> Trace:
             )
             continue
         elif tag == _PY_CALL or tag == _PY_CCALL:
-            caller = ev.extra_fields.caller
-            fn = caller.file_name
-            if is_user(fn):
-                callsite = label(fn, caller.line_number, caller.function_name)
-            if tag == _PY_CALL and not in_autograd:
-                in_autograd = ev.name.endswith(_AUTOGRAD_ENTRY_POINTS) and "torch/" in ev.name
+            # Frame strings can be undecodable in some torch builds (seen: ev.name of a
+            # PyCall); a frame we cannot read just does not move the callsite.
+            try:
+                fields = ev.extra_fields
+                caller = fields.caller
+                fn = caller.file_name
+                if is_user(fn):
+                    callsite = label(fn, caller.line_number, caller.function_name)
+                if tag == _PY_CALL and not in_autograd:
+                    callee = fields.callsite
+                    in_autograd = (
+                        callee.function_name in _AUTOGRAD_ENTRY_POINTS
+                        and callee.file_name.startswith(("torch/autograd/", "torch/_tensor.py"))
+                    )
+            except UnicodeDecodeError:
+                pass
         children = ev.children
         if children:
             for c in reversed(children):

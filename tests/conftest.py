@@ -45,3 +45,17 @@ def mlp_adam_profile():
         opt.step()
     ns["loss"] = loss
     return prof, ns
+
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(__file__)), "benchmarks"))
+
+
+def profile_scenario(make, **kwargs):
+    """Warm up one step, then profile one step of a scenario from benchmarks/scenarios.py."""
+    import jupyter_memprof
+
+    ns, step = make(**kwargs)
+    step()
+    with jupyter_memprof.profile(namespace=ns) as prof:
+        step()
+    return prof, ns

@@ -1,5 +1,6 @@
 """Capture and the tables: exact facts on tiny real programs."""
 
+import gc
 import os
 
 import pandas as pd
@@ -18,6 +19,7 @@ def _dtypes(schema):
 
 
 def test_empty_block_gives_empty_typed_tables():
+    gc.collect()  # no stray frees of earlier tests' tensors inside the capture
     with jupyter_memprof.profile() as prof:
         pass
     for name, schema in S.TABLES.items():
@@ -28,6 +30,7 @@ def test_empty_block_gives_empty_typed_tables():
 
 
 def test_torch_empty_is_one_4000_byte_block_freed_when_it_dies():
+    gc.collect()  # no stray frees of earlier tests' tensors inside the capture
     with jupyter_memprof.profile() as prof:
         t = torch.empty(1000)
         del t
@@ -46,6 +49,7 @@ def test_torch_empty_is_one_4000_byte_block_freed_when_it_dies():
 
 
 def test_inplace_add_bumps_the_version_and_names_the_op():
+    gc.collect()  # no stray frees of earlier tests' tensors inside the capture
     with jupyter_memprof.profile() as prof:
         t = torch.zeros(100)
         t.add_(1)
@@ -61,6 +65,7 @@ def test_inplace_add_bumps_the_version_and_names_the_op():
 
 
 def test_a_view_adds_no_block_and_writes_through_it_bump_the_base():
+    gc.collect()  # no stray frees of earlier tests' tensors inside the capture
     with jupyter_memprof.profile() as prof:
         t = torch.zeros(100)
         view = t[10:20]
@@ -74,6 +79,7 @@ def test_a_view_adds_no_block_and_writes_through_it_bump_the_base():
 
 def test_backward_op_is_linked_to_the_forward_op_that_made_its_node():
     w = torch.randn(50, requires_grad=True)
+    gc.collect()  # no stray frees of earlier tests' tensors inside the capture
     with jupyter_memprof.profile() as prof:
         y = (w * 3.0).sum()
         y.backward()
@@ -96,6 +102,7 @@ def test_backward_op_is_linked_to_the_forward_op_that_made_its_node():
 
 
 def test_record_function_label_is_an_annotation_op_enclosing_its_ops():
+    gc.collect()  # no stray frees of earlier tests' tensors inside the capture
     with jupyter_memprof.profile() as prof:
         with torch.profiler.record_function("<b>my step</b>"):
             torch.ones(10) * 2
@@ -189,16 +196,17 @@ def test_a_running_torch_profiler_is_refused_and_left_alone():
         with pytest.raises(CaptureError, match="already running"):
             with jupyter_memprof.profile():
                 pass
+    gc.collect()  # no stray frees of earlier tests' tensors inside the capture
     with jupyter_memprof.profile() as prof:
         torch.ones(3)
     assert len(prof.allocations) == 1
 
 
 def test_exception_keeps_partial_profile_and_stops_the_profiler():
-    with pytest.raises(ZeroDivisionError):
-        with jupyter_memprof.profile() as prof:
-            keep = torch.ones(250)
-            raise ZeroDivisionError("division by zero")
+    gc.collect()  # no stray frees of earlier tests' tensors inside the capture
+    with pytest.raises(ZeroDivisionError), jupyter_memprof.profile() as prof:
+        keep = torch.ones(250)
+        raise ZeroDivisionError("division by zero")
     assert prof.meta["error"].startswith("ZeroDivisionError")
     assert prof.allocations["size_bytes"].tolist() == [1000]
     del keep

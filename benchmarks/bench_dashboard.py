@@ -1,0 +1,127 @@
+"""Dashboard size and speed on real captures: output size of the standalone HTML, time to build
+it in Python, and time to first render in headless Chromium (Debian's, via tests/_browser.py).
+
+Run by hand (``make bench`` or ``.venv/bin/python benchmarks/bench_dashboard.py``); prints one
+table. Cases: one Adam step of a 64-block MLP of Linear+LayerNorm+ReLU (~50k profiler events),
+and many such steps in one capture (~1M events). ``--quick`` runs only the first case.
+
+Time to first render is ``performance.now()`` (ms since navigation started) when the page has
+built every view and painted once (``window.memprofReady``), median of three fresh page loads.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests"))
+
+import jupyter_memprof  # noqa: E402
+from _browser import chromium_page  # noqa: E402
+
+# (label, MLP blocks, steps in one capture, size target MB, render target s)
+CASES = [
+    ("1 Adam step, 64-block MLP", 64, 1, 2.0, 2.0),
+    ("many steps, 64-block MLP", 64, 24, 10.0, 3.0),
+]
+
+
+def capture(blocks: int, steps: int, width: int = 64, batch: int = 32):
+    torch.manual_seed(0)
+    layers = []
+    for _ in range(blocks):
+        layers += [torch.nn.Linear(width, width), torch.nn.LayerNorm(width), torch.nn.ReLU()]
+    model = torch.nn.Sequential(*layers)
+    opt = torch.optim.Adam(model.parameters())
+    x = torch.randn(batch, width)
+
+    def step():
+        loss = model(x).square().mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+
+    step()
+    with jupyter_memprof.profile(namespace={"model": model, "opt": opt, "x": x}) as prof:
+        for _ in range(steps):
+            step()
+    return prof
+
+
+def first_render_s(path: str, runs: int = 3) -> float:
+    times = []
+    for _ in range(runs):
+        with chromium_page(viewport=(1400, 1000)) as page:
+            page.goto("file://" + path)
+            page.wait_for_function(
+                "window.memprofReady !== undefined || window.memprofError !== undefined",
+                timeout=120_000,
+            )
+            err = page.evaluate("window.memprofError")
+            if err:
+                raise RuntimeError(err)
+            times.append(page.evaluate("window.memprofReady") / 1000)
+    return statistics.median(times)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="only the one-step case")
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for label, blocks, steps, mb_target, s_target in CASES[:1] if args.quick else CASES:
+            t = time.perf_counter()
+            prof = capture(blocks, steps)
+            capture_s = time.perf_counter() - t
+            events = prof.meta.get("event_count")
+            path = os.path.join(tmp, f"dash-{blocks}-{steps}.html")
+            t = time.perf_counter()
+            prof.to_html(path)
+            build_s = time.perf_counter() - t
+            mb = os.path.getsize(path) / 1e6
+            render_s = first_render_s(path)
+            ok = "yes" if mb <= mb_target and render_s <= s_target else "NO"
+            rows.append(
+                (
+                    label,
+                    f"{events:,}" if events is not None else "?",
+                    f"{len(prof.ops):,}",
+                    f"{len(prof.allocations):,}",
+                    f"{capture_s:.1f}",
+                    f"{build_s:.2f}",
+                    f"{mb:.2f} (<= {mb_target:g})",
+                    f"{render_s:.2f} (<= {s_target:g})",
+                    ok,
+                )
+            )
+            del prof
+    head = (
+        "case",
+        "profiler events",
+        "ops",
+        "blocks",
+        "capture s",
+        "to_html s",
+        "HTML MB",
+        "first render s",
+        "meets targets",
+    )
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(head)]
+    line = lambda cells: "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths)) + " |"  # noqa: E731
+    print(line(head))
+    print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    for r in rows:
+        print(line(r))
+
+
+if __name__ == "__main__":
+    main()

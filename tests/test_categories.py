@@ -1,0 +1,210 @@
+"""Categories, names, lineage and the peak on real training steps."""
+
+import pandas as pd
+import pytest
+import scenarios
+import torch
+from conftest import profile_scenario
+
+import jupyter_memprof
+
+
+def _blocks_of(prof, tensors):
+    """alloc_ids of the blocks holding these live tensors (matched by storage address)."""
+    a = prof.allocations
+    ptrs = {t.untyped_storage().data_ptr() for t in tensors}
+    alive_at_end = a[a["free_ns"].isna() & a["ptr"].isin(ptrs)]
+    return alive_at_end
+
+
+@pytest.fixture(scope="module")
+def mlp():
+    return profile_scenario(scenarios.mlp_adam)
+
+
+def test_parameters_gradients_and_adam_state_are_exact(mlp):
+    prof, ns = mlp
+    model, opt = ns["model"], ns["opt"]
+    a = prof.allocations
+    named = dict(model.named_parameters())
+    for name, p in named.items():
+        rows = a[a["name"] == name]
+        assert len(rows) == 1, name
+        row = rows.iloc[0]
+        assert row["category"] == "parameter" and row["reason"] == "module parameter"
+        assert row["size_bytes"] == p.numel() * 4
+        grad = a[a["name"] == f"{name}.grad"].iloc[0]
+        assert grad["category"] == "gradient"
+        assert grad["size_bytes"] == p.numel() * 4
+        assert grad["ptr"] == p.grad.untyped_storage().data_ptr()
+        for key in ("exp_avg", "exp_avg_sq"):
+            st = a[a["name"] == f"opt.state[{name}].{key}"].iloc[0]
+            assert st["category"] == "optimizer_state" and st["reason"] == "optimizer.state"
+            assert st["size_bytes"] == opt.state[p][key].numel() * 4
+    assert set(a.loc[a["category"] == "parameter", "name"]) == set(named)
+
+
+def test_the_batch_is_input(mlp):
+    prof, ns = mlp
+    a = prof.allocations
+    x = a[a["name"] == "x"].iloc[0]
+    assert x["category"] == "input" and pd.isna(x["alloc_ns"])
+    assert x["size_bytes"] == 64 * 256 * 4
+    assert a[a["name"] == "y"].iloc[0]["category"] == "input"
+
+
+def test_saved_activation_and_its_lineage(mlp):
+    prof, _ = mlp
+    ops = prof.ops.set_index("op_id")
+    a = prof.allocations
+    # the first ReLU's output: 64 x 512 floats, made in forward, freed in backward
+    relu_ops = prof.ops[(prof.ops["name"] == "aten::relu") & (prof.ops["phase"] == "forward")]
+    out = a[a["alloc_op_id"].isin(relu_ops["op_id"] + 1) | a["alloc_op_id"].isin(relu_ops["op_id"])]
+    out = out[out["size_bytes"] == 64 * 512 * 4].iloc[0]
+    assert out["category"] == "activation" and out["reason"] == "saved for backward"
+    assert ops.loc[out["free_op_id"], "phase"] == "backward"
+    lin = prof.lineage(int(out["alloc_id"]))
+    assert list(lin.columns) == [
+        "time_ns", "op_id", "op_name", "relation", "version", "category", "phase", "module", "callsite",
+    ]  # fmt: skip
+    first = lin.iloc[0]
+    assert first["relation"] == "allocated" and first["op_name"] in (
+        "aten::clamp_min",
+        "aten::relu",
+    )
+    assert first["phase"] == "forward" and first["module"] == "1"
+    used = lin[lin["relation"] == "used_in_backward"]
+    assert "autograd::engine::evaluate_function: ReluBackward0" in {
+        ops.loc[ops.loc[i, "parent_id"], "name"]
+        if pd.notna(ops.loc[i, "parent_id"])
+        else ops.loc[i, "name"]
+        for i in used["op_id"]
+    } | set(used["op_name"])
+    saved = lin[lin["relation"] == "saved_for_backward"]
+    assert "aten::relu" in set(saved["op_name"])
+    freed = lin.iloc[-1]
+    assert freed["relation"] == "freed" and freed["phase"] == "backward"
+    assert lin["time_ns"].is_monotonic_increasing
+    text = prof.lineage_text(int(out["alloc_id"]))
+    assert "activation (saved for backward)" in text and "freed" in text
+
+
+def test_peak_lists_the_live_blocks_largest_first(mlp):
+    prof, ns = mlp
+    pk = prof.peak()
+    assert pk.attrs["device"] == "cpu"
+    assert pk.attrs["peak_bytes"] == pk["size_bytes"].sum()
+    assert pk["size_bytes"].is_monotonic_decreasing
+    assert {"op_name", "module", "callsite", "category", "name"} <= set(pk.columns)
+    # parameters and Adam state are alive at the peak
+    assert set(dict(ns["model"].named_parameters())) <= set(pk["name"].dropna())
+    assert (pk["category"] != "unknown").all()
+    by_cat = pk.groupby("category", observed=True)["size_bytes"].sum()
+    n_params = sum(p.numel() for p in ns["model"].parameters())
+    assert by_cat["parameter"] == n_params * 4
+    assert by_cat["optimizer_state"] >= 2 * n_params * 4
+    with pytest.raises(ValueError, match="no memory events on device"):
+        prof.peak("cuda:3")
+
+
+def test_cnn_conv_workspace_is_temporary_and_bn_buffers_are_model_state():
+    prof, ns = profile_scenario(scenarios.cnn_sgd)
+    a = prof.allocations
+    raw = a[a["tensor_id"].isna()]
+    assert len(raw) > 0
+    assert (raw["category"] == "temporary").all(), raw[["size_bytes", "category", "reason"]]
+    ops = prof.ops.set_index("op_id")
+    assert {"aten::mkldnn_convolution", "aten::convolution_backward"} & set(
+        ops.loc[raw["alloc_op_id"].dropna(), "name"]
+    )
+    bn = a[a["name"] == "bn1.running_mean"].iloc[0]
+    assert bn["category"] == "parameter" and bn["reason"] == "module buffer"
+    mom = a[a["name"].fillna("").str.endswith(".momentum_buffer")]
+    assert len(mom) == len(list(ns["model"].parameters()))
+    assert (mom["category"] == "optimizer_state").all()
+    assert (prof.peak()["category"] != "unknown").all()
+
+
+def test_foreach_intermediates_in_optimizer_step_are_temporary():
+    torch.manual_seed(0)
+    model = torch.nn.Linear(64, 64)
+    opt = torch.optim.Adam(model.parameters(), foreach=True)
+    x = torch.randn(8, 64)
+    model(x).sum().backward()
+    opt.step()
+    ns = {"model": model, "opt": opt, "x": x}
+    with jupyter_memprof.profile(namespace=ns) as prof:
+        opt.step()
+    ops = prof.ops.set_index("op_id")
+    a = prof.allocations.dropna(subset=["alloc_op_id"])
+    node = ops.loc[a["alloc_op_id"], "node_id"].to_numpy()
+    made_by_foreach = a[
+        ops.loc[node, "name"].astype(str).str.startswith("aten::_foreach").to_numpy()
+    ]
+    assert len(made_by_foreach) > 0
+    assert (made_by_foreach["category"] == "temporary").all()
+    assert set(made_by_foreach["reason"]) <= {
+        "made and freed inside the optimizer",
+        "freed inside the op that made it",
+    }
+
+
+def test_transformer_adamw_has_no_unknown_and_exact_state():
+    prof, ns = profile_scenario(scenarios.transformer_adamw)
+    a = prof.allocations
+    for name, _ in ns["model"].named_parameters():
+        assert a.loc[a["name"] == name, "category"].unique().tolist() == ["parameter"], name
+        assert a.loc[a["name"] == f"{name}.grad", "category"].unique().tolist() == ["gradient"], (
+            name
+        )
+        assert a.loc[a["name"] == f"opt.state[{name}].exp_avg", "category"].tolist() == [
+            "optimizer_state"
+        ]
+    assert (prof.peak()["category"] != "unknown").all()
+
+
+def test_checkpointing_recomputes_activations_in_backward():
+    prof, _ = profile_scenario(scenarios.checkpointing_sgd)
+    a = prof.allocations
+    re = a[a["reason"] == "recomputed in backward (checkpointing)"]
+    assert len(re) > 0 and (re["category"] == "activation").all()
+    assert (prof.peak()["category"] != "unknown").all()
+
+
+def test_bare_parameters_are_named_by_their_variables():
+    prof, ns = profile_scenario(scenarios.bare_parameters_rmsprop)
+    a = prof.allocations
+    for var in ("w1", "b1", "w2"):
+        assert a.loc[a["name"] == var, "category"].unique().tolist() == ["parameter"]
+        assert a.loc[a["name"] == f"{var}.grad", "category"].unique().tolist() == ["gradient"]
+        assert a.loc[a["name"] == f"opt.state[{var}].square_avg", "category"].tolist() == [
+            "optimizer_state"
+        ]
+
+
+def test_inplace_writes_through_views_make_versions():
+    prof, _ = profile_scenario(scenarios.inplace_views_sgd)
+    ops = prof.ops.set_index("op_id")
+    bumps = prof.versions[prof.versions["version"] > 0]
+    names = set(ops.loc[bumps["op_id"], "name"])
+    assert {"aten::mul_", "aten::relu_"} <= names
+    h = prof.versions[
+        prof.versions["op_id"].isin(
+            bumps.loc[ops.loc[bumps["op_id"], "name"].eq("aten::mul_").to_numpy(), "op_id"]
+        )
+    ]
+    assert (h["category"] == "activation").all()
+    assert (prof.peak()["category"] != "unknown").all()
+
+
+def test_embedding_adagrad_state_and_gradient():
+    prof, ns = profile_scenario(scenarios.embedding_adagrad)
+    a = prof.allocations
+    emb = a[a["name"] == "emb.weight"].iloc[0]
+    assert emb["category"] == "parameter" and emb["size_bytes"] == 5000 * 64 * 4
+    assert a.loc[a["name"] == "emb.weight.grad", "category"].unique().tolist() == ["gradient"]
+    assert a.loc[a["name"] == "opt.state[emb.weight].sum", "category"].tolist() == [
+        "optimizer_state"
+    ]
+    assert a.loc[a["name"] == "tokens", "category"].unique().tolist() == ["input"]
+    assert (prof.peak()["category"] != "unknown").all()
