@@ -98,3 +98,19 @@ def peak(tables: dict[str, pd.DataFrame], device: str | None = None) -> pd.DataF
         peak_bytes=int(row["peak_bytes"]), peak_ns=int(row["peak_ns"]), device=str(row["device"])
     )
     return out
+
+
+_GROUPS = {"category": "category", "module": "module", "op": "op_name", "name": "name"}
+
+
+def peak_by(tables: dict[str, pd.DataFrame], by: str = "category", device: str | None = None) -> pd.Series:
+    """Bytes live at the peak, grouped; blocks with no value for ``by`` count under "(none)"."""
+    if by not in _GROUPS:
+        raise ValueError(f"peak_by(by={by!r}): choose one of {sorted(_GROUPS)}")
+    p = peak(tables, device)
+    key = p[_GROUPS[by]].astype(object).where(p[_GROUPS[by]].notna(), "(none)")
+    out = p["size_bytes"].groupby(key.to_numpy()).sum().sort_values(ascending=False)
+    out.name = "size_bytes"
+    out.index.name = by
+    out.attrs.update(p.attrs)
+    return out

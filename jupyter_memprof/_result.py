@@ -50,7 +50,10 @@ class Profile:
 
     @property
     def label(self) -> str:
-        return str(self.meta.get("label") or (f"profile {self.session_id}" if self.session_id else "profile"))
+        return str(
+            self.meta.get("label")
+            or (f"profile {self.session_id}" if self.session_id else "profile")
+        )
 
     # -- analyses -----------------------------------------------------------------------
     def lineage(self, alloc_id: int) -> pd.DataFrame:
@@ -71,6 +74,13 @@ class Profile:
         from ._peak import peak
 
         return peak(self.tables, device)
+
+    def peak_by(self, by: str = "category", device: str | None = None) -> pd.Series:
+        """Bytes live at the peak grouped by ``"category"``, ``"module"``, ``"op"`` (the
+        allocating op's name) or ``"name"``, largest first."""
+        from ._peak import peak_by
+
+        return peak_by(self.tables, by, device)
 
     def summary(self) -> dict[str, Any]:
         """Headline numbers: peak per device, top categories at the peak, counts, timings."""
