@@ -41,7 +41,7 @@ def analyse(
     mem = T.memory_frame(trace, devices)
     refs = T.refs_frame(trace)
     names_df = T.names_frame(names)
-    allocations = T.build_allocations(mem, refs, names_df, devices)
+    allocations = T.build_allocations(mem, T.untracked_frame(trace), names_df, devices)
     names_df = T.match_names(names_df, allocations)
     ops = T.finish_ops(ops, flows, allocations)
     step(1)

@@ -245,32 +245,28 @@ def memory_frame(trace: Trace, devices: list[str]) -> pd.DataFrame:
 
 def refs_frame(trace: Trace) -> pd.DataFrame:
     if not trace.tensors:
-        return pd.DataFrame(
-            {"op_id": [], "tensor_id": [], "ptr": [], "device": [], "extent": [], "mutable": []}
-        ).astype(
-            {
-                "op_id": "int64",
-                "tensor_id": "int64",
-                "ptr": "int64",
-                "extent": "int64",
-                "mutable": bool,
-            }
+        return pd.DataFrame({"op_id": [], "tensor_id": [], "mutable": []}).astype(
+            {"op_id": "int64", "tensor_id": "int64", "mutable": bool}
         )
-    op, tid, ptr, dev, extent, mut = zip(*trace.tensors)
+    op, tid, mut = zip(*trace.tensors)
     return pd.DataFrame(
         {
             "op_id": np.asarray(op, dtype=np.int64),
             "tensor_id": np.asarray(tid, dtype=np.int64),
-            "ptr": np.asarray(ptr, dtype=np.int64),
-            "device": np.asarray(dev, dtype=object),
-            "extent": np.asarray(extent, dtype=np.int64),
             "mutable": np.asarray(mut, dtype=bool),
         }
     )
 
 
+def untracked_frame(trace: Trace) -> pd.DataFrame:
+    cols = {"tensor_id": "int64", "ptr": "int64", "device": object, "extent": "int64"}
+    if not trace.untracked:
+        return pd.DataFrame({c: pd.Series([], dtype=d) for c, d in cols.items()})
+    return pd.DataFrame(trace.untracked, columns=list(cols)).astype(cols)
+
+
 def build_allocations(
-    mem: pd.DataFrame, refs: pd.DataFrame, names: pd.DataFrame, devices: list[str]
+    mem: pd.DataFrame, untracked: pd.DataFrame, names: pd.DataFrame, devices: list[str]
 ) -> pd.DataFrame:
     """One row per block, from allocation to free.
 
@@ -313,15 +309,10 @@ def build_allocations(
 
     # tensors seen only as op inputs: blocks from before the capture, still alive after it
     known = set(blocks["tensor_id"].dropna().astype("int64"))
-    untracked = refs[~refs["tensor_id"].isin(known)]
-    if not untracked.empty:
-        g = untracked.groupby("tensor_id", sort=False).agg(
-            ptr=("ptr", "first"),
-            device=("device", "first"),
-            size_bytes=("extent", "max"),
-            first_op=("op_id", "min"),
-        )
-        g = g[g["device"].isin(devices)].reset_index()
+    g = untracked[~untracked["tensor_id"].isin(known)]  # in order of first use
+    if not g.empty:
+        g = g.rename(columns={"extent": "size_bytes"})
+        g = g[g["device"].isin(devices)]
         start_names = names[names["when"] == "start"][
             ["device", "ptr", "size_bytes"]
         ].drop_duplicates(["device", "ptr"])
@@ -331,7 +322,7 @@ def build_allocations(
             how="left",
         )
         g["size_bytes"] = np.maximum(g["size_bytes"], g["live_size"].fillna(0).astype("int64"))
-        g = g.drop(columns=["live_size"]).sort_values("first_op")
+        g = g.drop(columns=["live_size"])
         extra = pd.DataFrame(
             {
                 "tensor_id": g["tensor_id"].astype("Int64"),

@@ -47,10 +47,16 @@ class TensorRef(NamedTuple):
 
     op_id: int
     tensor_id: int  # the profiler's storage identity
+    mutable: bool  # the op's schema says it may write this argument in place
+
+
+class UntrackedTensor(NamedTuple):
+    """A storage ops used but the allocator never reported (it existed before the capture)."""
+
+    tensor_id: int
     ptr: int  # storage data pointer
     device: str
-    extent: int  # bytes from the storage start to the end of this view (a size lower bound)
-    mutable: bool  # the op's schema says it may write this argument in place
+    extent: int  # bytes up to the furthest element any view of it reached (a size lower bound)
 
 
 class OpRecord(NamedTuple):
@@ -88,6 +94,7 @@ class Trace(NamedTuple):
     ops: list[OpRecord]
     tensors: list[TensorRef]
     memory: list[MemoryRecord]
+    untracked: list[UntrackedTensor]
     event_count: int  # nodes in torch's event tree (for benchmarks and progress)
 
 
@@ -257,6 +264,9 @@ def read_trace(kineto_results, namer: FrameNamer | None = None) -> Trace:
     is_user = namer.is_user
     label = namer.label
     n_events = 0
+    # storages allocated during the capture: their address and size come from the allocator
+    allocated: set[int] = set()
+    untracked: dict[int, list] = {}
     # per thread: open ops as (end_ns, op_id, depth, node, module_ctx, backward, optimizer)
     open_ops: dict[int, list[tuple]] = {}
     forever = 1 << 62
@@ -317,24 +327,22 @@ def read_trace(kineto_results, namer: FrameNamer | None = None) -> Trace:
                 if type(x) is _TensorMetadata:
                     sizes = x.sizes
                     shapes.append(sizes)
-                    if x.id is not None:
-                        tensors.append(
-                            _tensor_ref(
-                                op_id, x, sizes, mutable[i] if mutable else False, dev_names
-                            )
-                        )
+                    tid = x.id
+                    if tid is not None:
+                        tensors.append((op_id, tid, mutable[i] if mutable else False))
+                        if tid not in allocated:
+                            _untracked(untracked, tid, x, sizes, dev_names)
                 elif type(x) is list:
                     sub = []
                     for y in x:
                         if type(y) is _TensorMetadata:
                             sizes = y.sizes
                             sub.append(sizes)
-                            if y.id is not None:
-                                tensors.append(
-                                    _tensor_ref(
-                                        op_id, y, sizes, mutable[i] if mutable else False, dev_names
-                                    )
-                                )
+                            tid = y.id
+                            if tid is not None:
+                                tensors.append((op_id, tid, mutable[i] if mutable else False))
+                                if tid not in allocated:
+                                    _untracked(untracked, tid, y, sizes, dev_names)
                     shapes.append(sub)
                 else:
                     shapes.append([])
@@ -385,17 +393,13 @@ def read_trace(kineto_results, namer: FrameNamer | None = None) -> Trace:
             dname = dev_names.get(dev)
             if dname is None:
                 dname = dev_names[dev] = str(dev)
+            tid = f.id
+            size = f.alloc_size
+            if tid is not None and size > 0:
+                allocated.add(tid)
             memory.append(
                 MemoryRecord(
-                    t,
-                    f.ptr,
-                    f.alloc_size,
-                    f.id,
-                    f.allocation_id,
-                    dname,
-                    parent,
-                    node,
-                    f.total_allocated,
+                    t, f.ptr, size, tid, f.allocation_id, dname, parent, node, f.total_allocated
                 )
             )
             continue
@@ -420,22 +424,34 @@ def read_trace(kineto_results, namer: FrameNamer | None = None) -> Trace:
         if children:
             for c in reversed(children):
                 push((c, callsite, in_autograd))
-    return Trace(ops, tensors, memory, n_events)
+    return Trace(
+        ops,
+        [TensorRef(*t) for t in tensors],
+        memory,
+        [UntrackedTensor(tid, *v) for tid, v in untracked.items()],
+        n_events,
+    )
 
 
-def _tensor_ref(op_id, t, sizes, mutable, dev_names) -> TensorRef:
-    dev = t.device
-    dname = dev_names.get(dev)
-    if dname is None:
-        dname = dev_names[dev] = str(dev)
-    # The furthest byte this view reaches: sum((size - 1) * stride) + 1 elements.
+def _untracked(untracked: dict, tid: int, t, sizes, dev_names) -> None:
+    """Remember where a pre-existing storage lives and how far its views reach."""
+    # furthest element of this view: 1 + sum((size - 1) * stride), 0 for an empty view
     n = 1
     for s, st in zip(sizes, t.strides):
         if s == 0:
             n = 0
             break
         n += (s - 1) * st
-    return TensorRef(op_id, t.id, t.storage_data_ptr or 0, dname, n * t.dtype.itemsize, mutable)
+    extent = n * t.dtype.itemsize
+    known = untracked.get(tid)
+    if known is None:
+        dev = t.device
+        dname = dev_names.get(dev)
+        if dname is None:
+            dname = dev_names[dev] = str(dev)
+        untracked[tid] = [t.storage_data_ptr or 0, dname, extent]
+    elif extent > known[2]:
+        known[2] = extent
 
 
 def profiler_running() -> bool:
