@@ -142,9 +142,14 @@ def finish_ops(ops: pd.DataFrame, flows: pd.DataFrame, allocations: pd.DataFrame
     levels = np.split(order, np.flatnonzero(np.diff(depth[order])) + 1)
 
     # An op outside any module whose autograd node ran in backward is forward work
-    # (e.g. `loss = out.sum()` at top level); its children inherit that.
+    # (e.g. `loss = out.sum()` at top level), and so is the data-flow op around it: composite
+    # ops such as `aten::cross_entropy_loss` only reach autograd through the ops they call.
+    # Everything inside inherits that below.
     fwd = flows["forward_op_id"].to_numpy()
     phase[fwd[(phase[fwd] == "")]] = Phase.FORWARD.value
+    node = ops["node_id"].to_numpy(dtype=np.int64, na_value=-1)[fwd]
+    node = node[node >= 0]
+    phase[node[(phase[node] == "")]] = Phase.FORWARD.value
     # backward ops take the module of the forward op they differentiate
     bwd = flows["backward_op_id"].to_numpy()
     take = np.array([module[b] is None for b in bwd], dtype=bool) if len(bwd) else np.zeros(0, bool)
