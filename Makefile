@@ -17,7 +17,10 @@ setup: $(STAMP) chromium
 # torch first, from the local CPU wheel: a bare `torch` requirement with no torch present
 # would pull a multi-GB CUDA build. With torch==2.13.0 installed the package's `torch>=2.4`
 # is already satisfied and pip installs nothing more for it.
-$(STAMP): pyproject.toml labextension/package.json
+# The install builds the JupyterLab extension and copies it to share/jupyter/labextensions
+# (also for this editable install), so a change to its sources installs again.
+$(STAMP): pyproject.toml install.json labextension/package.json labextension/package-lock.json \
+          $(wildcard labextension/src/*.ts labextension/style/*)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q "$(TORCH)"
@@ -47,7 +50,7 @@ lint: setup
 # Unit, magic, browser and notebook (nbval) tests in one pytest run, so one summary line
 # says what ran. pytest exits 5 when nothing was collected, which fails this target.
 test: lint
-	$(BIN)/python -m pytest tests notebooks --nbval $(PYTEST_ARGS)
+	$(BIN)/python -m pytest tests notebooks --nbval --nbval-current-env $(PYTEST_ARGS)
 
 bench: setup
 	@for b in benchmarks/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done

@@ -167,6 +167,7 @@ class profile(contextlib.AbstractContextManager):
     def __enter__(self) -> Profile:
         from . import _torch_events
 
+        _torch_events.prepare()
         if _torch_events.profiler_running():
             raise CaptureError(
                 "a torch profiler is already running: finish its `with` block (or call its "
@@ -266,7 +267,9 @@ def build_tables(
     was_enabled = gc.isenabled()
     gc.disable()
     try:
-        return _build_tables(kineto_results, names=names, name_rows=name_rows, devices=devices, progress=progress)
+        return _build_tables(
+            kineto_results, names=names, name_rows=name_rows, devices=devices, progress=progress
+        )
     finally:
         if was_enabled:
             gc.enable()
@@ -291,7 +294,7 @@ def _build_tables(kineto_results, *, names, name_rows, devices, progress):
         start_ns=trace_start_ns(kineto_results),
         progress=progress,
     )
-    meta["read_s"] = t1 - t0
+    meta["capture_s"] = t1 - t0
     meta["analysis_s"] = time.perf_counter() - t0
     meta["event_count"] = trace.event_count
     return tables, meta

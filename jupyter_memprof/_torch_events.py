@@ -454,6 +454,19 @@ def _untracked(untracked: dict, tid: int, t, sizes, dev_names) -> None:
         known[2] = extent
 
 
+def prepare() -> None:
+    """Import what torch's profiler imports lazily while it stops.
+
+    torch imports ``torch.profiler._cupti_monitor`` inside the profiler's ``__exit__``, while
+    the Python tracer still records; the frames of that one-time import can come back with
+    undecodable names. Importing it before the capture keeps such frames out of the trace.
+    """
+    try:
+        import torch.profiler._cupti_monitor  # noqa: F401
+    except ImportError:
+        pass
+
+
 def profiler_running() -> bool:
     """True while any torch profiler (autograd or kineto) is collecting in this process."""
     return bool(torch._C._autograd._profiler_enabled())

@@ -1,0 +1,484 @@
+"""The ``%%memprofile`` cell magic and ``%memprofile STATEMENT`` line magic.
+
+The cell runs as it would without the magic: IPython's input transforms (other magics,
+``!cmd``), its AST transformers, its ``ast_node_interactivity`` (the last expression's value
+is displayed, a trailing ``;`` silences it) and top-level ``await`` where an event loop can be
+run. The code is compiled under the cell's own ``In[N]`` name with the line numbers the user
+sees, so tracebacks and ``callsite`` point at the right cell line.
+
+When the cell raises (or is interrupted), the partial profile is stored and shown, and the
+exception is raised again; IPython then shows only the user's own frames, through the
+``_render_traceback_`` hook it offers exceptions for exactly this.
+"""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import inspect
+import keyword
+import os
+import sys
+import warnings
+from typing import Any
+
+from IPython.core import magic_arguments
+from IPython.core.displayhook import DisplayHook
+from IPython.core.error import UsageError
+from IPython.core.magic import (
+    Magics,
+    line_cell_magic,
+    magics_class,
+    needs_local_scope,
+    no_var_expand,
+    output_can_be_silenced,
+)
+
+from ._progress import in_kernel, progress_for
+
+#: The user-namespace variable that always holds the latest profile.
+LAST = "_memprof"
+
+_MAGIC = "memprofile"
+_ASSIGN_NODES = (ast.AugAssign, ast.AnnAssign, ast.Assign)
+
+
+# -- running the user's code ----------------------------------------------------------------
+class _Code:
+    """User code compiled the way IPython compiles a cell, ready to run in the namespace.
+
+    ``header`` is the magic's own line: it becomes line 1 of the cached source, so the
+    body's line numbers are the ones the user sees in the cell.
+    """
+
+    def __init__(self, shell, source: str, *, header: str | None, statement: bool) -> None:
+        self.shell = shell
+        transformed = shell.transform_cell(source)
+        lead = "" if header is None else header + "\n"
+        self.number = _cell_number(shell)
+        name = shell.compile.cache(lead + transformed, self.number, raw_code=lead + source)
+        tree = shell.compile.ast_parse(lead.count("\n") * "\n" + transformed, filename=name)
+        tree = shell.transform_ast(tree)
+        nodes = list(tree.body)
+        if statement:
+            # A line magic returns the value of a lone expression, like %time does.
+            plan = [(nodes[-1], "eval")] if len(nodes) == 1 and _is_expr(nodes[0]) else None
+            plan = plan or [(node, "exec") for node in nodes]
+        else:
+            quiet = DisplayHook.semicolon_at_end_of_expression(transformed)
+            plan = _interactive_plan(nodes, "none" if quiet else shell.ast_node_interactivity)
+        flags = getattr(ast, "PyCF_ALLOW_TOP_LEVEL_AWAIT", 0) if shell.autoawait else 0
+        self.codes = []
+        with shell.compile.extra_flags(flags):
+            for node, mode in plan:
+                if mode == "eval":
+                    mod = ast.Expression(node.value)
+                elif mode == "single":
+                    mod = ast.Interactive([node])
+                else:
+                    mod = ast.Module([node], [])
+                self.codes.append((shell.compile(mod, name, mode), mode))
+        self.is_async = any(code.co_flags & inspect.CO_COROUTINE for code, _ in self.codes)
+
+    def check_runnable(self) -> None:
+        """Top-level ``await`` needs an event loop we can run; a kernel's own loop is busy
+        running this very cell, so there it cannot work."""
+        if not self.is_async:
+            return
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        raise UsageError(
+            "top-level await cannot run inside %%memprofile here (the event loop is busy "
+            "running this cell): use `with jupyter_memprof.profile() as prof:` around the "
+            "awaits instead"
+        )
+
+    def run(self, local_ns: dict | None = None) -> Any:
+        shell = self.shell
+        glob = shell.user_global_ns
+        loc = shell.user_ns if local_ns is None else local_ns
+        value = None
+        with shell.builtin_trap, shell.display_trap:
+            for code, mode in self.codes:
+                if code.co_flags & inspect.CO_COROUTINE:
+                    result = shell.loop_runner(eval(code, glob, loc))
+                elif mode == "exec":
+                    result = exec(code, glob, loc)
+                else:
+                    result = eval(code, glob, loc)
+                value = result if mode == "eval" else None
+        return value
+
+    def own_traceback(self, err: BaseException) -> None:
+        """Make IPython show ``err`` with the user's frames only (from the first frame of
+        this code on), through IPython's ``_render_traceback_`` hook."""
+        if hasattr(err, "_render_traceback_"):
+            return
+        ours = {code for code, _ in self.codes}
+        tb = err.__traceback__
+        while tb is not None and tb.tb_frame.f_code not in ours:
+            tb = tb.tb_next
+        if tb is None:
+            return
+        shell, etype = self.shell, type(err)
+
+        def render() -> list[str]:
+            return shell.InteractiveTB.structured_traceback(etype, err, tb, tb_offset=0)
+
+        try:
+            err._render_traceback_ = render
+        except (AttributeError, TypeError):  # exceptions with __slots__
+            pass
+
+
+def _is_expr(node: ast.AST) -> bool:
+    return isinstance(node, ast.Expr)
+
+
+def _interactive_plan(nodes: list, interactivity: str) -> list[tuple[ast.AST, str]]:
+    """Which nodes run in 'single' mode (their value displayed): IPython's rules from
+    ``InteractiveShell.run_ast_nodes``."""
+    if not nodes:
+        return []
+    if interactivity == "last_expr_or_assign":
+        last = nodes[-1]
+        target = None
+        if isinstance(last, ast.Assign) and len(last.targets) == 1:
+            target = last.targets[0]
+        elif isinstance(last, (ast.AugAssign, ast.AnnAssign)):
+            target = last.target
+        if isinstance(target, ast.Name):
+            echo = ast.Expr(ast.Name(target.id, ast.Load()))
+            ast.copy_location(echo, last)
+            ast.fix_missing_locations(echo)
+            nodes = [*nodes, echo]
+        interactivity = "last_expr"
+    if interactivity == "last_expr":
+        interactivity = "last" if _is_expr(nodes[-1]) else "none"
+    if interactivity == "all":
+        return [(node, "single") for node in nodes]
+    if interactivity == "last":
+        return [(node, "exec") for node in nodes[:-1]] + [(nodes[-1], "single")]
+    return [(node, "exec") for node in nodes]
+
+
+def _cell_number(shell) -> int:
+    """The ``N`` of the running cell's ``In[N]``."""
+    running = getattr(shell.displayhook, "exec_result", None)
+    number = getattr(running, "execution_count", None)
+    return int(number) if number is not None else int(shell.execution_count)
+
+
+# -- options ---------------------------------------------------------------------------------
+def _token_end(text: str, pos: int) -> int:
+    """End of the shell-like word starting at ``pos`` (quotes keep spaces inside)."""
+    quote = None
+    while pos < len(text):
+        ch = text[pos]
+        if quote:
+            if ch == "\\" and quote == '"':
+                pos += 1
+            elif ch == quote:
+                quote = None
+        elif ch in "'\"":
+            quote = ch
+        elif ch.isspace():
+            break
+        pos += 1
+    return pos
+
+
+def _split_statement(line: str, parser) -> tuple[str, str]:
+    """Split ``%memprofile`` arguments into the options and the statement after them,
+    keeping the statement exactly as typed. ``--`` ends the options explicitly."""
+    takes_value = {}
+    for action in parser._actions:
+        for opt in action.option_strings:
+            takes_value[opt] = action.nargs != 0
+    long_opts = [o for o in takes_value if o.startswith("--")]
+    pos, expect_value = 0, False
+    while True:
+        while pos < len(line) and line[pos].isspace():
+            pos += 1
+        if pos >= len(line):
+            return line, ""
+        end = _token_end(line, pos)
+        word = line[pos:end]
+        if expect_value:
+            expect_value = False
+        elif word == "--":
+            return line[:pos], line[end:].strip()
+        elif word.startswith("-") and len(word) > 1:
+            if "=" in word:
+                pass
+            elif word in takes_value:
+                expect_value = takes_value[word]
+            elif word.startswith("--"):
+                matches = [o for o in long_opts if o.startswith(word)]
+                expect_value = bool(matches) and all(takes_value[o] for o in matches)
+            # "-oNAME": the value is attached.
+        else:
+            return line[:pos], line[pos:].strip()
+        pos = end
+
+
+def _unquote(value: str | None) -> str | None:
+    """IPython's magic argument splitter keeps quotes: ``--label "step 1"`` -> ``step 1``."""
+    if value is not None and len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+        return value[1:-1]
+    return value
+
+
+def _devices(values: list[str] | None) -> str | list[str] | None:
+    if not values:
+        return None
+    out = [p.strip() for v in values for p in v.split(",") if p.strip()]
+    if not out:
+        raise UsageError("--device needs a device: 'cpu', 'cuda' or 'cuda:N'")
+    return out[0] if len(out) == 1 else out
+
+
+# -- the magic -------------------------------------------------------------------------------
+@magics_class
+class MemprofMagics(Magics):
+    """``%%memprofile`` / ``%memprofile``: profile the PyTorch memory of a cell."""
+
+    @magic_arguments.magic_arguments()
+    @magic_arguments.argument(
+        "-o",
+        "--output",
+        metavar="VAR",
+        help="Store the profile in the notebook variable VAR (it is always in `_memprof`).",
+    )
+    @magic_arguments.argument(
+        "--no-display",
+        action="store_true",
+        help="Do not display the profile (nor analysis progress) after the cell.",
+    )
+    @magic_arguments.argument(
+        "--no-stack",
+        action="store_true",
+        help="Do not record Python stacks: a cheaper capture, with no `callsite` on ops.",
+    )
+    @magic_arguments.argument(
+        "--device",
+        action="append",
+        metavar="DEV",
+        help="Devices whose memory to record: cpu, cuda, cuda:N. Repeat it or give a "
+        "comma-separated list. Default: the CPU and every visible CUDA device.",
+    )
+    @magic_arguments.argument(
+        "--html",
+        metavar="PATH",
+        help="Also write the interactive report to PATH as one standalone HTML file.",
+    )
+    @magic_arguments.argument(
+        "--label",
+        metavar="TEXT",
+        help="Name shown in summaries and the Memory profiles panel "
+        "(default: the -o name, else In[N]).",
+    )
+    @no_var_expand
+    @needs_local_scope
+    @output_can_be_silenced
+    @line_cell_magic
+    def memprofile(self, line: str = "", cell: str | None = None, local_ns: dict | None = None):
+        """Profile the PyTorch memory used by a cell (or by one statement).
+
+        The cell runs exactly as it would without the magic; afterwards its profile, a
+        jupyter_memprof.Profile with pandas tables (ops, allocations, versions,
+        events, timeline, flows, uses, names), is stored in `_memprof` (and in VAR with
+        -o VAR) and displayed: a summary and the interactive views in a notebook, a text
+        summary in a terminal. If the cell raises or is interrupted, the profile up to
+        that point is kept and shown, and the error is shown as usual.
+
+        Usage, as a cell magic::
+
+            %%memprofile -o prof
+            loss = model(x).sum()
+            loss.backward()
+
+        As a line magic, it profiles one statement and returns its value::
+
+            %memprofile -o prof loss = model(x).sum()
+        """
+        shell = self.shell
+        parser = self.memprofile.parser
+        name = f"%%{_MAGIC}" if cell is not None else f"%{_MAGIC}"
+        if cell is None:
+            options, statement = _split_statement(line, parser)
+            args = parser.parse_argstring(options)
+            if not statement:
+                raise UsageError(
+                    "%memprofile needs a statement to run, e.g. `%memprofile loss = step()`; "
+                    "use %%memprofile on the first line of a cell to profile the whole cell"
+                )
+            source, header = statement, None
+        else:
+            args = parser.parse_argstring(line)
+            source, header = cell, f"%%{_MAGIC} {line}".rstrip()
+            local_ns = None
+        args.label, args.html = _unquote(args.label), _unquote(args.html)
+
+        if args.output is not None and (
+            not args.output.isidentifier() or keyword.iskeyword(args.output)
+        ):
+            raise UsageError(f"-o needs a Python variable name, not {args.output!r}")
+        devices = _devices(args.device)
+        if args.html is not None:
+            folder = os.path.dirname(os.path.abspath(os.path.expanduser(args.html)))
+            if not os.path.isdir(folder):
+                raise UsageError(f"--html: the folder {folder!r} does not exist")
+
+        code = _Code(shell, source, header=header, statement=cell is None)
+        code.check_runnable()
+        label = args.label or args.output or f"In[{code.number}]"
+
+        from ._capture import CaptureError, profile
+
+        progress = None if args.no_display else progress_for(shell)
+        try:
+            capture = profile(
+                device=devices,
+                with_stack=not args.no_stack,
+                namespace=shell.user_ns,
+                label=label,
+                progress=progress,
+            )
+            prof = capture.__enter__()
+        except CaptureError as err:
+            raise UsageError(str(err)) from None
+
+        value, raised = None, None
+        try:
+            value = code.run(local_ns)
+        except BaseException as err:  # the user's own error: shown as theirs, raised again
+            raised = err
+            code.own_traceback(err)
+
+        analysis_error = None
+        try:
+            if raised is None:
+                capture.__exit__(None, None, None)
+            else:
+                capture.__exit__(type(raised), raised, raised.__traceback__)
+        except BaseException as err:
+            if err is not raised:
+                analysis_error = err
+        finally:
+            if progress is not None:
+                progress.close()
+
+        shell.user_ns[LAST] = prof
+        if args.output:
+            shell.user_ns[args.output] = prof
+
+        if isinstance(analysis_error, Exception):
+            reason = f"{type(analysis_error).__name__}: {analysis_error}"
+            prof.meta.setdefault("analysis_error", reason)
+            print(
+                f"{name}: the code ran, but building its memory tables failed ({reason}); "
+                f"{LAST} holds what was built",
+                file=sys.stderr,
+            )
+        elif analysis_error is not None:  # interrupted while analysing
+            raise analysis_error
+        else:
+            if args.html is not None:
+                _write_html(prof, args.html, name)
+            if not args.no_display:
+                _show(shell, prof, name)
+
+        if raised is not None:
+            raise raised
+        return value
+
+
+def _write_html(prof, path: str, name: str) -> None:
+    try:
+        written = prof.to_html(os.path.expanduser(path))
+    except Exception as err:
+        print(
+            f"{name}: could not write the report to {path!r}: {type(err).__name__}: {err}",
+            file=sys.stderr,
+        )
+    else:
+        print(f"report written to {written}")
+
+
+def _show(shell, prof, name: str) -> None:
+    """Display ``prof``: the summary (HTML in notebooks, text elsewhere), then in a kernel
+    the interactive dashboard. A dashboard that cannot be built leaves the summary alone."""
+    from IPython.display import display
+
+    from ._summary import summary_html, summary_text
+
+    try:
+        display({"text/plain": summary_text(prof), "text/html": summary_html(prof)}, raw=True)
+    except Exception as err:  # never break the user's cell over a summary
+        print(f"{name}: could not summarise the profile: {err!r}", file=sys.stderr)
+        return
+    if not in_kernel(shell):
+        return
+    try:
+        view = prof.show()
+    except ModuleNotFoundError as err:
+        if err.name != f"{__package__}._dashboard":
+            print(f"{name}: interactive view unavailable: {err}", file=sys.stderr)
+        return
+    except Exception as err:
+        print(
+            f"{name}: interactive view unavailable: {type(err).__name__}: {err}",
+            file=sys.stderr,
+        )
+        return
+    display(view)
+
+
+# -- extension entry points -----------------------------------------------------------------
+def _is_ours(fn: Any) -> bool:
+    owner = getattr(fn, "__self__", None)
+    return (
+        owner is not None
+        and type(owner).__name__ == MemprofMagics.__name__
+        and (type(owner).__module__ == __name__)
+    )
+
+
+def _comm_call(action: str, shell) -> None:
+    """Start or stop the JupyterLab panel's comm; the magics work without it."""
+    try:
+        from . import _comm
+
+        getattr(_comm, action)(shell)
+    except Exception as err:
+        warnings.warn(
+            f"jupyter_memprof: the Memory profiles panel could not {action}: {err}",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+
+
+def load_extension(shell) -> None:
+    """Register ``%%memprofile``/``%memprofile`` and start the panel's comm (idempotent)."""
+    if _is_ours(shell.magics_manager.magics["cell"].get(_MAGIC)):
+        return
+    shell.register_magics(MemprofMagics)
+    _comm_call("start", shell)
+
+
+def unload_extension(shell) -> None:
+    """Remove the magics, the ``_memprof`` variable and the panel's comm."""
+    manager = shell.magics_manager
+    for kind in ("line", "cell"):
+        if _is_ours(manager.magics[kind].get(_MAGIC)):
+            del manager.magics[kind][_MAGIC]
+    registered = manager.registry.get(MemprofMagics.__name__)
+    if registered is not None and type(registered).__module__ == __name__:
+        del manager.registry[MemprofMagics.__name__]
+    last = shell.user_ns.get(LAST)
+    if type(last).__name__ == "Profile" and type(last).__module__.startswith(__package__):
+        del shell.user_ns[LAST]
+    _comm_call("stop", shell)

@@ -1,0 +1,224 @@
+"""The headline numbers of a profile, as a dict, as text and as (escaped) HTML.
+
+The summary reads the tables and :meth:`Profile.peak`; it computes nothing of its own beyond
+sums and counts. For every device with memory activity it gives the peak (bytes, when it
+happened, measured from the start of the capture) and the categories of the blocks live at
+that peak, largest first.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ._result import Profile
+
+#: The sentence shown for a capture that saw no PyTorch memory activity.
+NO_ACTIVITY = "no PyTorch memory activity was recorded"
+
+#: How many categories the text and HTML headers name per device.
+TOP = 3
+
+_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
+
+
+def format_bytes(n: int | float) -> str:
+    """``4000`` -> ``'3.9 KiB'``; binary units (1 KiB = 1024 B), bytes shown exactly."""
+    n = int(n)
+    sign = "-" if n < 0 else ""
+    n = abs(n)
+    if n < 1024:
+        return f"{sign}{n} B"
+    exp = min(int(math.log(n, 1024)), len(_UNITS) - 1)
+    value = n / 1024**exp
+    if round(value, 1) >= 1024 and exp < len(_UNITS) - 1:  # 1023.96 KiB reads as 1.0 MiB
+        exp += 1
+        value = n / 1024**exp
+    return f"{sign}{value:.1f} {_UNITS[exp]}"
+
+
+def format_seconds(s: float | None) -> str:
+    """A duration for people: ``'1.23 s'``, ``'45.2 ms'``, ``'310 µs'``."""
+    if s is None or (isinstance(s, float) and math.isnan(s)):
+        return "?"
+    if s >= 100:
+        return f"{s:.0f} s"
+    if s >= 1:
+        return f"{s:.2f} s"
+    if s >= 1e-3:
+        return f"{s * 1e3:.1f} ms"
+    return f"{s * 1e6:.0f} µs"
+
+
+def _float(value: Any) -> float | None:
+    try:
+        return None if value is None else float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _capture_start_ns(prof: Profile) -> int | None:
+    """The profiler-clock time the capture began: ``meta['start_ns']`` when the capture
+    recorded it, else the start of the first op or the first timed memory event."""
+    start = prof.meta.get("start_ns")
+    if start is not None:
+        return int(start)
+    candidates = []
+    if len(prof.ops):
+        candidates.append(prof.ops["start_ns"].min())
+    if len(prof.events):
+        candidates.append(prof.events["time_ns"].min())
+    return int(min(candidates)) if candidates else None
+
+
+def _devices(prof: Profile) -> list[str]:
+    """Devices with memory activity, in the capture's own device order."""
+    seen = {str(d) for d in prof.events["device"].dropna().unique()}
+    seen |= {str(d) for d in prof.allocations["device"].dropna().unique()}
+    ordered = [d for d in prof.meta.get("devices") or [] if d in seen]
+    return ordered + sorted(seen - set(ordered))
+
+
+def summary(prof: Profile) -> dict[str, Any]:
+    """The headline numbers of ``prof``.
+
+    Keys:
+
+    - ``label``;
+    - ``error``: ``"ExcType: message"`` when the profiled code raised, else None;
+    - ``analysis_error``: why the tables could not be built, else None;
+    - ``empty``: True when no memory activity was recorded;
+    - ``peaks``: for each device with activity, ``{"bytes", "time_ns", "offset_s",
+      "top_categories"}``, where ``offset_s`` is the peak's time from the start of the
+      capture and ``top_categories`` maps category -> bytes live at the peak, largest first
+      (categories with no bytes left out);
+    - ``ops``, ``blocks``, ``events``: row counts of those tables;
+    - ``wall_s`` (how long the code ran), ``capture_s`` (reading torch's events) and
+      ``analysis_s`` (building the tables), each None when unknown.
+    """
+    meta = prof.meta
+    start_ns = _capture_start_ns(prof)
+    peaks: dict[str, dict[str, Any]] = {}
+    for device in _devices(prof):
+        blocks = prof.peak(device)
+        peak_ns = blocks.attrs.get("peak_ns")
+        top: dict[str, int] = {}
+        if len(blocks):
+            by_category = blocks.groupby("category", observed=True)["size_bytes"].sum()
+            for cat, nbytes in by_category.sort_values(ascending=False, kind="stable").items():
+                if nbytes > 0:
+                    top[str(cat)] = int(nbytes)
+        offset = None
+        if peak_ns is not None and start_ns is not None:
+            offset = max(int(peak_ns) - start_ns, 0) / 1e9
+        peaks[device] = {
+            "bytes": int(blocks.attrs.get("peak_bytes", 0) or 0),
+            "time_ns": None if peak_ns is None else int(peak_ns),
+            "offset_s": offset,
+            "top_categories": top,
+        }
+    return {
+        "label": prof.label,
+        "error": meta.get("error") or None,
+        "analysis_error": meta.get("analysis_error") or None,
+        "empty": not peaks,
+        "peaks": peaks,
+        "ops": len(prof.ops),
+        "blocks": len(prof.allocations),
+        "events": len(prof.events),
+        "wall_s": _float(meta.get("wall_s")),
+        # the time spent reading torch's events into records
+        "capture_s": _float(meta.get("capture_s")),
+        "analysis_s": _float(meta.get("analysis_s")),
+    }
+
+
+# -- text ---------------------------------------------------------------------------------
+def _peak_phrase(device: str, peak: dict[str, Any]) -> str:
+    when = f" at {format_seconds(peak['offset_s'])}" if peak["offset_s"] is not None else ""
+    return f"peak {format_bytes(peak['bytes'])} on {device}{when}"
+
+
+def _categories_phrase(peak: dict[str, Any]) -> str:
+    items = list(peak["top_categories"].items())
+    parts = [f"{cat} {format_bytes(b)}" for cat, b in items[:TOP]]
+    if len(items) > TOP:
+        parts.append(f"{len(items) - TOP} more")
+    return ", ".join(parts)
+
+
+def _counts_phrase(s: dict[str, Any]) -> str:
+    return f"{s['ops']:,} ops, {s['blocks']:,} blocks, {s['events']:,} events"
+
+
+def _timing_phrase(s: dict[str, Any]) -> str:
+    parts = []
+    if s["wall_s"] is not None:
+        parts.append(f"ran {format_seconds(s['wall_s'])}")
+    if s["capture_s"] is not None:
+        parts.append(f"capture {format_seconds(s['capture_s'])}")
+    if s["analysis_s"] is not None:
+        parts.append(f"analysis {format_seconds(s['analysis_s'])}")
+    return ", ".join(parts)
+
+
+def _empty_note(s: dict[str, Any]) -> str:
+    if s["analysis_error"]:
+        return f"the memory tables could not be built ({s['analysis_error']})"
+    return NO_ACTIVITY
+
+
+def summary_text(prof: Profile) -> str:
+    """A few lines for a terminal: the peak per device and what filled it, counts, timings."""
+    s = summary(prof)
+    lines = [f"memory profile {s['label']!r}"]
+    if s["empty"]:
+        lines[0] += f": {_empty_note(s)}"
+    for device, peak in s["peaks"].items():
+        line = f"  {_peak_phrase(device, peak)}"
+        if peak["top_categories"]:
+            line += f": {_categories_phrase(peak)}"
+        lines.append(line)
+    tail = ", ".join(p for p in (_counts_phrase(s), _timing_phrase(s)) if p)
+    lines.append(f"  {tail}")
+    if s["error"]:
+        lines.append(f"  the profiled code raised {s['error']} (profile up to that point)")
+    return "\n".join(lines)
+
+
+# -- HTML ---------------------------------------------------------------------------------
+_STYLE = (
+    "font-family: var(--jp-ui-font-family, system-ui, sans-serif); font-size: 13px; "
+    "line-height: 1.5; margin: 2px 0; padding: 4px 8px; "
+    "border-left: 3px solid var(--jp-brand-color1, #1976d2);"
+)
+_ERROR_STYLE = "color: var(--jp-error-color1, #d32f2f);"
+_MUTED_STYLE = "color: var(--jp-ui-font-color2, #616161);"
+
+
+def summary_html(prof: Profile) -> str:
+    """The summary as a compact HTML block (class ``memprof-summary``); every string that
+    comes from the profile (label, devices, categories, error) is escaped."""
+    e = html.escape
+    s = summary(prof)
+    rows = []
+    head = f"<b>memory profile {e(s['label'])}</b>"
+    if s["empty"]:
+        head += f": {e(_empty_note(s))}"
+    rows.append(f'<div class="memprof-summary-head">{head}</div>')
+    for device, peak in s["peaks"].items():
+        when = f" at {e(format_seconds(peak['offset_s']))}" if peak["offset_s"] is not None else ""
+        line = f"peak <b>{e(format_bytes(peak['bytes']))}</b> on {e(device)}{when}"
+        if peak["top_categories"]:
+            line += f": {e(_categories_phrase(peak))}"
+        rows.append(f'<div class="memprof-summary-peak">{line}</div>')
+    tail = ", ".join(p for p in (_counts_phrase(s), _timing_phrase(s)) if p)
+    rows.append(f'<div class="memprof-summary-counts" style="{_MUTED_STYLE}">{e(tail)}</div>')
+    if s["error"]:
+        rows.append(
+            f'<div class="memprof-summary-error" style="{_ERROR_STYLE}">the profiled code '
+            f"raised {e(s['error'])} (profile up to that point)</div>"
+        )
+    return f'<div class="memprof-summary" style="{_STYLE}">{"".join(rows)}</div>'
