@@ -17,7 +17,14 @@ def test_version_is_one_number_shared_with_the_labextension():
 
 def test_public_surface_is_small():
     assert sorted(jupyter_memprof.__all__) == sorted(
-        ["Profile", "__version__", "load", "load_ipython_extension", "profile", "unload_ipython_extension"]
+        [
+            "Profile",
+            "__version__",
+            "load",
+            "load_ipython_extension",
+            "profile",
+            "unload_ipython_extension",
+        ]
     )
     for name in jupyter_memprof.__all__:
         assert getattr(jupyter_memprof, name) is not None

@@ -1,0 +1,267 @@
+/**
+ * The "Memory profiles" side panel: the profiles captured in the active notebook's kernel,
+ * newest first, each with its label and peak (a bar relative to the largest peak listed).
+ *
+ * Every string that comes from the kernel (labels, device names, error messages) is written
+ * with `textContent`; the panel never builds HTML from data.
+ */
+
+import { NotebookPanel } from '@jupyterlab/notebook';
+import { ISignal, Signal } from '@lumino/signaling';
+import { Widget } from '@lumino/widgets';
+
+import { IProfileInfo, LinkRegistry, ProfileLink } from './link';
+
+/** How many entries can be selected at once (for comparing two profiles). */
+const MAX_SELECTED = 2;
+
+export class ProfilesPanel extends Widget {
+  constructor(links: LinkRegistry) {
+    super();
+    this._links = links;
+    this.id = 'jupyter-memprof-panel';
+    this.addClass('memprof-panel');
+    this.title.caption = 'Memory profiles';
+
+    const header = document.createElement('div');
+    header.className = 'memprof-panel-header';
+    const h = document.createElement('h2');
+    h.textContent = 'Memory profiles';
+    header.appendChild(h);
+    this._status = document.createElement('div');
+    this._status.className = 'memprof-panel-status';
+    header.appendChild(this._status);
+    this._list = document.createElement('ul');
+    this._list.className = 'memprof-list';
+    this.node.appendChild(header);
+    this.node.appendChild(this._list);
+    this._render();
+  }
+
+  /** The notebook whose kernel the panel shows (the active notebook). */
+  get notebook(): NotebookPanel | null {
+    return this._notebook;
+  }
+
+  /** The link of the notebook's current kernel, if it has one. */
+  get link(): ProfileLink | null {
+    return this._link;
+  }
+
+  /** Session ids selected with Ctrl/Cmd-click (at most two, oldest dropped first). */
+  get selection(): readonly number[] {
+    return this._selection;
+  }
+
+  get selectionChanged(): ISignal<this, readonly number[]> {
+    return this._selectionChanged;
+  }
+
+  /** The user asked for a profile's dashboard. */
+  get openRequested(): ISignal<this, IProfileInfo> {
+    return this._openRequested;
+  }
+
+  /** Follow another notebook (or none). */
+  follow(notebook: NotebookPanel | null): void {
+    if (notebook === this._notebook) {
+      return;
+    }
+    if (this._notebook) {
+      this._notebook.sessionContext.kernelChanged.disconnect(this._onKernel, this);
+    }
+    this._notebook = notebook;
+    if (notebook) {
+      notebook.sessionContext.kernelChanged.connect(this._onKernel, this);
+    }
+    this._onKernel();
+  }
+
+  dispose(): void {
+    this._setLink(null);
+    if (this._notebook) {
+      this._notebook.sessionContext.kernelChanged.disconnect(this._onKernel, this);
+    }
+    super.dispose();
+  }
+
+  private _onKernel(): void {
+    const kernel = this._notebook?.sessionContext.session?.kernel ?? null;
+    this._setLink(kernel ? this._links.get(kernel) : null);
+  }
+
+  private _setLink(link: ProfileLink | null): void {
+    if (link === this._link) {
+      this._render();
+      return;
+    }
+    if (this._link) {
+      this._link.changed.disconnect(this._render, this);
+    }
+    this._link = link;
+    if (link) {
+      link.changed.connect(this._render, this);
+    }
+    this._setSelection([]);
+    this._render();
+  }
+
+  private _setSelection(sids: number[]): void {
+    const same =
+      sids.length === this._selection.length && sids.every((s, i) => s === this._selection[i]);
+    if (!same) {
+      this._selection = sids;
+      this._selectionChanged.emit(sids);
+    }
+  }
+
+  private _toggle(sid: number): void {
+    if (this._selection.includes(sid)) {
+      this._setSelection(this._selection.filter(s => s !== sid));
+    } else {
+      this._setSelection([...this._selection, sid].slice(-MAX_SELECTED));
+    }
+    this._render();
+  }
+
+  private _render(): void {
+    const link = this._link;
+    const profiles = link?.profiles ?? [];
+    // Drop selected profiles that are gone.
+    const live = new Set(profiles.map(p => p.sid));
+    if (this._selection.some(s => !live.has(s))) {
+      this._setSelection(this._selection.filter(s => live.has(s)));
+    }
+
+    if (!this._notebook) {
+      this._status.textContent = 'Open a notebook to see its memory profiles.';
+    } else if (!link) {
+      this._status.textContent = `${this._notebook.title.label}: no kernel.`;
+    } else if (!link.connected) {
+      this._status.textContent =
+        `${this._notebook.title.label}: run %load_ext jupyter_memprof, or ` +
+        '"Profile memory of this cell" from the cell menu.';
+    } else if (profiles.length === 0) {
+      this._status.textContent = `${this._notebook.title.label}: no profiles yet.`;
+    } else {
+      const n = profiles.length;
+      this._status.textContent = `${this._notebook.title.label}: ${n} profile${n === 1 ? '' : 's'}`;
+    }
+
+    const largest = Math.max(0, ...profiles.map(p => p.peak_bytes ?? 0));
+    this._list.replaceChildren(...profiles.map(p => this._entry(p, largest)));
+  }
+
+  private _entry(p: IProfileInfo, largest: number): HTMLLIElement {
+    const li = document.createElement('li');
+    li.className = 'memprof-entry';
+    if (this._selection.includes(p.sid)) {
+      li.classList.add('memprof-selected');
+    }
+    if (p.error) {
+      li.classList.add('memprof-entry-failed');
+    }
+    li.dataset.sid = String(p.sid);
+    li.tabIndex = 0;
+    li.title = 'Open the dashboard (Ctrl/Cmd-click selects, for comparing two)';
+
+    const head = div('memprof-entry-head');
+    const label = span('memprof-entry-label', p.label);
+    label.title = p.label;
+    head.appendChild(label);
+    head.appendChild(span('memprof-entry-peak', p.peak_text));
+    const release = document.createElement('button');
+    release.className = 'memprof-entry-release';
+    release.textContent = 'Release';
+    release.title = "Free this profile's memory in the kernel";
+    release.addEventListener('click', event => {
+      event.stopPropagation();
+      release.disabled = true;
+      this._link?.release(p.sid);
+    });
+    head.appendChild(release);
+    li.appendChild(head);
+
+    const bar = div('memprof-entry-bar');
+    const fill = div('memprof-entry-bar-fill');
+    const fraction = largest > 0 && p.peak_bytes ? p.peak_bytes / largest : 0;
+    fill.style.width = `${(100 * fraction).toFixed(1)}%`;
+    bar.appendChild(fill);
+    li.appendChild(bar);
+
+    // Where and when: devices (with their peaks when several), how long it ran, when.
+    const when: string[] = [];
+    if (p.peaks.length > 1) {
+      when.push(p.peaks.map(d => `${d.device} ${d.text}`).join(', '));
+    } else if (p.peaks.length === 1) {
+      when.push(p.peaks[0].device);
+    }
+    if (p.wall_text !== null) {
+      when.push(`ran ${p.wall_text}`);
+    }
+    if (p.taken_ms !== null) {
+      const taken = new Date(p.taken_ms);
+      const pad = (n: number) => String(n).padStart(2, '0');
+      when.push(`at ${pad(taken.getHours())}:${pad(taken.getMinutes())}`);
+      li.title += `\nTaken at ${taken.toLocaleString()}`;
+    }
+    li.appendChild(div('memprof-entry-meta', when.join(' · ')));
+    // How much: the sizes of the main tables.
+    const { ops, allocations, events } = p.counts;
+    li.appendChild(
+      div(
+        'memprof-entry-meta memprof-entry-counts',
+        `${ops.toLocaleString()} ops · ${allocations.toLocaleString()} blocks · ` +
+          `${events.toLocaleString()} events`
+      )
+    );
+    if (p.error) {
+      li.appendChild(div('memprof-entry-error', p.error));
+    }
+
+    li.addEventListener('click', event => {
+      if (event.ctrlKey || event.metaKey) {
+        this._toggle(p.sid);
+      } else {
+        this._openRequested.emit(p);
+      }
+    });
+    li.addEventListener('keydown', event => {
+      if (event.target !== li) {
+        return;
+      }
+      if (event.key === 'Enter') {
+        this._openRequested.emit(p);
+      } else if (event.key === ' ') {
+        event.preventDefault();
+        this._toggle(p.sid);
+      }
+    });
+    return li;
+  }
+
+  private _links: LinkRegistry;
+  private _notebook: NotebookPanel | null = null;
+  private _link: ProfileLink | null = null;
+  private _selection: number[] = [];
+  private _status: HTMLDivElement;
+  private _list: HTMLUListElement;
+  private _selectionChanged = new Signal<this, readonly number[]>(this);
+  private _openRequested = new Signal<this, IProfileInfo>(this);
+}
+
+function div(className: string, text?: string): HTMLDivElement {
+  const node = document.createElement('div');
+  node.className = className;
+  if (text !== undefined) {
+    node.textContent = text;
+  }
+  return node;
+}
+
+function span(className: string, text: string): HTMLSpanElement {
+  const node = document.createElement('span');
+  node.className = className;
+  node.textContent = text;
+  return node;
+}
