@@ -20,16 +20,15 @@ from ._torch_events import Trace
 _NA = pd.NA
 
 
-def _nullable(values, dtype="Int64") -> pd.Series:
-    return pd.Series(pd.array(values, dtype=dtype))
+def _ids(values) -> np.ndarray:
+    """Record ids (``NO_ID`` for none) as an int64 array."""
+    return np.asarray(values, dtype=np.int64)
 
 
-def _int_or_minus1(values) -> np.ndarray:
-    return np.fromiter((-1 if v is None else v for v in values), dtype=np.int64, count=len(values))
-
-
-def _masked(arr: np.ndarray, missing: np.ndarray) -> pd.arrays.IntegerArray:
-    return pd.arrays.IntegerArray(arr.astype(np.int64), missing)
+def _masked(arr: np.ndarray, missing: np.ndarray | None = None) -> pd.arrays.IntegerArray:
+    """A nullable Int64 array; by default negative ids (``NO_ID``) are missing."""
+    arr = np.asarray(arr, dtype=np.int64)
+    return pd.arrays.IntegerArray(arr, arr < 0 if missing is None else missing)
 
 
 # -- flops ---------------------------------------------------------------------------------
@@ -81,13 +80,13 @@ def build_ops(trace: Trace, module_paths: list[str], module_classes: list[str]) 
         return S.empty(S.OPS)
     (op_id, parent, depth, name, kind, start, end, thread, seq, backward, optimizer,
      module_index, module_ctx, callsite, shapes, node) = zip(*recs)  # fmt: skip
-    parent_a = _int_or_minus1(parent)
+    parent_a = _ids(parent)
     depth_a = np.asarray(depth, dtype=np.int64)
-    kind_l = list(kind)
-    is_module = np.fromiter((k is OpKind.MODULE for k in kind_l), dtype=bool, count=n)
+    kind_a = np.asarray(kind, dtype=object)  # str enums: compare and categorise as strings
+    is_module = kind_a == OpKind.MODULE.value
     names = list(name)
-    mod_idx = _int_or_minus1(module_index)
-    ctx = _int_or_minus1(module_ctx)
+    mod_idx = _ids(module_index)
+    ctx = _ids(module_ctx)
     # the module each op runs in: its own for module rows, else the enclosing module call's
     own_mod = np.where(is_module, mod_idx, np.where(ctx >= 0, mod_idx[np.maximum(ctx, 0)], -1))
     paths = np.array([*module_paths, ""], dtype=object)
@@ -103,26 +102,31 @@ def build_ops(trace: Trace, module_paths: list[str], module_classes: list[str]) 
     phase[opt] = Phase.OPTIMIZER.value
     phase[(phase == "") & (own_mod >= 0)] = Phase.FORWARD.value
 
-    flops = [_flops(nm, sh) if nm in _FLOP_NAMES else None for nm, sh in zip(names, shapes)]
+    flops = np.full(n, -1, dtype=np.int64)
+    for i, nm in enumerate(names):
+        if nm in _FLOP_NAMES:
+            f = _flops(nm, shapes[i])
+            if f is not None:
+                flops[i] = f
     df = pd.DataFrame(
         {
             "op_id": np.asarray(op_id, dtype=np.int64),
             "parent_id": _masked(parent_a, parent_a < 0),
             "depth": depth_a,
             "name": pd.Categorical(names),
-            "kind": pd.Categorical([k.value for k in kind_l], dtype=S.KIND_DTYPE),
+            "kind": pd.Categorical(kind_a, dtype=S.KIND_DTYPE),
             "start_ns": np.asarray(start, dtype=np.int64),
             "end_ns": np.asarray(end, dtype=np.int64),
             "thread": np.asarray(thread, dtype=np.int64),
-            "seq_nr": _nullable(seq),
+            "seq_nr": _masked(_ids(seq)),
             "phase": phase,
             "module": pd.array(np.where(module == "", None, module), dtype=S.STRING),
             "callsite": pd.array(list(callsite), dtype=S.STRING),
             "input_shapes": pd.Series(list(shapes), dtype=object),
             "self_alloc_bytes": np.zeros(n, dtype=np.int64),
             "total_alloc_bytes": np.zeros(n, dtype=np.int64),
-            "flops": _nullable(flops),
-            "node_id": _nullable(node),
+            "flops": _masked(flops),
+            "node_id": _masked(_ids(node)),
         }
     )
     return df
@@ -238,11 +242,11 @@ def memory_frame(trace: Trace, devices: list[str]) -> pd.DataFrame:
             "time_ns": np.asarray(t, dtype=np.int64),
             "ptr": np.asarray(ptr, dtype=np.int64),
             "size": np.asarray(size, dtype=np.int64),
-            "tensor_id": _nullable(tid),
+            "tensor_id": _masked(_ids(tid)),
             "allocation_id": np.asarray(aid, dtype=np.int64),
             "device": np.asarray(dev, dtype=object),
-            "op_id": _nullable(op),
-            "node_id": _nullable(node),
+            "op_id": _masked(_ids(op)),
+            "node_id": _masked(_ids(node)),
         }
     )
     return df[df["device"].isin(devices)].reset_index(drop=True)

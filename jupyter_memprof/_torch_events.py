@@ -59,34 +59,39 @@ class UntrackedTensor(NamedTuple):
     extent: int  # bytes up to the furthest element any view of it reached (a size lower bound)
 
 
+#: Integer ids and indexes in records use NO_ID for "none", so the tables can turn them
+#: into missing values in one vectorised step.
+NO_ID = -1
+
+
 class OpRecord(NamedTuple):
     op_id: int
-    parent_id: int | None
+    parent_id: int  # NO_ID for roots
     depth: int
     name: str
     kind: OpKind
     start_ns: int
     end_ns: int
     thread: int
-    seq_nr: int | None
+    seq_nr: int  # NO_ID when autograd recorded none
     backward: bool  # runs inside an autograd node
     optimizer: bool  # runs inside optimizer.step / zero_grad
-    module_index: int | None  # for kind == MODULE: index into the capture's module list
-    module_ctx: int | None  # innermost enclosing module call (its op_id)
+    module_index: int  # for kind == MODULE: index into the capture's module list, else NO_ID
+    module_ctx: int  # innermost enclosing module call (its op_id), or NO_ID
     callsite: str | None
     input_shapes: list
-    node_id: int | None  # the data-flow node (outermost dispatcher op / autograd node)
+    node_id: int  # the data-flow node (outermost dispatcher op / autograd node), or NO_ID
 
 
 class MemoryRecord(NamedTuple):
     time_ns: int
     ptr: int
     size: int  # > 0 allocation, < 0 free
-    tensor_id: int | None  # None for raw blocks with no tensor identity
+    tensor_id: int  # NO_ID for raw blocks with no tensor identity
     allocation_id: int
     device: str
-    op_id: int | None  # innermost enclosing op
-    node_id: int | None
+    op_id: int  # innermost enclosing op, or NO_ID
+    node_id: int  # or NO_ID
     total_allocated: int
 
 
@@ -295,10 +300,10 @@ def read_trace(kineto_results, namer: FrameNamer | None = None) -> Trace:
                 depth = pdepth + 1
             else:
                 parent, depth, node, module_ctx, backward, optimizer = (
-                    None,
+                    NO_ID,
                     0,
-                    None,
-                    None,
+                    NO_ID,
+                    NO_ID,
                     False,
                     False,
                 )
@@ -309,7 +314,7 @@ def read_trace(kineto_results, namer: FrameNamer | None = None) -> Trace:
             shapes = []
             mutable = mutable_arguments(name, inputs)
             is_op = mutable is not None
-            module_index = None
+            module_index = NO_ID
             if name.startswith(MODULE_MARKER):
                 kind = OpKind.MODULE
                 module_index = int(name[len(MODULE_MARKER) :])
@@ -321,7 +326,7 @@ def read_trace(kineto_results, namer: FrameNamer | None = None) -> Trace:
                 backward = True
             elif kind is OpKind.OPTIMIZER:
                 optimizer = True
-            if node is None and (is_op or scope == _BACKWARD_SCOPE):
+            if node < 0 and (is_op or scope == _BACKWARD_SCOPE):
                 node = op_id
             for i, x in enumerate(inputs):
                 if type(x) is _TensorMetadata:
@@ -357,7 +362,7 @@ def read_trace(kineto_results, namer: FrameNamer | None = None) -> Trace:
                     start,
                     end,
                     tid,
-                    seq if seq is not None and seq >= 0 else None,
+                    seq if seq is not None and seq >= 0 else NO_ID,
                     backward,
                     optimizer,
                     module_index,
@@ -388,14 +393,16 @@ def read_trace(kineto_results, namer: FrameNamer | None = None) -> Trace:
             if st:
                 parent, node = st[-1][1], st[-1][3]
             else:
-                parent = node = None
+                parent = node = NO_ID
             dev = f.device
             dname = dev_names.get(dev)
             if dname is None:
                 dname = dev_names[dev] = str(dev)
             tid = f.id
             size = f.alloc_size
-            if tid is not None and size > 0:
+            if tid is None:
+                tid = NO_ID
+            elif size > 0:
                 allocated.add(tid)
             memory.append(
                 MemoryRecord(
@@ -412,12 +419,12 @@ def read_trace(kineto_results, namer: FrameNamer | None = None) -> Trace:
                 fn = caller.file_name
                 if is_user(fn):
                     callsite = label(fn, caller.line_number, caller.function_name)
-                if tag == _PY_CALL and not in_autograd:
-                    callee = fields.callsite
-                    in_autograd = (
-                        callee.function_name in _AUTOGRAD_ENTRY_POINTS
-                        and callee.file_name.startswith(("torch/autograd/", "torch/_tensor.py"))
-                    )
+                    # user code calling `loss.backward()` / `torch.autograd.grad(...)`
+                    if tag == _PY_CALL and not in_autograd:
+                        callee = fields.callsite
+                        in_autograd = callee.function_name in _AUTOGRAD_ENTRY_POINTS and (
+                            callee.file_name.startswith(("torch/autograd/", "torch/_tensor.py"))
+                        )
             except UnicodeDecodeError:
                 pass
         children = ev.children
