@@ -119,6 +119,15 @@ def all_lineages(tables: dict[str, pd.DataFrame], alloc_ids=None) -> pd.DataFram
                         "category": cats[bw][ok],
                     }
                 )
+                # only a block that existed when the forward op returned can have been saved
+                # by it; blocks made later (gradients flowing through backward) were not
+                born = (
+                    tables["allocations"]
+                    .set_index("alloc_id")["alloc_ns"]
+                    .reindex(s["alloc_id"].to_numpy())
+                    .to_numpy(dtype=np.int64, na_value=np.iinfo(np.int64).min)
+                )
+                s = s[born <= s["time_ns"].to_numpy(dtype=np.int64)]
                 parts.append(s.drop_duplicates(["alloc_id", "op_id"]))
     freed = allocs[allocs["free_ns"].notna()]
     last = versions.drop_duplicates("alloc_id", keep="last").set_index("alloc_id")["version"]

@@ -423,12 +423,8 @@ def _show(shell, prof, name: str) -> None:
     if not in_kernel(shell):
         return
     try:
-        view = prof.show()
-    except ModuleNotFoundError as err:
-        if err.name != f"{__package__}._dashboard":
-            print(f"{name}: interactive view unavailable: {err}", file=sys.stderr)
-        return
-    except Exception as err:
+        view = prof.show(header=False)  # the summary was displayed just above
+    except Exception as err:  # never break the user's cell over the views
         print(
             f"{name}: interactive view unavailable: {type(err).__name__}: {err}",
             file=sys.stderr,

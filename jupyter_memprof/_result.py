@@ -89,11 +89,12 @@ class Profile:
         return summary(self)
 
     # -- views --------------------------------------------------------------------------
-    def show(self):
-        """The interactive dashboard (ipywidgets + Bokeh) for a notebook."""
+    def show(self, *, header: bool = True):
+        """The interactive dashboard (ipywidgets + Bokeh) for a notebook; ``header=False``
+        leaves out the summary line at its top."""
         from ._dashboard import dashboard_widget
 
-        return dashboard_widget(self)
+        return dashboard_widget(self, header=header)
 
     def to_html(self, path: str | os.PathLike) -> str:
         """Write the dashboard as one standalone interactive HTML file; returns the path."""

@@ -59,3 +59,12 @@ def profile_scenario(make, **kwargs):
     with jupyter_memprof.profile(namespace=ns) as prof:
         step()
     return prof, ns
+
+
+@pytest.fixture(scope="session")
+def ipython_shell():
+    """The one IPython shell of the test session (IPython allows one singleton per process)."""
+    from IPython.testing import globalipapp
+
+    # look the function up at call time: the first call replaces it with the shell's own
+    return globalipapp.get_ipython()

@@ -208,3 +208,19 @@ def test_embedding_adagrad_state_and_gradient():
     ]
     assert a.loc[a["name"] == "tokens", "category"].unique().tolist() == ["input"]
     assert (prof.peak()["category"] != "unknown").all()
+
+
+def test_a_gradient_is_never_saved_for_backward(mlp):
+    prof, _ = mlp
+    a = prof.allocations
+    grads = a[a["category"] == "gradient"]["alloc_id"]
+    from jupyter_memprof._lineage import all_lineages
+
+    lin = all_lineages(prof.tables, grads)
+    assert len(lin) > 0
+    assert "saved_for_backward" not in set(lin["relation"].astype(str))
+    # and every saved_for_backward row anywhere comes after its block was allocated
+    every = all_lineages(prof.tables)
+    saved = every[every["relation"] == "saved_for_backward"]
+    born = a.set_index("alloc_id")["alloc_ns"].reindex(saved["alloc_id"])
+    assert (born.isna().to_numpy() | (born.to_numpy() <= saved["time_ns"].to_numpy())).all()

@@ -465,17 +465,11 @@ def test_kernel_serves_the_panel_only_while_a_front_end_listens(tmp_path):
         k.close()
 
 
-def test_start_outside_a_kernel_does_nothing():
-    from IPython.core.interactiveshell import InteractiveShell
-
+def test_start_outside_a_kernel_does_nothing(ipython_shell):
     from jupyter_memprof import _comm, _session
 
     listeners = list(_session._listeners)
-    shell = InteractiveShell.instance()
-    try:
-        _comm.start(shell)
-        assert _comm._manager is None and _comm._comms == {}
-        assert _session._listeners == listeners
-        _comm.stop(shell)
-    finally:
-        InteractiveShell.clear_instance()
+    _comm.start(ipython_shell)
+    assert _comm._manager is None and _comm._comms == {}
+    assert _session._listeners == listeners
+    _comm.stop(ipython_shell)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
@@ -18,7 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 from IPython.core.error import UsageError
-from IPython.testing.globalipapp import get_ipython
+from IPython.testing import globalipapp
 
 from jupyter_memprof import _schema
 from jupyter_memprof._magic import LAST
@@ -27,12 +26,10 @@ from jupyter_memprof._result import Profile
 from jupyter_memprof._summary import NO_ACTIVITY
 from jupyter_memprof._torch_events import profiler_running
 
-HAS_DASHBOARD = importlib.util.find_spec("jupyter_memprof._dashboard") is not None
-
 
 @pytest.fixture(scope="module")
 def shell():
-    ip = get_ipython()
+    ip = globalipapp.get_ipython()
     ip.run_cell("%load_ext jupyter_memprof", store_history=True)
     ip.run_cell("import torch", store_history=True)
     yield ip
@@ -169,7 +166,6 @@ def test_options(shell, run, tmp_path):
     assert len(blocks_of(prof, 4000)) == 1
 
 
-@pytest.mark.skipif(not HAS_DASHBOARD, reason="the dashboard module is not there yet")
 def test_html_report_is_written(shell, run, tmp_path):
     path = tmp_path / "report.html"
     result, out = run(f"%%memprofile --no-display --html {path}\nh = torch.empty(1000)")
@@ -394,11 +390,11 @@ def test_in_a_kernel_summary_html_then_dashboard(kernel):
     assert summary["text/html"].startswith('<div class="memprof-summary"')
     assert "memory profile prof" in summary["text/html"]
     assert "stream" not in kinds and "error" not in kinds  # no warnings, no noise
-    if HAS_DASHBOARD:  # then the interactive views, as a widget
-        assert any(
-            "application/vnd.jupyter.widget-view+json" in content.get("data", {})
-            for _, content in outputs[2:]
-        )
+    # then the interactive views, as a widget
+    assert any(
+        "application/vnd.jupyter.widget-view+json" in content.get("data", {})
+        for _, content in outputs[2:]
+    )
 
 
 @pytest.mark.slow

@@ -1,0 +1,629 @@
+"""The dashboard: linked Bokeh views of one profile, in a notebook or as one HTML file.
+
+Views (each carries a CSS class that tests and users' scripts can find it by):
+
+- ``memprof-timeline``: live bytes per category over time, one stacked chart per device, with
+  the peak marked, a legend that hides/shows categories, an overview with a range tool, and a
+  box select along time that filters the op tree and the allocations;
+- ``memprof-optree``: ops by time and nesting depth, coloured by phase, with forward -> backward
+  links; clicking an op highlights its partner op(s) and the blocks it allocated; plus the
+  same ops as a table;
+- ``memprof-allocations``: the blocks, largest first, and their lifetimes as bars;
+- ``memprof-lineage``: the lineage of the clicked block (the columns of ``prof.lineage``),
+  whose creating op and backward ops are highlighted in the op tree.
+
+All linking happens in the browser (shared ColumnDataSources and CustomJS in
+:mod:`._dashboard_js`), so the notebook widget and the exported file behave the same. What is
+shown is cut to a level of detail a browser holds comfortably; :mod:`._dashboard_data` says how.
+"""
+
+from __future__ import annotations
+
+import html
+import itertools
+import os
+from dataclasses import dataclass
+
+import numpy as np
+from bokeh.layouts import column, row
+from bokeh.models import (
+    AdaptiveTicker,
+    BooleanFilter,
+    BoxSelectTool,
+    Button,
+    CDSView,
+    ColumnDataSource,
+    CustomJS,
+    CustomJSHover,
+    CustomJSTickFormatter,
+    DataTable,
+    Div,
+    HoverTool,
+    Label,
+    LayoutDOM,
+    Legend,
+    LegendItem,
+    Range1d,
+    RangeTool,
+    Span,
+    StringFormatter,
+    TableColumn,
+    TapTool,
+)
+from bokeh.plotting import figure
+from bokeh.transform import dodge
+
+from . import _dashboard_data as dd
+from . import _dashboard_js as js
+
+TIMELINE_HEIGHT = 250
+OVERVIEW_HEIGHT = 90
+TABLE_HEIGHT = 280
+ROW_HEIGHT = 24
+_OVERVIEW_COLORS = ("#222222", "#8c564b", "#e377c2", "#7f7f7f")
+
+_ids = itertools.count(1)
+
+# the lineage table's columns: the contract's lineage columns, as text
+LINEAGE_VIEW_COLUMNS = (
+    "t_txt",
+    "op_name",
+    "relation",
+    "version",
+    "category",
+    "phase",
+    "module",
+    "callsite",
+)
+
+_OP_HINT = (
+    "Click an op (or a row of the op table) to see its forward/backward partner and the "
+    "blocks it allocated."
+)
+_LIN_HINT = "Click a block in the allocations table or a lifetime bar to see its lineage."
+_FILTER_HINT = (
+    "Drag across a timeline to pick a time range: the ops and blocks are filtered to it. "
+    "Scroll to zoom; drag the overview's box to pan."
+)
+
+
+@dataclass
+class Built:
+    """A built dashboard: the Bokeh layout and the models the Python side reads."""
+
+    layout: LayoutDOM
+    ops: ColumnDataSource  # the shown ops
+    allocs: ColumnDataSource  # the listed blocks (then the summarised rows)
+    lineage: ColumnDataSource  # the lineage on show
+    lineage_all: ColumnDataSource  # every listed block's lineage (encoded)
+    lineage_pool: list[str]  # the strings lineage_all's codes point into
+
+
+@dataclass
+class _Shared:
+    """The models several views share: the time axis, the sources, filters and messages."""
+
+    uid: str
+    end_ms: float
+    x_range: Range1d
+    ops: ColumnDataSource
+    allocs: ColumnDataSource
+    flows: ColumnDataSource
+    lin_all: ColumnDataSource
+    lin_view: ColumnDataSource
+    op_filter: BooleanFilter
+    alloc_filter: BooleanFilter
+    op_info: Div
+    lin_info: Div
+    filter_info: Div
+
+
+def _cds(columns: dict, name: str) -> ColumnDataSource:
+    """A ColumnDataSource; numeric columns as numpy arrays (sent as compact binary)."""
+    data = {}
+    for k, v in columns.items():
+        arr = v if isinstance(v, np.ndarray) else None
+        if arr is None and len(v):
+            kinds = {type(x) for x in v}
+            if kinds <= {int, np.int32, np.int64}:
+                arr = np.asarray(v, dtype="int64")
+            elif kinds <= {int, float, np.int64, np.float64}:
+                arr = np.asarray(v, dtype="float64")
+        if arr is None or arr.dtype.kind not in "iuf":
+            data[k] = list(v)
+        elif arr.dtype.kind in "iu" and (len(arr) == 0 or np.abs(arr).max() < 2**31):
+            data[k] = arr.astype("int32")
+        elif arr.dtype == np.float32:
+            data[k] = arr
+        else:
+            data[k] = arr.astype("float64")
+    return ColumnDataSource(data=data, name=name)
+
+
+def _header_html(prof) -> str:
+    try:
+        from ._summary import summary_html
+
+        return summary_html(prof)
+    except Exception:  # the summary is not available: a minimal header instead
+        label = html.escape(prof.label)
+        devs = ", ".join(html.escape(d) for d in dd.devices(prof)) or "no device"
+        return (
+            f"<h2 style='margin:4px 0'>{label}</h2>"
+            f"<div>{len(prof.ops):,} ops, {len(prof.allocations):,} blocks on {devs}</div>"
+        )
+
+
+def _title(text: str, note: str = "") -> Div:
+    """A section heading (``text`` is ours; ``note`` is escaped here)."""
+    extra = f" <span style='color:#666;font-weight:normal'>{html.escape(note)}</span>"
+    return Div(
+        text=f"<div style='font-size:15px;font-weight:600;margin:10px 0 2px'>{text}"
+        f"{extra if note else ''}</div>",
+        sizing_mode="stretch_width",
+    )
+
+
+def _table(source, columns, *, height=TABLE_HEIGHT, **kwargs) -> DataTable:
+    """A DataTable whose every cell is plain text (StringFormatter escapes it)."""
+    text = StringFormatter()
+    return DataTable(
+        source=source,
+        columns=[
+            TableColumn(field=field, title=title, formatter=text, width=width)
+            for field, title, width in columns
+        ],
+        height=height,
+        row_height=ROW_HEIGHT,
+        index_position=None,
+        reorderable=False,
+        sortable=False,
+        sizing_mode="stretch_width",
+        **kwargs,
+    )
+
+
+def _bytes_axis(axis) -> None:
+    """Byte ticks at round binary steps (16 KiB, 32 KiB, ...) labelled in binary units."""
+    axis.ticker = AdaptiveTicker(base=2, mantissas=[1], min_interval=1, desired_num_ticks=6)
+    axis.formatter = CustomJSTickFormatter(code=js.BYTES_TICK)
+
+
+def build(
+    prof,
+    device: str | None = None,
+    categories: list[str] | None = None,
+    *,
+    header: bool = True,
+) -> Built:
+    """Build the linked Bokeh views of ``prof`` (optionally one device / some categories;
+    ``header=False`` leaves out the summary at the top)."""
+    fr = dd.frame(prof)
+    devs = [device] if device is not None else dd.devices(prof)
+    cats = list(categories) if categories is not None else None
+
+    # what to show (level of detail), as columns
+    sel = dd.select_allocations(prof, device, cats)
+    alloc_ids = sel.frame["alloc_id"].astype("int64").tolist()
+    lin = dd.lineage_rows(prof, alloc_ids)
+    ops = dd.select_ops(prof, fr, dd.must_show_ops(sel, lin, dd.OP_BUDGET // 2))
+    acols = dd.allocation_columns(prof, sel, ops, fr)
+    lcols, pool, lin0, lin1 = dd.lineage_columns(prof, lin, alloc_ids, ops, fr)
+    acols["lin0"] = lin0 + [0] * len(sel.summarised)
+    acols["lin1"] = lin1 + [0] * len(sel.summarised)
+
+    end_ms = max(fr.end_ms, 1e-6)
+    pad = end_ms * 0.01
+    sh = _Shared(
+        uid=f"memprof-{os.getpid()}-{next(_ids)}",
+        end_ms=end_ms,
+        x_range=Range1d(-pad, end_ms + pad, bounds=(-pad, end_ms + pad), name="memprof-time"),
+        ops=_cds(ops.columns, "memprof-ops"),
+        allocs=_cds(acols, "memprof-allocations"),
+        flows=_cds(dd.flow_columns(prof, ops), "memprof-flows"),
+        lin_all=_cds(lcols, "memprof-lineage-all"),
+        lin_view=_cds({k: [] for k in LINEAGE_VIEW_COLUMNS}, "memprof-lineage"),
+        op_filter=BooleanFilter(name="memprof-ops-filter"),
+        alloc_filter=BooleanFilter(name="memprof-allocations-filter"),
+        op_info=Div(text=_OP_HINT, name="memprof-op-info", sizing_mode="stretch_width"),
+        lin_info=Div(text=_LIN_HINT, name="memprof-lineage-info", sizing_mode="stretch_width"),
+        filter_info=Div(text=_FILTER_HINT, name="memprof-filter-info", sizing_mode="stretch_width"),
+    )
+    timelines = [dd.timeline(prof, dev, fr) for dev in devs]
+    top = [Div(text=_header_html(prof), sizing_mode="stretch_width", name="memprof-header")]
+    layout = column(
+        *(top if header else []),
+        _timeline_panel(sh, timelines, cats),
+        _op_panel(sh, ops),
+        row(_allocation_panel(sh, sel), _lineage_panel(sh), sizing_mode="stretch_width"),
+        sizing_mode="stretch_width",
+        css_classes=["memprof-dashboard"],
+        name="memprof-dashboard",
+    )
+    common = dict(
+        uid=sh.uid,
+        ops=sh.ops,
+        allocs=sh.allocs,
+        flows=sh.flows,
+        lin_all=sh.lin_all,
+        lin_view=sh.lin_view,
+        pool=pool,
+        op_info=sh.op_info,
+        lin_info=sh.lin_info,
+        op_hint=_OP_HINT,
+        lin_hint=_LIN_HINT,
+    )
+    sh.ops.selected.js_on_change("indices", CustomJS(args=common, code=js.OP_SELECTED))
+    sh.allocs.selected.js_on_change("indices", CustomJS(args=common, code=js.ALLOC_SELECTED))
+    return Built(layout, sh.ops, sh.allocs, sh.lin_view, sh.lin_all, pool)
+
+
+# --------------------------------------------------------------------------------------------
+# 1. timeline per device, overview, time filter
+# --------------------------------------------------------------------------------------------
+def _timeline_panel(sh: _Shared, timelines: list[dd.Timeline], cats: list[str] | None):
+    pad = sh.x_range.end - sh.end_ms
+    overview = figure(
+        height=OVERVIEW_HEIGHT,
+        sizing_mode="stretch_width",
+        x_range=Range1d(-pad, sh.end_ms + pad),
+        toolbar_location=None,
+        tools="",
+        title="overview: drag the box to zoom every view",
+    )
+    overview.yaxis.visible = False
+    overview.xaxis.axis_label = "ms since capture start"
+    range_tool = RangeTool(x_range=sh.x_range)
+    range_tool.overlay.fill_color = "#4c72b0"
+    range_tool.overlay.fill_alpha = 0.15
+    overview.add_tools(range_tool)
+    filters = dict(alloc_filter=sh.alloc_filter, op_filter=sh.op_filter, filter_info=sh.filter_info)
+    selected = CustomJS(
+        args=dict(uid=sh.uid, allocs=sh.allocs, ops=sh.ops, **filters), code=js.RANGE_SELECTED
+    )
+    cleared = CustomJS(args=dict(filter_hint=_FILTER_HINT, **filters), code=js.RANGE_CLEARED)
+
+    charts = []
+    for k, tl in enumerate(timelines):
+        visible = [c for c in tl.categories if cats is None or c in cats]
+        dd.stack(tl.columns, tl.categories, visible)
+        src = _cds(tl.columns, f"memprof-timeline-{tl.device}")
+        charts.append(_timeline_chart(sh, tl, src, visible, selected, cleared))
+        overview.step(
+            x="t",
+            y="total",
+            source=src,
+            mode="after",
+            line_color=_OVERVIEW_COLORS[k % len(_OVERVIEW_COLORS)],
+            **({"legend_label": tl.device} if len(timelines) > 1 else {}),
+        )
+    if overview.legend:
+        overview.legend.location = "top_left"
+        overview.legend.label_text_font_size = "9px"
+    if not charts:
+        charts.append(Div(text="<i>No memory events were recorded.</i>"))
+    clear = Button(label="Clear time filter", width=140, name="memprof-clear-filter")
+    clear.js_on_event("button_click", cleared)
+    return column(
+        _title("Memory over time"),
+        *charts,
+        overview,
+        row(clear, sh.filter_info, sizing_mode="stretch_width"),
+        css_classes=["memprof-timeline"],
+        sizing_mode="stretch_width",
+    )
+
+
+def _timeline_chart(sh, tl: dd.Timeline, src, visible, selected, cleared):
+    """One device's stacked areas, total line, peak mark, legend, hover and time selection."""
+    points = len(tl.columns["t"])
+    note = f"{tl.points_in:,} points" + (f", {points:,} drawn" if points < tl.points_in else "")
+    p = figure(
+        height=TIMELINE_HEIGHT,
+        sizing_mode="stretch_width",
+        x_range=sh.x_range,
+        tools="xpan,xwheel_zoom,reset,save",
+        active_scroll="xwheel_zoom",
+        title=f"{tl.device}: live memory by category ({note}); drag to pick a time range",
+    )
+    p.yaxis.axis_label = "bytes"
+    p.y_range.start = 0
+    p.y_range.range_padding = 0.15
+    p.xaxis.axis_label = "ms since capture start"
+    _bytes_axis(p.yaxis[0])
+    areas = [
+        p.varea_step(
+            x="t",
+            y1=f"lo_{c}",
+            y2=f"hi_{c}",
+            step_mode="after",
+            source=src,
+            fill_color=dd.CATEGORY_COLORS[c],
+            fill_alpha=0.85,
+            visible=c in visible,
+        )
+        for c in tl.categories
+    ]
+    restack = CustomJS(args=dict(src=src, cats=tl.categories, renderers=areas), code=js.RESTACK)
+    for r in areas:
+        r.js_on_change("visible", restack)
+    if areas:
+        legend = Legend(
+            items=[LegendItem(label=c, renderers=[r]) for c, r in zip(tl.categories, areas)],
+            click_policy="hide",
+            location="top_left",
+            title="click to hide/show",
+        )
+        p.add_layout(legend, "right")
+    p.step(x="t", y="total", source=src, mode="after", line_color="#333333", line_width=1)
+    # hover needs a glyph with hit testing: an invisible line through the same points
+    # (line_policy "prev" reports the state in force, as the step draws it)
+    total = p.line(x="t", y="total", source=src, line_alpha=0)
+    bytes_fmt = CustomJSHover(code=js.BYTES_FORMAT)
+    tooltips = [("time", "@t{0.000} ms"), ("total", "@total{custom}")]
+    tooltips += [(c, f"@b_{c}{{custom}}") for c in tl.categories]
+    tooltips += [("op", "@op"), ("module", "@module")]
+    formatters = {"@total": bytes_fmt, **{f"@b_{c}": bytes_fmt for c in tl.categories}}
+    p.add_tools(
+        HoverTool(
+            renderers=[total],
+            mode="vline",
+            tooltips=tooltips,
+            formatters=formatters,
+            point_policy="snap_to_data",
+            line_policy="prev",
+        )
+    )
+    box = BoxSelectTool(dimensions="width", renderers=[total])
+    p.add_tools(box)
+    p.toolbar.active_drag = box
+    p.js_on_event("selectiongeometry", selected)
+    p.js_on_event("reset", cleared)
+    if tl.peak_ms is not None:
+        p.add_layout(
+            Span(location=tl.peak_ms, dimension="height", line_color="#000000", line_dash="dashed")
+        )
+        p.scatter(
+            x=[tl.peak_ms], y=[tl.peak_bytes], marker="inverted_triangle", size=12, color="black"
+        )
+        late = tl.peak_ms > 0.6 * sh.end_ms  # keep the label inside the plot
+        p.add_layout(
+            Label(
+                x=tl.peak_ms,
+                y=tl.peak_bytes,
+                text=f"peak {dd.fmt_bytes(tl.peak_bytes)} at {tl.peak_ms:.3f} ms",
+                text_font_size="11px",
+                text_align="right" if late else "left",
+                x_offset=-8 if late else 8,
+                y_offset=4,
+                name=f"memprof-peak-{tl.device}",
+            )
+        )
+    return p
+
+
+# --------------------------------------------------------------------------------------------
+# 2-3. op tree with forward -> backward links, and the op table
+# --------------------------------------------------------------------------------------------
+def _op_panel(sh: _Shared, ops: dd.Ops):
+    depth_rows = ops.max_depth + 1
+    tree = figure(
+        height=max(160, min(520, 60 + 22 * depth_rows)),
+        sizing_mode="stretch_width",
+        x_range=sh.x_range,
+        y_range=Range1d(depth_rows, 0),
+        tools="xpan,xwheel_zoom,reset",
+        active_scroll="xwheel_zoom",
+        title="ops by time and nesting depth (colour: phase); "
+        "lines link forward ops to their backward ops",
+    )
+    tree.yaxis.axis_label = "depth"
+    tree.xaxis.axis_label = "ms since capture start"
+    tree.ygrid.visible = False
+    quads = tree.quad(
+        left="left",
+        right="right",
+        top="top",
+        bottom="bottom",
+        source=sh.ops,
+        view=CDSView(filter=sh.op_filter),
+        fill_color="color",
+        line_color="color",
+        fill_alpha=0.85,
+        selection_fill_alpha=1.0,
+        selection_line_color="#000000",
+        selection_line_width=2,
+        nonselection_fill_alpha=0.25,
+        nonselection_line_alpha=0.25,
+    )
+    links = tree.segment(
+        x0="x0",
+        y0="y0",
+        x1="x1",
+        y1="y1",
+        source=sh.flows,
+        line_color="#777777",
+        line_alpha=0.35,
+        selection_line_color="#000000",
+        selection_line_alpha=1.0,
+        selection_line_width=2.5,
+        nonselection_line_alpha=0.15,
+    )
+    op_tips = [
+        ("op", "@name"),
+        ("kind", "@kind"),
+        ("phase", "@phase"),
+        ("module", "@module"),
+        ("callsite", "@callsite"),
+        ("start", "@start_txt"),
+        ("duration", "@dur_txt"),
+        ("self bytes", "@self_txt"),
+        ("total bytes", "@total_txt"),
+    ]
+    link_tips = [("forward", "@fname"), ("backward", "@bname"), ("seq_nr", "@seq_nr")]
+    tree.add_tools(
+        HoverTool(renderers=[quads], tooltips=op_tips),
+        HoverTool(renderers=[links], tooltips=link_tips),
+        # clicking an op always selects it (the default "toggle" would unselect a partner)
+        TapTool(renderers=[quads], mode="replace"),
+    )
+    op_table = _table(
+        sh.ops,
+        [
+            ("name", "op", 300),
+            ("kind", "kind", 70),
+            ("phase", "phase", 70),
+            ("module", "module", 150),
+            ("callsite", "callsite", 200),
+            ("start_txt", "start", 80),
+            ("dur_txt", "duration", 80),
+            ("self_txt", "self alloc", 85),
+            ("total_txt", "total alloc", 85),
+        ],
+        height=220,
+        view=CDSView(filter=sh.op_filter),
+        scroll_to_selection=True,
+        css_classes=["memprof-optable"],
+        name="memprof-optable",
+    )
+    note = ""
+    if ops.left_out:
+        note = (
+            f"{len(ops.columns['op_id']):,} of {ops.total:,} ops shown (the longest, the "
+            f"biggest allocators and the ops of listed blocks, with their parents); "
+            f"{ops.left_out:,} left out"
+        )
+    return column(
+        _title("Ops", note),
+        tree,
+        sh.op_info,
+        op_table,
+        css_classes=["memprof-optree"],
+        sizing_mode="stretch_width",
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# 4. allocations: table and lifetimes
+# --------------------------------------------------------------------------------------------
+def _allocation_panel(sh: _Shared, sel: dd.Allocations):
+    table = _table(
+        sh.allocs,
+        [
+            ("name", "name", 220),
+            ("category", "category", 110),
+            ("size_txt", "size", 80),
+            ("device", "device", 55),
+            ("op", "op", 170),
+            ("module", "module", 120),
+            ("lifetime", "lifetime", 90),
+            ("at_peak", "at peak", 55),
+        ],
+        view=CDSView(filter=sh.alloc_filter),
+        scroll_to_selection=True,
+        name="memprof-allocations-table",
+    )
+    lanes = len(sel.frame) or 1
+    life = figure(
+        height=260,
+        sizing_mode="stretch_width",
+        x_range=sh.x_range,
+        y_range=Range1d(lanes, -1),
+        tools="xpan,xwheel_zoom,ywheel_zoom,reset",
+        active_scroll="xwheel_zoom",
+        title="lifetimes of the listed blocks (allocation to free; colour: category)",
+    )
+    life.yaxis.visible = False
+    life.xaxis.axis_label = "ms since capture start"
+    life.ygrid.visible = False
+    bars = life.quad(
+        left="x0",
+        right="x1",
+        top=dodge("y", -0.45),
+        bottom=dodge("y", 0.45),
+        source=sh.allocs,
+        view=CDSView(filter=sh.alloc_filter),
+        fill_color="color",
+        line_color="color",
+        selection_line_color="#000000",
+        selection_line_width=2,
+        nonselection_fill_alpha=0.25,
+        nonselection_line_alpha=0.25,
+    )
+    tips = [
+        ("block", "@name"),
+        ("size", "@size_txt"),
+        ("category", "@category"),
+        ("op", "@op"),
+        ("module", "@module"),
+        ("lifetime", "@lifetime"),
+    ]
+    life.add_tools(
+        HoverTool(renderers=[bars], tooltips=tips), TapTool(renderers=[bars], mode="replace")
+    )
+    note = f"{len(sel.frame):,} of {sel.total:,} blocks listed, largest first"
+    if len(sel.summarised):
+        note += f"; the {sel.total - len(sel.frame):,} smaller ones are summarised at the end"
+    return column(
+        _title("Allocations", note),
+        table,
+        life,
+        css_classes=["memprof-allocations"],
+        sizing_mode="stretch_width",
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# 5. lineage of the clicked block
+# --------------------------------------------------------------------------------------------
+def _lineage_panel(sh: _Shared):
+    table = _table(
+        sh.lin_view,
+        [
+            ("t_txt", "time", 80),
+            ("op_name", "op", 230),
+            ("relation", "relation", 120),
+            ("version", "version", 50),
+            ("category", "category", 100),
+            ("phase", "phase", 70),
+            ("module", "module", 120),
+            ("callsite", "callsite", 200),
+        ],
+        selectable=False,
+        name="memprof-lineage-table",
+    )
+    return column(
+        _title("Lineage"),
+        sh.lin_info,
+        table,
+        css_classes=["memprof-lineage"],
+        sizing_mode="stretch_width",
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# entry points
+# --------------------------------------------------------------------------------------------
+def write_html(prof, path) -> str:
+    """Write the dashboard as one standalone, interactive HTML file; returns the path.
+
+    BokehJS is inlined (no CDN, nothing fetched), so the file works offline and without a
+    kernel; all linking (selection, lineage, time filter) runs in the page.
+    """
+    from ._dashboard_html import standalone_html
+
+    path = os.fspath(path)
+    built = build(prof)
+    page = standalone_html(built.layout, f"jupyter_memprof: {prof.label}")
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.write(page)
+    return path
+
+
+def dashboard_widget(prof, *, header: bool = True):
+    """The dashboard as an ipywidgets widget (Bokeh views through jupyter_bokeh).
+
+    ``header=False`` leaves out the summary at the top, for callers that show it already."""
+    from ._dashboard_widget import Dashboard
+
+    return Dashboard(prof, header=header)

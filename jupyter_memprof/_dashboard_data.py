@@ -1,0 +1,665 @@
+"""What the dashboard draws: the tables cut down to a level of detail a browser can hold.
+
+Nothing here is analysis: every number comes from the profile's tables, from
+:meth:`Profile.peak` and from :func:`jupyter_memprof._lineage.all_lineages`. This module only
+chooses *which* rows to show, converts times to milliseconds since the capture started, and
+lays the rows out as flat columns for Bokeh's ColumnDataSources.
+
+Level of detail (the budgets below are per dashboard):
+
+- timeline: at most :data:`TIMELINE_POINTS` points per device. The event-by-event series is cut
+  into equal-count buckets; each bucket keeps its first and last point and the points where the
+  total is lowest and highest (the "M4" rule used by time-series plotters). Every kept point is
+  an exact state of the tables, the global peak is always kept (it is the highest point of its
+  bucket), and local extremes survive while long runs of small changes are thinned.
+- allocations: the :data:`ALLOC_BUDGET` largest blocks, plus the largest blocks live at each
+  device's peak; all other blocks are grouped into one "summarised" row per (device, category)
+  with their count and total size.
+- ops: at most about :data:`OP_BUDGET` ops: the ops that created or freed a shown block, then the
+  longest ops and the biggest allocators, always with all their enclosing ops so the tree stays a
+  tree. How many were left out is reported.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from ._schema import Category, Phase, Relation
+
+TIMELINE_POINTS = 4000
+ALLOC_BUDGET = 2000
+OP_BUDGET = 4000
+
+# One fixed colour per category (colour-blind-friendly enough, and the same in every view).
+CATEGORY_COLORS: dict[str, str] = {
+    Category.PARAMETER.value: "#2ca02c",
+    Category.OPTIMIZER_STATE.value: "#e6a817",
+    Category.INPUT.value: "#5b5b5b",
+    Category.TEMPORARY.value: "#9467bd",
+    Category.ACTIVATION.value: "#d62728",
+    Category.GRADIENT.value: "#1f77b4",
+    Category.AUTOGRAD_DETAIL.value: "#17becf",
+    Category.UNKNOWN.value: "#b0b0b0",
+}
+PHASE_COLORS: dict[str, str] = {
+    Phase.FORWARD.value: "#4c72b0",
+    Phase.BACKWARD.value: "#dd8452",
+    Phase.OPTIMIZER.value: "#55a868",
+    Phase.OTHER.value: "#9a9a9a",
+}
+SUMMARY_CATEGORY_COLOR = "#dddddd"
+
+_UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
+
+
+def fmt_bytes(n: float) -> str:
+    """``1536`` -> ``"1.50 KiB"`` (binary units, as the rest of the package prints them)."""
+    n = float(n)
+    sign = "-" if n < 0 else ""
+    n = abs(n)
+    for unit in _UNITS:
+        if n < 1024 or unit == _UNITS[-1]:
+            return f"{sign}{int(n)} B" if unit == "B" else f"{sign}{n:.2f} {unit}"
+        n /= 1024
+    return f"{sign}{n:.2f} TiB"  # pragma: no cover (loop always returns)
+
+
+def fmt_ms(ms: float) -> str:
+    if ms is None or not np.isfinite(ms):
+        return ""
+    if abs(ms) >= 1000:
+        return f"{ms / 1000:.3f} s"
+    if abs(ms) >= 1:
+        return f"{ms:.3f} ms"
+    return f"{ms * 1000:.1f} µs"
+
+
+def _str(values, missing: str = "") -> list[str]:
+    """A column as plain Python strings (NA -> ``missing``), ready for JSON."""
+    s = pd.Series(values, dtype="object")
+    return [
+        missing if v is None or v is pd.NA or (isinstance(v, float) and np.isnan(v)) else str(v)
+        for v in s
+    ]
+
+
+def _ns(values) -> np.ndarray:
+    """Nullable integer ns -> float64 ns with NaN for NA."""
+    return pd.to_numeric(pd.Series(values), errors="coerce").astype("float64").to_numpy()
+
+
+# ----------------------------------------------------------------------------------------
+# time frame and devices
+# ----------------------------------------------------------------------------------------
+@dataclass
+class Frame:
+    """The time frame of the capture: absolute ns of its start and end."""
+
+    start_ns: int
+    end_ns: int
+
+    def ms(self, ns) -> np.ndarray:
+        """Absolute ns (array-like, NA allowed) -> ms since the capture started (NaN for NA).
+
+        The subtraction happens in integers: absolute ns do not fit a float64 exactly."""
+        if isinstance(ns, (pd.Series, pd.Index, np.ndarray, pd.api.extensions.ExtensionArray)):
+            arr = pd.Series(ns).astype("Int64").array
+        else:  # a list may mix ints and None: build the nullable array directly (exact)
+            arr = pd.array(list(ns), dtype="Int64")
+        rel = arr - self.start_ns
+        return rel.to_numpy(dtype="float64", na_value=np.nan) / 1e6
+
+    @property
+    def end_ms(self) -> float:
+        return (self.end_ns - self.start_ns) / 1e6
+
+
+def frame(prof) -> Frame:
+    """The capture's start and end: ``prof.meta`` when it says, else the tables' extent."""
+    times = []
+    for df, cols in (
+        (prof.ops, ("start_ns", "end_ns")),
+        (prof.timeline, ("time_ns",)),
+        (prof.allocations, ("alloc_ns", "free_ns")),
+    ):
+        for c in cols:
+            v = pd.to_numeric(df[c], errors="coerce").dropna()
+            if len(v):
+                times += [int(v.min()), int(v.max())]
+    start = prof.meta.get("start_ns")
+    end = prof.meta.get("end_ns")
+    if start is None:
+        start = min(times) if times else 0
+    if end is None:
+        end = max(times) if times else int(start)
+    end = max([int(end), *times]) if times else int(end)
+    start = min([int(start), *times]) if times else int(start)
+    return Frame(int(start), int(end))
+
+
+def devices(prof) -> list[str]:
+    """Devices that have memory in this profile, CPU first, then CUDA devices in order."""
+    seen = set(map(str, prof.timeline["device"].dropna().unique()))
+    seen |= set(map(str, prof.allocations["device"].dropna().unique()))
+
+    def key(d: str):
+        kind, _, idx = d.partition(":")
+        return (kind != "cpu", kind, int(idx) if idx.isdigit() else -1)
+
+    return sorted(seen, key=key)
+
+
+# ----------------------------------------------------------------------------------------
+# timeline
+# ----------------------------------------------------------------------------------------
+def m4_indices(total: np.ndarray, budget: int) -> np.ndarray:
+    """Indices of the points to keep so that at most ~``budget`` remain.
+
+    Equal-count buckets of consecutive points; from each bucket the first, the last, the
+    lowest and the highest point (by ``total``). Sorted, unique; the global maximum is
+    always among them.
+    """
+    n = len(total)
+    if n <= budget:
+        return np.arange(n)
+    buckets = max(1, budget // 4)
+    edges = np.linspace(0, n, buckets + 1).astype(np.int64)
+    starts, ends = edges[:-1], edges[1:]
+    keep = [starts, ends - 1]
+    # a loop over buckets (a few hundred to a thousand), each argmin/argmax vectorised
+    lo = np.empty(buckets, dtype=np.int64)
+    hi = np.empty(buckets, dtype=np.int64)
+    for b, (s, e) in enumerate(zip(starts, ends, strict=True)):
+        seg = total[s:e]
+        lo[b] = s + int(np.argmin(seg))
+        hi[b] = s + int(np.argmax(seg))
+    keep += [lo, hi, np.array([int(np.argmax(total))])]
+    return np.unique(np.concatenate(keep))
+
+
+@dataclass
+class Timeline:
+    device: str
+    categories: list[str]  # categories with any bytes on this device, in display order
+    columns: dict[str, object]  # t, total, b_<cat>, op, module
+    points_in: int  # event-level points before thinning
+    peak_ms: float | None
+    peak_bytes: int
+
+
+def timeline(prof, device: str, fr: Frame, budget: int = TIMELINE_POINTS) -> Timeline:
+    """The stacked category timeline of one device, thinned to ``budget`` points.
+
+    Wide form: one row per state change (``time_ns`` of the timeline table), one column of live
+    bytes per category, carried forward from the long-form ``prof.timeline``. A first point at
+    the capture start and a last point at its end make the areas span the whole capture.
+    """
+    tl = prof.timeline[prof.timeline["device"].astype("object") == device]
+    cats_all = Category.values()
+    if len(tl):
+        tl = tl.assign(category=tl["category"].astype("object"))
+        wide = tl.pivot_table(
+            index="time_ns", columns="category", values="bytes", aggfunc="last", sort=True
+        )
+        wide = wide.ffill().fillna(0)
+    else:
+        wide = pd.DataFrame(index=pd.Index([], name="time_ns", dtype="int64"))
+    cats = [c for c in cats_all if c in wide.columns and (wide[c] != 0).any()]
+    wide = wide.reindex(columns=cats, fill_value=0).astype("float64")
+    times = wide.index.to_numpy(dtype="int64")
+    values = wide.to_numpy()
+    total = values.sum(axis=1) if len(cats) else np.zeros(len(times))
+    points_in = len(times)
+
+    # the op running at each point: from the events table's op column (innermost op)
+    op_name = np.array([""] * len(times), dtype=object)
+    op_module = np.array([""] * len(times), dtype=object)
+    ev = prof.events
+    if len(times) and "op_id" in ev.columns and len(ev):
+        ev = ev[ev["device"].astype("object") == device][["time_ns", "op_id"]]
+        ev = ev.dropna(subset=["op_id"]).drop_duplicates("time_ns", keep="last")
+        ops = prof.ops.set_index("op_id")
+        op_of_time = pd.Series(ev["op_id"].to_numpy(), index=ev["time_ns"].to_numpy())
+        ids = pd.Series(times).map(op_of_time)
+        have = ids.notna().to_numpy()
+        if have.any():
+            idx = ids[have].astype("int64")
+            known = idx.isin(ops.index).to_numpy()
+            sel = np.flatnonzero(have)[known]
+            op_name[sel] = _str(ops.loc[idx[known], "name"].to_numpy())
+            op_module[sel] = _str(ops.loc[idx[known], "module"].to_numpy())
+
+    keep = m4_indices(total, budget)
+    times, values, total = times[keep], values[keep], total[keep]
+    op_name, op_module = op_name[keep], op_module[keep]
+
+    # open with the capture start (state before the first event: empty, unless the first
+    # event is at the start) and close with the capture end (last state held)
+    if len(times) == 0 or times[0] > fr.start_ns:
+        times = np.concatenate([[fr.start_ns], times])
+        values = np.vstack([np.zeros((1, len(cats))), values])
+        total = np.concatenate([[0.0], total])
+        op_name = np.concatenate([[""], op_name])
+        op_module = np.concatenate([[""], op_module])
+    if times[-1] < fr.end_ns:
+        times = np.concatenate([times, [fr.end_ns]])
+        values = np.vstack([values, values[-1:]])
+        total = np.concatenate([total, total[-1:]])
+        op_name = np.concatenate([op_name, [""]])
+        op_module = np.concatenate([op_module, [""]])
+
+    cols: dict[str, object] = {"t": fr.ms(times), "total": total}
+    for j, c in enumerate(cats):
+        cols[f"b_{c}"] = values[:, j]
+    cols["op"] = list(op_name)
+    cols["module"] = list(op_module)
+
+    peak_ms, peak_bytes = None, 0
+    try:
+        pk = prof.peak(device)
+        peak_ns, peak_bytes = pk.attrs.get("peak_ns"), int(pk.attrs.get("peak_bytes") or 0)
+        if peak_ns is not None:
+            peak_ms = float(fr.ms([peak_ns])[0])
+    except Exception:  # the peak analysis cannot answer (e.g. no events): use the timeline
+        peak_ms = None
+    if peak_ms is None and len(total) and total.max() > 0:
+        i = int(np.argmax(total))
+        peak_ms, peak_bytes = float(cols["t"][i]), int(total[i])
+    return Timeline(device, cats, cols, points_in, peak_ms, peak_bytes)
+
+
+def stack(columns: dict, categories: list[str], visible: list[str]) -> None:
+    """Add ``lo_<cat>``/``hi_<cat>`` stacking bounds (hidden categories take no height)."""
+    acc = np.zeros(len(columns["t"]))
+    for c in categories:
+        columns[f"lo_{c}"] = acc.copy()
+        if c in visible:
+            acc = acc + np.asarray(columns[f"b_{c}"])
+        columns[f"hi_{c}"] = acc.copy()
+
+
+# ----------------------------------------------------------------------------------------
+# ops
+# ----------------------------------------------------------------------------------------
+@dataclass
+class Ops:
+    columns: dict[str, object]
+    row_of: dict[int, int]  # op_id -> row in columns
+    total: int  # ops in the profile
+    left_out: int
+    max_depth: int
+
+
+def _parent_positions(o: pd.DataFrame) -> np.ndarray:
+    """For each row of an ops table, the row of its parent op; -1 for roots / unknown."""
+    op_ids = o["op_id"].to_numpy(dtype=np.int64)
+    parents = o["parent_id"].to_numpy(dtype=np.int64, na_value=-1)
+    if not len(op_ids):
+        return np.zeros(0, dtype=np.int64)
+    order = np.argsort(op_ids, kind="stable")
+    at = order[np.searchsorted(op_ids, parents, sorter=order).clip(0, len(op_ids) - 1)]
+    return np.where((parents >= 0) & (op_ids[at] == parents), at, -1)
+
+
+def _with_ancestors(keep: np.ndarray, parent_pos: np.ndarray) -> np.ndarray:
+    """Close a boolean mask over the parent links so every kept op's enclosing ops are kept."""
+    keep = keep.copy()
+    frontier = keep.copy()
+    while frontier.any():
+        p = parent_pos[frontier]
+        p = p[p >= 0]
+        new = np.zeros_like(keep)
+        new[p] = True
+        new &= ~keep
+        keep |= new
+        frontier = new
+    return keep
+
+
+def select_ops(prof, fr: Frame, must: set[int], budget: int = OP_BUDGET) -> Ops:
+    """The ops to draw (see the module docstring for the rule)."""
+    o = prof.ops
+    n = len(o)
+    op_ids = o["op_id"].to_numpy(dtype="int64")
+    if n > budget:
+        parent_pos = _parent_positions(o)
+        keep = np.isin(op_ids, np.fromiter(must, dtype=np.int64, count=len(must)))
+        keep = _with_ancestors(keep, parent_pos)
+        room = budget - int(keep.sum())
+        if room > 0:
+            dur = (o["end_ns"] - o["start_ns"]).to_numpy()
+            size = o["total_alloc_bytes"].to_numpy()
+            # alternate: longest, biggest, longest, ... until the budget (with ancestors) is met
+            by_dur = np.argsort(-dur, kind="stable")
+            by_size = np.argsort(-size, kind="stable")
+            order = np.empty(2 * n, dtype=np.int64)
+            order[0::2], order[1::2] = by_dur, by_size
+            _, first = np.unique(order, return_index=True)
+            order = order[np.sort(first)]
+            # take in chunks: each chunk is closed over ancestors, stop at the budget
+            i = 0
+            while i < n and keep.sum() < budget:
+                room = budget - int(keep.sum())
+                chunk = order[i : i + max(1, room // 2)]
+                i += len(chunk)
+                add = np.zeros(n, dtype=bool)
+                add[chunk] = True
+                keep = _with_ancestors(keep | add, parent_pos)
+        o = o[keep]
+    o = o.sort_values(["start_ns", "depth"], kind="stable").reset_index(drop=True)
+    left = fr.ms(o["start_ns"])
+    right = fr.ms(o["end_ns"])
+    depth = o["depth"].to_numpy(dtype="int64")
+    cols = {
+        "op_id": o["op_id"].to_numpy(dtype="int64"),
+        "name": _str(o["name"].astype("object")),
+        "kind": _str(o["kind"].astype("object")),
+        "phase": _str(o["phase"].astype("object"), "other"),
+        "module": _str(o["module"]),
+        "callsite": _str(o["callsite"]),
+        "thread": o["thread"].to_numpy(dtype="int64"),
+        "left": left,
+        "right": right,
+        "dur": right - left,
+        "dur_txt": [fmt_ms(v) for v in right - left],
+        "start_txt": [fmt_ms(v) for v in left],
+        "top": depth + 0.05,
+        "bottom": depth + 0.95,
+        "cy": depth + 0.5,
+        "cx": (left + right) / 2,
+        "self_b": o["self_alloc_bytes"].to_numpy(dtype="float64"),
+        "total_b": o["total_alloc_bytes"].to_numpy(dtype="float64"),
+        "self_txt": [fmt_bytes(v) for v in o["self_alloc_bytes"]],
+        "total_txt": [fmt_bytes(v) for v in o["total_alloc_bytes"]],
+    }
+    cols["color"] = [PHASE_COLORS.get(p, PHASE_COLORS["other"]) for p in cols["phase"]]
+    row_of = {int(i): r for r, i in enumerate(cols["op_id"])}
+    return Ops(cols, row_of, n, n - len(o), int(depth.max()) if len(depth) else 0)
+
+
+def nearest_shown(op_ids, prof, ops: Ops) -> np.ndarray:
+    """Row (in the shown ops) of each op id, or of its nearest shown enclosing op; -1 if none."""
+    o = prof.ops
+    all_ids = o["op_id"].to_numpy(dtype=np.int64)
+    order = np.argsort(all_ids, kind="stable")
+    parent_pos = _parent_positions(o)
+    shown_row = np.full(len(all_ids), -1, dtype=np.int64)  # by position in prof.ops
+    if ops.row_of:
+        ids = np.fromiter(ops.row_of.keys(), dtype=np.int64, count=len(ops.row_of))
+        rows = np.fromiter(ops.row_of.values(), dtype=np.int64, count=len(ops.row_of))
+        shown_row[order[np.searchsorted(all_ids, ids, sorter=order)]] = rows
+    want = pd.array(np.asarray(op_ids, dtype=object), dtype="Int64")
+    q = want.to_numpy(dtype=np.int64, na_value=-1)
+    out = np.full(len(q), -1, dtype=np.int64)
+    if not len(all_ids) or not len(q):
+        return out
+    at = order[np.searchsorted(all_ids, q, sorter=order).clip(0, len(all_ids) - 1)]
+    pos = np.where((q >= 0) & (all_ids[at] == q), at, -1)
+    for _ in range(256):  # deeper than any op tree
+        live = pos >= 0
+        if not live.any():
+            break
+        hit = live & (shown_row[np.where(live, pos, 0)] >= 0)
+        out[hit] = shown_row[pos[hit]]
+        pos = np.where(live & ~hit, parent_pos[np.where(live, pos, 0)], -1)
+    return out
+
+
+# ----------------------------------------------------------------------------------------
+# allocations and their lineage
+# ----------------------------------------------------------------------------------------
+@dataclass
+class Allocations:
+    frame: pd.DataFrame  # the shown blocks (rows of prof.allocations), in display order
+    summarised: pd.DataFrame  # device, category, count, size_bytes
+    total: int
+    peak_ids: set[int] = field(default_factory=set)
+
+
+def select_allocations(
+    prof,
+    device: str | None = None,
+    categories: list[str] | None = None,
+    budget: int = ALLOC_BUDGET,
+) -> Allocations:
+    """The blocks to list, largest first, and the summarised rest (see the module docstring)."""
+    a = prof.allocations
+    if device is not None:
+        a = a[a["device"].astype("object") == device]
+    if categories is not None:
+        a = a[a["category"].astype("object").isin(list(categories))]
+    total = len(a)
+    peak_ids: set[int] = set()
+    for dev in [device] if device is not None else devices(prof):
+        try:
+            pk = prof.peak(dev)
+        except Exception:  # no peak on this device (no events): nothing to add
+            continue
+        if len(pk) and "alloc_id" in pk.columns:
+            peak_ids |= set(pk["alloc_id"].astype("int64").tolist())
+    a = a.sort_values(["size_bytes", "alloc_id"], ascending=[False, True], kind="stable")
+    if total > budget:
+        keep = np.zeros(total, dtype=bool)
+        keep[:budget] = True
+        at_peak = a["alloc_id"].isin(peak_ids).to_numpy()
+        extra = np.flatnonzero(at_peak & ~keep)[: budget // 4]
+        keep[extra] = True
+        rest = a[~keep]
+        a = a[keep]
+        summ = (
+            rest.assign(
+                device=rest["device"].astype("object"), category=rest["category"].astype("object")
+            )
+            .groupby(["device", "category"], sort=False)["size_bytes"]
+            .agg(["count", "sum"])
+            .reset_index()
+            .rename(columns={"sum": "size_bytes"})
+            .sort_values("size_bytes", ascending=False)
+        )
+    else:
+        summ = pd.DataFrame({"device": [], "category": [], "count": [], "size_bytes": []})
+    return Allocations(a.reset_index(drop=True), summ.reset_index(drop=True), total, peak_ids)
+
+
+def allocation_columns(prof, sel: Allocations, ops: Ops, fr: Frame) -> dict[str, object]:
+    """Columns of the allocations source: shown blocks first, then the summarised rows."""
+    a = sel.frame
+    o = prof.ops.set_index("op_id")
+    alloc_op = _ns(a["alloc_op_id"])
+    has_op = ~np.isnan(alloc_op)
+    known = np.zeros(len(a), dtype=bool)
+    known[has_op] = np.isin(alloc_op[has_op].astype(np.int64), o.index.to_numpy())
+    op_name = np.array([""] * len(a), dtype=object)
+    op_module = np.array([""] * len(a), dtype=object)
+    thread = np.full(len(a), -1, dtype=np.int64)
+    if known.any():
+        ids = alloc_op[known].astype(np.int64)
+        op_name[known] = _str(o.loc[ids, "name"].astype("object").to_numpy())
+        op_module[known] = _str(o.loc[ids, "module"].to_numpy())
+        thread[known] = o.loc[ids, "thread"].to_numpy(dtype=np.int64)
+    t_alloc = fr.ms(a["alloc_ns"])
+    t_free = fr.ms(a["free_ns"])
+    x0 = np.where(np.isnan(t_alloc), 0.0, t_alloc)
+    x1 = np.where(np.isnan(t_free), fr.end_ms, t_free)
+    # lanes of the lifetime chart: per device, in order of allocation time
+    lane = np.zeros(len(a), dtype=np.int64)
+    order = np.lexsort(
+        (a["alloc_id"].to_numpy(), x0, a["device"].astype("object").map(str).to_numpy())
+    )
+    lane[order] = np.arange(len(a))
+
+    def lifetime(i: int) -> str:
+        if np.isnan(t_alloc[i]) and np.isnan(t_free[i]):
+            return "whole capture"
+        if np.isnan(t_alloc[i]):
+            return f"until {fmt_ms(t_free[i])}"
+        if np.isnan(t_free[i]):
+            return "still alive"
+        return fmt_ms(t_free[i] - t_alloc[i])
+
+    cat = _str(a["category"].astype("object"), "unknown")
+    names = _str(a["name"])
+    cols: dict[str, list] = {
+        "alloc_id": a["alloc_id"].astype("int64").tolist(),
+        "name": [n or f"block {i}" for n, i in zip(names, a["alloc_id"], strict=True)],
+        "category": cat,
+        "reason": _str(a["reason"]),
+        "size": a["size_bytes"].astype("float64").tolist(),
+        "size_txt": [fmt_bytes(v) for v in a["size_bytes"]],
+        "device": _str(a["device"].astype("object")),
+        "op": list(op_name),
+        "module": list(op_module),
+        "lifetime": [lifetime(i) for i in range(len(a))],
+        "at_peak": ["yes" if int(i) in sel.peak_ids else "" for i in a["alloc_id"]],
+        "t_alloc": t_alloc.tolist(),
+        "x0": x0.tolist(),
+        "x1": x1.tolist(),
+        "y": lane.astype("float64").tolist(),
+        "thread": thread.tolist(),
+        "op_row": nearest_shown(a["alloc_op_id"], prof, ops).tolist(),
+        "color": [CATEGORY_COLORS.get(c, CATEGORY_COLORS["unknown"]) for c in cat],
+        "summary": [False] * len(a),
+    }
+    s = sel.summarised
+    for _, r in s.iterrows():
+        cols["alloc_id"].append(-1)
+        cols["name"].append(f"({int(r['count']):,} smaller blocks, summarised)")
+        cols["category"].append(str(r["category"]))
+        cols["reason"].append("")
+        cols["size"].append(float(r["size_bytes"]))
+        cols["size_txt"].append(fmt_bytes(r["size_bytes"]))
+        cols["device"].append(str(r["device"]))
+        for k in ("op", "module", "lifetime", "at_peak"):
+            cols[k].append("")
+        for k in ("t_alloc", "x0", "x1", "y"):
+            cols[k].append(float("nan"))
+        cols["thread"].append(-1)
+        cols["op_row"].append(-1)
+        cols["color"].append(SUMMARY_CATEGORY_COLOR)
+        cols["summary"].append(True)
+    return cols
+
+
+# Relations whose op is highlighted in the op tree when a block is clicked: the op that
+# created it, and backward ops that used or freed it.
+HIGHLIGHT_RELATIONS = (
+    Relation.ALLOCATED.value,
+    Relation.USED_IN_BACKWARD.value,
+    Relation.FREED.value,
+)
+
+
+def lineage_rows(prof, alloc_ids: list[int]) -> pd.DataFrame:
+    """The lineages of the shown blocks, from the analysis (``all_lineages``)."""
+    from ._lineage import all_lineages
+
+    if not alloc_ids:
+        return pd.DataFrame(columns=["alloc_id", "time_ns", "op_id", "relation", "phase"])
+    return all_lineages(prof.tables, list(alloc_ids))
+
+
+def must_show_ops(sel: Allocations, lin: pd.DataFrame, limit: int) -> set[int]:
+    """Ops the op tree must keep so clicking a shown block can highlight them: the creating,
+    freeing and backward ops of the largest shown blocks, up to ``limit`` ops."""
+    a = sel.frame
+    rank = {int(i): r for r, i in enumerate(a["alloc_id"])}
+    rows = []
+    for col in ("alloc_op_id", "free_op_id"):
+        rows.append(pd.DataFrame({"rank": np.arange(len(a)), "op_id": _ns(a[col])}))
+    if len(lin):
+        rel = lin["relation"].astype("object")
+        ph = lin["phase"].astype("object")
+        mask = (rel == Relation.ALLOCATED.value) | (
+            (ph == Phase.BACKWARD.value) & rel.isin(HIGHLIGHT_RELATIONS)
+        )
+        ll = lin[mask.fillna(False).to_numpy(dtype=bool)]
+        rows.append(pd.DataFrame({"rank": ll["alloc_id"].map(rank), "op_id": _ns(ll["op_id"])}))
+    allrows = pd.concat(rows).dropna().sort_values("rank", kind="stable")
+    ids = pd.unique(allrows["op_id"].astype("int64"))[:limit]
+    return {int(i) for i in ids}
+
+
+LINEAGE_STRINGS = ("op_name", "relation", "category", "phase", "module", "callsite")
+
+
+def lineage_columns(
+    prof, lin: pd.DataFrame, alloc_ids: list[int], ops: Ops, fr: Frame
+) -> tuple[dict, list[str], list[int], list[int]]:
+    """All shown blocks' lineages as one flat table, plus each block's [start, end) rows.
+
+    Rows come from :func:`jupyter_memprof._lineage.all_lineages` (the analysis); this only
+    orders them by block (keeping their time order) and converts times and op ids for display.
+    Strings are stored as indices into one pool of unique strings (returned alongside), and
+    versions as integers (-1 for none), so tens of thousands of rows stay compact binary
+    arrays; the page turns the clicked block's rows back into text. ``hl`` marks the rows
+    whose op the op tree highlights: the op that allocated the block and the backward ops
+    that used or freed it.
+    """
+    n_blocks = len(alloc_ids)
+    if not n_blocks or not len(lin):
+        cols = {
+            k: np.zeros(0, dtype=np.int32) for k in (*LINEAGE_STRINGS, "version", "op_row", "hl")
+        }
+        cols["t"] = np.zeros(0)
+        return cols, [], [0] * n_blocks, [0] * n_blocks
+    pos = pd.Series(np.arange(n_blocks), index=np.asarray(alloc_ids, dtype=np.int64))
+    lin = lin.assign(_pos=lin["alloc_id"].map(pos)).dropna(subset=["_pos"])
+    lin = lin.sort_values("_pos", kind="stable").reset_index(drop=True)
+    counts = np.bincount(lin["_pos"].astype(np.int64), minlength=n_blocks)
+    ends = np.cumsum(counts)
+    starts = ends - counts
+    pool_index: dict[str, int] = {}
+    # float32 ms: µs resolution for captures up to ~15 s, plenty for a table cell
+    cols: dict[str, np.ndarray] = {"t": fr.ms(lin["time_ns"]).astype(np.float32)}
+    for k in LINEAGE_STRINGS:
+        codes, uniques = pd.factorize(lin[k].astype(object), use_na_sentinel=True)
+        remap = np.array([pool_index.setdefault(str(u), len(pool_index)) for u in uniques] + [-1])
+        cols[k] = remap[codes].astype(np.int32)  # NA (-1) picks the trailing -1
+    pool = list(pool_index)
+    cols["version"] = pd.array(lin["version"], dtype="Int64").to_numpy(dtype=np.int64, na_value=-1)
+    op_row = nearest_shown(lin["op_id"], prof, ops)
+    cols["op_row"] = op_row
+    rel = lin["relation"].astype(object).to_numpy()
+    phase = lin["phase"].astype(object).to_numpy()
+    hl = (op_row >= 0) & (
+        (rel == Relation.ALLOCATED.value)
+        | ((phase == Phase.BACKWARD.value) & np.isin(rel, HIGHLIGHT_RELATIONS))
+    )
+    cols["hl"] = hl.astype(np.int32)
+    return cols, pool, starts.tolist(), ends.tolist()
+
+
+def decode_lineage(cols: dict, pool: list[str], start: int, end: int) -> dict[str, list[str]]:
+    """The display rows of one block from :func:`lineage_columns` (what the page shows)."""
+    out = {
+        "t_txt": [fmt_ms(v) if np.isfinite(v) else "before capture" for v in cols["t"][start:end]]
+    }
+    for k in LINEAGE_STRINGS:
+        out[k] = [pool[c] if c >= 0 else "" for c in cols[k][start:end]]
+    out["version"] = [str(v) if v >= 0 else "" for v in cols["version"][start:end]]
+    return out
+
+
+def flow_columns(prof, ops: Ops) -> dict[str, object]:
+    """Forward -> backward links whose two ends are both shown."""
+    f = prof.flows
+    fi = f["forward_op_id"].map(ops.row_of)
+    bi = f["backward_op_id"].map(ops.row_of)
+    ok = (fi.notna() & bi.notna()).to_numpy()
+    fi = fi[ok].astype("int64").to_numpy()
+    bi = bi[ok].astype("int64").to_numpy()
+    c = ops.columns
+    return {
+        "fi": fi.tolist(),
+        "bi": bi.tolist(),
+        "seq_nr": f["seq_nr"][ok].astype("int64").tolist(),
+        "x0": np.asarray(c["cx"])[fi].tolist(),
+        "y0": np.asarray(c["cy"])[fi].tolist(),
+        "x1": np.asarray(c["cx"])[bi].tolist(),
+        "y1": np.asarray(c["cy"])[bi].tolist(),
+        "fname": [c["name"][i] for i in fi],
+        "bname": [c["name"][i] for i in bi],
+    }

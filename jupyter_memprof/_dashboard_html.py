@@ -1,0 +1,147 @@
+"""BokehJS for the two places the dashboard lives: a standalone HTML file and a notebook page.
+
+The standalone file carries BokehJS itself (``bokeh.resources.INLINE``: no CDN, works offline).
+BokehJS with its widgets and tables is ~1.9 MB of minified JavaScript, so the file stores it,
+and the document's JSON, gzip-compressed and base64-encoded, and inflates both with the
+browser's ``DecompressionStream`` before handing them to ``Bokeh.embed.embed_items``. That keeps
+a one-step dashboard well under 2 MB. When the dashboard is on screen the page sets
+``window.memprofReady`` to ``performance.now()`` (used by the benchmark and the tests).
+"""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import html
+import json
+
+from bokeh.core.json_encoder import serialize_json
+from bokeh.embed.bundle import bundle_for_objs_and_resources
+from bokeh.embed.elements import div_for_render_item
+from bokeh.embed.util import OutputDocumentFor, standalone_docs_json_and_render_items
+from bokeh.resources import INLINE
+
+_LOADER = """
+(async function () {
+  const status = document.getElementById("memprof-status");
+  try {
+    if (typeof DecompressionStream === "undefined") {
+      throw new Error("this browser has no DecompressionStream " +
+        "(it needs Chrome 80, Firefox 113, Safari 16.4 or newer)");
+    }
+    const inflate = async (id) => {
+      const b64 = document.getElementById(id).textContent.trim();
+      const bin = atob(b64);
+      const bytes = new Uint8Array(bin.length);
+      for (let i = 0; i < bin.length; i++) bytes[i] = bin.charCodeAt(i);
+      const stream = new Blob([bytes]).stream().pipeThrough(new DecompressionStream("gzip"));
+      return await new Response(stream).text();
+    };
+    const [js, doc] = await Promise.all([inflate("memprof-bokehjs"), inflate("memprof-doc")]);
+    performance.mark("memprof-inflated");
+    const script = document.createElement("script");
+    script.textContent = js;
+    document.head.appendChild(script);
+    performance.mark("memprof-bokehjs");
+    const render_items = JSON.parse(document.getElementById("memprof-render-items").textContent);
+    await window.Bokeh.embed.embed_items(JSON.parse(doc), render_items);
+    performance.mark("memprof-embedded");
+    status.remove();
+    requestAnimationFrame(() => { window.memprofReady = performance.now(); });
+  } catch (err) {
+    status.textContent = "The dashboard could not be shown: " + err.message;
+    window.memprofError = String(err);
+    throw err;
+  }
+})();
+"""
+
+_PAGE = """<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<title>{title}</title>
+<style>
+html, body {{ box-sizing: border-box; margin: 0; padding: 0; }}
+body {{ padding: 8px 12px; font-family: system-ui, -apple-system, "Segoe UI", sans-serif; }}
+#memprof-status {{ color: #555; padding: 1em 0; }}
+</style>
+</head>
+<body>
+<div id="memprof-status">Loading the memory dashboard&hellip;</div>
+<noscript>This dashboard needs JavaScript.</noscript>
+{divs}
+<script type="application/octet-stream" id="memprof-bokehjs">{js}</script>
+<script type="application/octet-stream" id="memprof-doc">{doc}</script>
+<script type="application/json" id="memprof-render-items">{items}</script>
+<script>{loader}</script>
+</body>
+</html>
+"""
+
+
+def _pack(text: str) -> str:
+    return base64.b64encode(gzip.compress(text.encode("utf-8"), compresslevel=9, mtime=0)).decode(
+        "ascii"
+    )
+
+
+def standalone_html(layout, title: str) -> str:
+    """One self-contained HTML page showing ``layout`` (BokehJS inlined, no network)."""
+    with OutputDocumentFor([layout], always_new=False) as doc:
+        docs_json, render_items = standalone_docs_json_and_render_items(
+            [layout], suppress_callback_warning=True
+        )
+        bundle = bundle_for_objs_and_resources([doc], INLINE)
+    js = ";\n".join(bundle.js_raw)
+    items = json.dumps([item.to_json() for item in render_items])
+    return _PAGE.format(
+        title=html.escape(title),
+        divs="\n".join(div_for_render_item(item) for item in render_items),
+        js=_pack(js),
+        doc=_pack(serialize_json(docs_json)),
+        # JSON inside <script>: no "</" can end the element early
+        items=items.replace("</", "<\\/"),
+        loader=_LOADER,
+    )
+
+
+_notebook_loaded = False
+
+
+def notebook_bokehjs() -> str:
+    """JavaScript that loads BokehJS (with widgets and tables) into a notebook page, once."""
+    from bokeh import __version__
+    from bokeh.resources import Resources
+
+    res = Resources(mode="inline", components=["bokeh", "bokeh-widgets", "bokeh-tables"])
+    parts = [f"(function () {{\n{code}\n}}).call(window);" for code in res.js_raw]
+    guard = (
+        f"const B = window.Bokeh; if (B && B.version === {json.dumps(__version__)} && "
+        "B.Widgets && B.Tables) return;"
+    )
+    return "(function () {\n" + guard + "\n" + "\n".join(parts) + "\n})();"
+
+
+def load_bokehjs_in_notebook(force: bool = False) -> bool:
+    """Put BokehJS into the notebook page (jupyter_bokeh's views need ``window.Bokeh``).
+
+    Published once per kernel process as a ``bokehjs_load`` output, which JupyterLab runs as a
+    script; ``force`` publishes it again (e.g. after reloading the browser page). Returns
+    whether it published anything. Outside IPython it does nothing.
+    """
+    global _notebook_loaded
+    if _notebook_loaded and not force:
+        return False
+    try:
+        from IPython import get_ipython
+        from IPython.display import publish_display_data
+    except ImportError:  # pragma: no cover (IPython is a dependency)
+        return False
+    if get_ipython() is None:
+        return False
+    from bokeh.io.notebook import LOAD_MIME_TYPE
+
+    publish_display_data({LOAD_MIME_TYPE: notebook_bokehjs(), "text/plain": ""})
+    _notebook_loaded = True
+    return True

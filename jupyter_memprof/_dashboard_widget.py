@@ -1,0 +1,128 @@
+"""The notebook form of the dashboard: the Bokeh views plus the controls that need the kernel."""
+
+from __future__ import annotations
+
+import html
+import keyword
+
+import ipywidgets as widgets
+from jupyter_bokeh import BokehModel
+
+from . import _dashboard_data as dd
+from ._dashboard import build
+from ._dashboard_html import load_bokehjs_in_notebook
+
+
+class _BokehView(BokehModel):
+    """jupyter_bokeh's widget, whose ``close`` may run twice (explicitly, then on garbage
+    collection) without raising."""
+
+    _closed = False
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            super().close()
+
+
+class Dashboard(widgets.VBox):
+    """Linked views of one profile, with a device choice, a category filter and a button that
+    puts the clicked block's lineage into a notebook variable.
+
+    ``selected_alloc_id`` is the block clicked in the views (synced from the browser), and
+    ``lineage`` the last lineage put into a variable.
+    """
+
+    def __init__(self, prof, *, header: bool = True):
+        self.profile = prof
+        self._header = header
+        self.lineage = None
+        devs = dd.devices(prof)
+        present = set(map(str, prof.allocations["category"].dropna().astype("object").unique()))
+        cats = [c for c in dd.CATEGORY_COLORS if c in present]
+        self._device = widgets.Dropdown(
+            options=[("all devices", "")] + [(d, d) for d in devs],
+            value="",
+            description="device",
+            layout=widgets.Layout(width="220px"),
+        )
+        self._categories = widgets.SelectMultiple(
+            options=cats,
+            value=tuple(cats),
+            description="categories",
+            rows=min(len(cats), 8) or 1,
+            layout=widgets.Layout(width="280px"),
+        )
+        self._var = widgets.Text(
+            value="lineage", description="variable", layout=widgets.Layout(width="220px")
+        )
+        self._to_var = widgets.Button(
+            description="Lineage to variable",
+            tooltip="Put the clicked block's lineage (prof.lineage(alloc_id)) into this variable",
+            icon="arrow-right",
+            layout=widgets.Layout(width="220px"),
+        )
+        self._status = widgets.HTML(value="")
+        self._built = build(prof, header=header)
+        self._view = _BokehView(self._built.layout)
+        self._device.observe(self._rebuild, names="value")
+        self._categories.observe(self._rebuild, names="value")
+        self._to_var.on_click(lambda _: self.lineage_to_variable())
+        controls = widgets.HBox(
+            [self._device, self._categories, widgets.VBox([self._var, self._to_var])]
+        )
+        load_bokehjs_in_notebook()
+        super().__init__([controls, self._status, self._view])
+        self.add_class("memprof-widget")
+
+    # -- state read back from the browser ----------------------------------------------------
+    @property
+    def selected_alloc_id(self) -> int | None:
+        """The block clicked in the allocations table or lifetime chart (one block), or None."""
+        idx = list(self._built.allocs.selected.indices)
+        if len(idx) != 1:
+            return None
+        aid = int(self._built.allocs.data["alloc_id"][idx[0]])
+        return aid if aid >= 0 else None
+
+    def lineage_to_variable(self, name: str | None = None):
+        """Put ``prof.lineage(alloc_id)`` of the clicked block into the notebook namespace."""
+        name = (name if name is not None else self._var.value).strip()
+        if not name.isidentifier() or keyword.iskeyword(name):
+            self._say(f"{name!r} is not a valid Python variable name.")
+            return None
+        aid = self.selected_alloc_id
+        if aid is None:
+            self._say("Click one block in the allocations table (or a lifetime bar) first.")
+            return None
+        df = self.profile.lineage(aid)
+        self.lineage = df
+        try:
+            from IPython import get_ipython
+
+            ip = get_ipython()
+        except ImportError:  # pragma: no cover (IPython is a dependency)
+            ip = None
+        if ip is not None:
+            ip.user_ns[name] = df
+            self._say(f"lineage of block {aid} ({len(df)} rows) is now in", name)
+        else:
+            self._say(f"lineage of block {aid} ({len(df)} rows) is in", ".lineage")
+        return df
+
+    # -- controls -----------------------------------------------------------------------------
+    def _say(self, text: str, code: str = "") -> None:
+        """Show ``text`` (escaped) and, after it, ``code`` (escaped) in monospace."""
+        out = html.escape(text)
+        if code:
+            out += f" <code>{html.escape(code)}</code>"
+        self._status.value = f"<span>{out}</span>"
+
+    def _rebuild(self, _change=None) -> None:
+        device = self._device.value or None
+        cats = list(self._categories.value)
+        self._built = build(self.profile, device=device, categories=cats, header=self._header)
+        old = self._view
+        self._view = _BokehView(self._built.layout)
+        self.children = [*self.children[:-1], self._view]
+        old.close()

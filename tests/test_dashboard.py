@@ -1,0 +1,270 @@
+"""The dashboard's data and models, from real captures of a training step (no browser here;
+tests/test_dashboard_browser.py drives the page itself)."""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import json
+import re
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from torch.profiler import record_function
+
+import jupyter_memprof
+from jupyter_memprof import _dashboard_data as dd
+from jupyter_memprof._dashboard import build, write_html
+from jupyter_memprof._result import Profile
+
+LABEL = "<b>x</b>"
+
+
+def training_step_profile(blocks: int = 3, width: int = 32, batch: int = 64) -> Profile:
+    """One Adam step of an MLP of Linear+LayerNorm+ReLU blocks, the forward pass inside a
+    ``record_function`` whose label is HTML (it must always be shown as text)."""
+    torch.manual_seed(0)
+    layers = []
+    for _ in range(blocks):
+        layers += [torch.nn.Linear(width, width), torch.nn.LayerNorm(width), torch.nn.ReLU()]
+    model = torch.nn.Sequential(*layers)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    x = torch.randn(batch, width)
+
+    def step():
+        with record_function(LABEL):
+            loss = model(x).square().mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+
+    step()  # optimizer state exists before the capture, as in a training loop
+    ns = {"model": model, "opt": opt, "x": x}
+    with jupyter_memprof.profile(namespace=ns, label="<i>mlp</i> step") as prof:
+        step()
+    return prof
+
+
+@pytest.fixture(scope="module")
+def prof():
+    return training_step_profile()
+
+
+def _state_at(prof: Profile, device: str, t_ns: int) -> dict[str, int]:
+    """Live bytes per category at ``t_ns`` straight from the allocations table."""
+    a = prof.allocations[prof.allocations["device"].astype(object) == device]
+    alloc = a["alloc_ns"].astype("Float64").fillna(-np.inf)
+    free = a["free_ns"].astype("Float64").fillna(np.inf)
+    live = a[((alloc <= t_ns) & (free > t_ns)).to_numpy(dtype=bool)]
+    return live.groupby(live["category"].astype(object))["size_bytes"].sum().to_dict()
+
+
+# --- level of detail ------------------------------------------------------------------------
+def test_m4_keeps_extremes_and_respects_the_budget():
+    rng = np.random.default_rng(1)
+    total = np.cumsum(rng.normal(size=100_000))
+    total[73_210] = total.max() + 50  # a lone spike
+    total[12_345] = total.min() - 50  # a lone dip
+    keep = dd.m4_indices(total, 4000)
+    assert len(keep) <= 4000 + 1
+    assert 73_210 in keep and 12_345 in keep
+    assert keep[0] == 0 and keep[-1] == len(total) - 1
+    assert np.all(np.diff(keep) > 0)
+    # every bucket's own max and min survive
+    edges = np.linspace(0, len(total), 1000 + 1).astype(int)
+    for s, e in zip(edges[:-1], edges[1:], strict=True):
+        assert s + int(np.argmax(total[s:e])) in keep
+        assert s + int(np.argmin(total[s:e])) in keep
+    assert np.array_equal(dd.m4_indices(total[:50], 4000), np.arange(50))
+
+
+def test_timeline_points_are_exact_states_and_keep_the_peak(prof):
+    device = "cpu"
+    full = dd.timeline(prof, device, dd.frame(prof))
+    thin = dd.timeline(prof, device, dd.frame(prof), budget=40)
+    assert full.points_in == thin.points_in > 40
+    assert len(thin.columns["t"]) <= 40 + 3  # + the capture's start and end
+    # the peak is kept exactly, and is the analysis' peak
+    pk = prof.peak(device)
+    assert thin.peak_bytes == pk.attrs["peak_bytes"] == int(np.max(thin.columns["total"]))
+    assert int(np.max(full.columns["total"])) == pk.attrs["peak_bytes"]
+    # every drawn point is the true state of the tables at that time
+    start = dd.frame(prof).start_ns
+    for k in range(1, len(thin.columns["t"]) - 1):
+        t_ns = start + round(thin.columns["t"][k] * 1e6)
+        # times went through ms floats: find the exact event time nearest to it
+        times = prof.timeline["time_ns"].to_numpy()
+        t_ns = int(times[np.argmin(np.abs(times - t_ns))])
+        truth = _state_at(prof, device, t_ns)
+        for c in thin.categories:
+            assert thin.columns[f"b_{c}"][k] == truth.get(c, 0), (k, c)
+
+
+def test_allocations_budget_summarises_the_small_blocks(prof):
+    a = prof.allocations
+    sel = dd.select_allocations(prof, budget=10)
+    assert sel.total == len(a)
+    # the 10 largest, largest first (plus blocks live at the peak, at most budget // 4)
+    assert 10 <= len(sel.frame) <= 12
+    sizes = sel.frame["size_bytes"].to_numpy()
+    assert list(sizes[:10]) == sorted(a["size_bytes"], reverse=True)[:10]
+    # nothing is lost: listed + summarised == everything, per (device, category)
+    assert sel.summarised["count"].sum() + len(sel.frame) == len(a)
+    assert sel.summarised["size_bytes"].sum() + sizes.sum() == a["size_bytes"].sum()
+    ops = dd.select_ops(prof, dd.frame(prof), set())
+    cols = dd.allocation_columns(prof, sel, ops, dd.frame(prof))
+    n = len(sel.frame)
+    assert cols["summary"][n:] == [True] * len(sel.summarised)
+    assert all("smaller blocks, summarised" in s for s in cols["name"][n:])
+
+
+def test_ops_budget_keeps_a_tree_and_counts_what_was_left_out(prof):
+    fr = dd.frame(prof)
+    must = {int(prof.allocations["alloc_op_id"].dropna().iloc[-1])}
+    ops = dd.select_ops(prof, fr, must, budget=60)
+    shown = set(ops.columns["op_id"].tolist())
+    assert ops.total == len(prof.ops)
+    assert ops.left_out == len(prof.ops) - len(shown) > 0
+    assert must <= shown
+    parent = prof.ops.set_index("op_id")["parent_id"]
+    for op_id in shown:  # every shown op's parent is shown: still a tree
+        p = parent[op_id]
+        assert pd.isna(p) or int(p) in shown
+    longest = prof.ops.assign(d=prof.ops["end_ns"] - prof.ops["start_ns"]).nlargest(5, "d")
+    assert set(longest["op_id"]) <= shown
+
+
+# --- the built views ---------------------------------------------------------------------------
+def test_sources_follow_the_tables(prof):
+    built = build(prof)
+    a = built.allocs.data
+    listed = [i for i, s in zip(a["alloc_id"], a["summary"], strict=True) if not s]
+    by_size = prof.allocations.sort_values(["size_bytes", "alloc_id"], ascending=[False, True])
+    assert listed == by_size["alloc_id"].tolist()  # small capture: every block, largest first
+    # lineage embedded per block is exactly prof.lineage(alloc_id)
+    for row in (0, len(listed) // 2, len(listed) - 1):
+        aid = int(a["alloc_id"][row])
+        want = prof.lineage(aid)
+        s, e = int(a["lin0"][row]), int(a["lin1"][row])
+        assert e - s == len(want)
+        got = dd.decode_lineage(built.lineage_all.data, built.lineage_pool, s, e)
+        assert got["op_name"] == ["" if pd.isna(v) else v for v in want["op_name"].astype(object)]
+        assert got["relation"] == want["relation"].astype(str).tolist()
+        assert got["module"] == ["" if pd.isna(v) else v for v in want["module"].astype(object)]
+    # flows link shown forward ops to their backward ops
+    f = built.layout.select_one({"name": "memprof-flows"}).data
+    o = built.ops.data
+    assert len(f["fi"]) == len(prof.flows) > 0
+    for fi, bi in zip(f["fi"], f["bi"], strict=True):
+        assert o["phase"][bi] == "backward"
+        assert o["phase"][fi] != "backward"
+    # times are ms since the capture start
+    start = prof.meta["start_ns"]
+    first = prof.ops.sort_values("start_ns").iloc[0]
+    assert o["left"][0] == pytest.approx((first["start_ns"] - start) / 1e6)
+
+
+def test_views_carry_their_css_classes(prof):
+    layout = build(prof).layout
+    classes = {c for m in layout.references() for c in getattr(m, "css_classes", []) or []}
+    assert {
+        "memprof-timeline",
+        "memprof-optree",
+        "memprof-allocations",
+        "memprof-lineage",
+    } <= classes
+    from bokeh.models import DataTable
+
+    allocs = next(
+        m
+        for m in layout.references()
+        if "memprof-allocations" in (getattr(m, "css_classes", None) or [])
+    )
+    assert any(isinstance(m, DataTable) for m in allocs.references())
+    assert layout.select_one({"name": "memprof-header"}) is not None
+    assert build(prof, header=False).layout.select_one({"name": "memprof-header"}) is None
+
+
+def test_device_and_category_filters(prof):
+    built = build(prof, device="cpu", categories=["parameter", "gradient"])
+    cats = set(built.allocs.data["category"])
+    assert cats <= {"parameter", "gradient"} and "parameter" in cats
+    n_param = int((prof.allocations["category"].astype(object) == "parameter").sum())
+    assert built.allocs.data["category"].count("parameter") == n_param
+
+
+def test_one_timeline_per_device(prof):
+    # a second device: the same capture's blocks again under "cuda:0" (this machine has no
+    # GPU; the views only care about the device column)
+    def twice(df):
+        other = df.assign(device=df["device"].astype(object).replace({"cpu": "cuda:0"}))
+        both = pd.concat([df.assign(device=df["device"].astype(object)), other])
+        return both.astype({"device": "category"}).reset_index(drop=True)
+
+    allocs = twice(prof.allocations)
+    allocs["alloc_id"] = np.arange(len(allocs))
+    two = Profile(
+        **{**prof.tables, "allocations": allocs, "timeline": twice(prof.timeline)},
+        meta=prof.meta,
+    )
+    assert dd.devices(two) == ["cpu", "cuda:0"]
+    layout = build(two).layout
+    names = {m.name for m in layout.references() if m.name}
+    assert {"memprof-timeline-cpu", "memprof-timeline-cuda:0"} <= names
+    cpu = build(two, device="cuda:0")
+    assert set(cpu.allocs.data["device"]) == {"cuda:0"}
+    assert "memprof-timeline-cpu" not in {m.name for m in cpu.layout.references() if m.name}
+
+
+def test_write_html_is_standalone_and_small(prof, tmp_path):
+    path = write_html(prof, tmp_path / "dash.html")
+    text = open(path, encoding="utf-8").read()
+    assert len(text.encode()) < 2_000_000
+    # no network: no external scripts or stylesheets, BokehJS inlined (compressed)
+    assert not re.search(r"<script[^>]+src=", text)
+    assert not re.search(r"<link[^>]+href=", text)
+    assert "cdn.bokeh.org" not in text
+    blob = re.search(r'id="memprof-bokehjs">([^<]+)<', text).group(1)
+    js = gzip.decompress(base64.b64decode(blob)).decode()
+    import bokeh
+
+    assert f'"{bokeh.__version__}"' in js or bokeh.__version__ in js
+    doc = gzip.decompress(base64.b64decode(re.search(r'id="memprof-doc">([^<]+)<', text).group(1)))
+    docs = json.loads(doc)
+    assert docs and "memprof-timeline" in doc.decode()
+    # the HTML label only ever appears escaped in the page itself
+    assert LABEL not in text
+
+
+def test_empty_profile_still_builds(tmp_path):
+    empty = Profile.empty(label="nothing")
+    built = build(empty)
+    assert built.allocs.data["alloc_id"] == []
+    assert write_html(empty, tmp_path / "empty.html")
+
+
+def test_widget_controls_and_lineage_to_variable(prof, ipython_shell):
+    import ipywidgets
+
+    shell = ipython_shell
+    w = prof.show()
+    assert isinstance(w, ipywidgets.Widget)
+    assert w.selected_alloc_id is None
+    assert w.lineage_to_variable("blk") is None  # nothing clicked yet: says so
+    assert "Click one block" in w._status.value
+    # what a click in the browser syncs back: one selected row of the allocations source
+    row = 3
+    w._built.allocs.selected.indices = [row]
+    aid = int(w._built.allocs.data["alloc_id"][row])
+    assert w.selected_alloc_id == aid
+    df = w.lineage_to_variable("blk")
+    pd.testing.assert_frame_equal(shell.user_ns["blk"], prof.lineage(aid))
+    pd.testing.assert_frame_equal(df, prof.lineage(aid))
+    assert w.lineage_to_variable("not a name") is None
+    # device and category controls rebuild the views
+    w._categories.value = ("parameter",)
+    assert set(w._built.allocs.data["category"]) == {"parameter"}
+    w._device.value = "cpu"
+    assert set(w._built.allocs.data["device"]) == {"cpu"}
