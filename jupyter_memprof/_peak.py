@@ -103,7 +103,9 @@ def peak(tables: dict[str, pd.DataFrame], device: str | None = None) -> pd.DataF
 _GROUPS = {"category": "category", "module": "module", "op": "op_name", "name": "name"}
 
 
-def peak_by(tables: dict[str, pd.DataFrame], by: str = "category", device: str | None = None) -> pd.Series:
+def peak_by(
+    tables: dict[str, pd.DataFrame], by: str = "category", device: str | None = None
+) -> pd.Series:
     """Bytes live at the peak, grouped; blocks with no value for ``by`` count under "(none)"."""
     if by not in _GROUPS:
         raise ValueError(f"peak_by(by={by!r}): choose one of {sorted(_GROUPS)}")
