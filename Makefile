@@ -39,9 +39,18 @@ chromium:
 	    echo "chromium is missing: run 'sudo apt-get install -y chromium' (browser tests are skipped without it)"; \
 	  fi; }
 
-demo: setup
+# JupyterLab on the quickstart: the printed URL opens the notebook itself. No news feed or
+# update check (they would reach for the internet).
+demo: setup $(VENV)/share/jupyter/lab/settings/overrides.json
 	@echo "Starting JupyterLab on notebooks/quickstart.ipynb; open the http://127.0.0.1 URL printed below."
-	$(BIN)/jupyter lab notebooks/quickstart.ipynb --ip 127.0.0.1 --no-browser $(ROOT_FLAG)
+	$(BIN)/jupyter lab --ServerApp.root_dir=notebooks --ServerApp.ip=127.0.0.1 --no-browser \
+	  --LabApp.default_url=/lab/tree/quickstart.ipynb --LabApp.news_url=None \
+	  --LabApp.check_for_updates_class=jupyterlab.handlers.announcements.NeverCheckForUpdate $(ROOT_FLAG)
+
+# This venv's JupyterLab never asks to fetch news or check for updates (no internet here).
+$(VENV)/share/jupyter/lab/settings/overrides.json: $(STAMP)
+	@mkdir -p $(@D)
+	@echo '{"@jupyterlab/apputils-extension:notification": {"fetchNews": "false", "checkForUpdates": false}}' > $@
 
 lint: setup
 	$(BIN)/ruff check jupyter_memprof tests benchmarks
