@@ -12,6 +12,7 @@ that come and go, such as ``forward_tid``).
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import sysconfig
@@ -184,12 +185,16 @@ def _type_fits(value, schema_type) -> bool:
 
 
 # -- user frames -----------------------------------------------------------------------
+@functools.cache
 def _library_prefixes() -> tuple[str, ...]:
     paths = {sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")}
     paths.add(os.path.dirname(torch.__file__))
     paths.add(os.path.dirname(os.path.abspath(__file__)))
     paths.update(p for p in sys.path if p.endswith(("site-packages", "dist-packages")))
     return tuple(sorted(p.rstrip(os.sep) + os.sep for p in paths if p))
+
+
+_USER_FILES: dict[str, bool] = {}
 
 
 class FrameNamer:
@@ -203,7 +208,7 @@ class FrameNamer:
     def __init__(self, cell_names: Callable[[str], str | None] | None = None):
         self._prefixes = _library_prefixes()
         self._cell_names = cell_names
-        self._is_user: dict[str, bool] = {}
+        self._is_user = _USER_FILES  # a file's kind does not change between captures
         self._labels: dict[tuple[str, int, str], str] = {}
 
     def is_user(self, filename: str) -> bool:
