@@ -24,8 +24,7 @@ import warnings
 
 import torch
 
-from jupyter_memprof._capture import _quiet_stderr, build_tables
-from jupyter_memprof._live import ModuleHooks, SessionNames
+from jupyter_memprof._capture import Recorder, build_tables
 
 warnings.filterwarnings("ignore", category=FutureWarning)
 
@@ -40,6 +39,7 @@ def make_model(blocks: int = 64, width: int = 64):
 
 
 def capture(steps: int):
+    """Capture ``steps`` Adam steps exactly as ``profile()`` does; keep torch's raw result."""
     model, opt, x = make_model()
     ns = {"model": model, "opt": opt, "x": x}
 
@@ -49,25 +49,13 @@ def capture(steps: int):
         opt.step()
 
     step()  # warm-up: optimizer state exists, as in a real training loop
-    start_rows = SessionNames(ns, None).rows("start")
-    hooks = ModuleHooks()
-    tp = torch.profiler.profile(
-        activities=[torch.profiler.ProfilerActivity.CPU],
-        profile_memory=True,
-        record_shapes=True,
-        with_stack=True,
-    )
-    with _quiet_stderr():
-        tp.__enter__()
-    hooks.install()
+    recorder = Recorder(["cpu"], with_stack=True, namespace=lambda: ns)
+    recorder.start()
     for _ in range(steps):
         step()
-    hooks.remove()
-    with _quiet_stderr():
-        tp.__exit__(None, None, None)
-    names = SessionNames(ns, hooks)
-    rows = [*start_rows, *names.rows("end")]
-    return tp.profiler.kineto_results, names, rows
+    recorder.stop()
+    names, rows = recorder.session_names()
+    return recorder.kineto_results, names, rows
 
 
 def floor_walk(results) -> int:

@@ -26,37 +26,22 @@ sys.path.insert(0, os.path.dirname(__file__))
 
 from scenarios import SCENARIOS
 
-from jupyter_memprof._capture import _quiet_stderr, build_tables
-from jupyter_memprof._live import ModuleHooks, SessionNames
+from jupyter_memprof._capture import Recorder
 from jupyter_memprof._result import Profile
 
 warnings.filterwarnings("ignore", category=FutureWarning)
 
 
 def capture(make):
+    """One warm-up step, then one step captured exactly as ``profile()`` does."""
     ns, step = make()
     step()
-    start_rows = SessionNames(ns, None).rows("start")
-    hooks = ModuleHooks()
-    tp = torch.profiler.profile(
-        activities=[torch.profiler.ProfilerActivity.CPU],
-        profile_memory=True,
-        record_shapes=True,
-        with_stack=True,
-    )
-    with _quiet_stderr():
-        tp.__enter__()
-    hooks.install()
+    recorder = Recorder(["cpu"], with_stack=True, namespace=lambda: ns)
+    recorder.start()
     step()
-    hooks.remove()
-    with _quiet_stderr():
-        tp.__exit__(None, None, None)
-    names = SessionNames(ns, hooks)
-    results = tp.profiler.kineto_results
-    tables, meta = build_tables(
-        results, names=names, name_rows=[*start_rows, *names.rows("end")], devices=["cpu"]
-    )
-    return Profile(**tables, meta=meta), results
+    recorder.stop()
+    tables, meta = recorder.tables()
+    return Profile(**tables, meta=meta), recorder.kineto_results
 
 
 def unknown_over_time(timeline: pd.DataFrame, unknown_label="unknown") -> float:

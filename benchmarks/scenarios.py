@@ -13,6 +13,17 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 
+def classification_step(model, opt, x, y):
+    """One optimizer step of a classifier: zero the gradients, cross-entropy, backward, step."""
+
+    def step():
+        opt.zero_grad()
+        F.cross_entropy(model(x), y).backward()
+        opt.step()
+
+    return step
+
+
 def mlp_adam():
     torch.manual_seed(0)
     model = nn.Sequential(
@@ -21,12 +32,7 @@ def mlp_adam():
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     x, y = torch.randn(64, 256), torch.randint(0, 10, (64,))
 
-    def step():
-        opt.zero_grad()
-        F.cross_entropy(model(x), y).backward()
-        opt.step()
-
-    return {"model": model, "opt": opt, "x": x, "y": y}, step
+    return {"model": model, "opt": opt, "x": x, "y": y}, classification_step(model, opt, x, y)
 
 
 class SmallCNN(nn.Module):
@@ -52,12 +58,7 @@ def cnn_sgd():
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     x, y = torch.randn(16, 3, 32, 32), torch.randint(0, 10, (16,))
 
-    def step():
-        opt.zero_grad()
-        F.cross_entropy(model(x), y).backward()
-        opt.step()
-
-    return {"model": model, "opt": opt, "x": x, "y": y}, step
+    return {"model": model, "opt": opt, "x": x, "y": y}, classification_step(model, opt, x, y)
 
 
 def transformer_adamw():
@@ -96,12 +97,7 @@ def checkpointing_sgd():
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     x, y = torch.randn(64, 256), torch.randint(0, 10, (64,))
 
-    def step():
-        opt.zero_grad()
-        F.cross_entropy(model(x), y).backward()
-        opt.step()
-
-    return {"model": model, "opt": opt, "x": x, "y": y}, step
+    return {"model": model, "opt": opt, "x": x, "y": y}, classification_step(model, opt, x, y)
 
 
 def bare_parameters_rmsprop():
@@ -142,12 +138,7 @@ def inplace_views_sgd():
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     x, y = torch.randn(32, 128), torch.randint(0, 10, (32,))
 
-    def step():
-        opt.zero_grad()
-        F.cross_entropy(model(x), y).backward()
-        opt.step()
-
-    return {"model": model, "opt": opt, "x": x, "y": y}, step
+    return {"model": model, "opt": opt, "x": x, "y": y}, classification_step(model, opt, x, y)
 
 
 class Bag(nn.Module):
@@ -166,12 +157,9 @@ def embedding_adagrad():
     opt = torch.optim.Adagrad(model.parameters(), lr=0.01)
     tokens, y = torch.randint(0, 5000, (32, 20)), torch.randint(0, 2, (32,))
 
-    def step():
-        opt.zero_grad()
-        F.cross_entropy(model(tokens), y).backward()
-        opt.step()
-
-    return {"model": model, "opt": opt, "tokens": tokens, "y": y}, step
+    return {"model": model, "opt": opt, "tokens": tokens, "y": y}, classification_step(
+        model, opt, tokens, y
+    )
 
 
 SCENARIOS = {

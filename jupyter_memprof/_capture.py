@@ -113,7 +113,89 @@ def _cell_namer():
     return name
 
 
-class profile(contextlib.AbstractContextManager):
+class Recorder:
+    """Starts and stops everything a capture records: torch's profiler and the module hooks,
+    plus the names the live session gives tensors before and after.
+
+    ``profile()`` is built on it; so are the benchmarks, which need torch's raw result.
+    """
+
+    def __init__(self, devices: list[str], with_stack: bool, namespace: Callable[[], dict]):
+        self.devices = devices
+        self.with_stack = with_stack
+        self._namespace = namespace
+        self._torch_profiler = None
+        self.hooks: ModuleHooks | None = None
+        self.start_rows: list = []
+        self.stop_s = 0.0
+
+    def start(self) -> None:
+        from . import _torch_events
+
+        _torch_events.prepare()
+        if _torch_events.profiler_running():
+            raise CaptureError(
+                "a torch profiler is already running: finish its `with` block (or call its "
+                "stop()) before profiling memory here"
+            )
+        self.start_rows = SessionNames(self._namespace(), None).rows("start")
+        activities = [torch.profiler.ProfilerActivity.CPU]
+        if any(d.startswith("cuda") for d in self.devices):
+            activities.append(torch.profiler.ProfilerActivity.CUDA)
+        tp = torch.profiler.profile(
+            activities=activities,
+            profile_memory=True,
+            record_shapes=True,
+            with_stack=self.with_stack,
+        )
+        burner = torch.empty(1)
+        with _quiet_stderr():
+            tp.__enter__()
+            # torch warns once per process, on file descriptor 2, when a block allocated
+            # before the capture is freed inside it. Spend that warning here, silently.
+            del burner
+        self._torch_profiler = tp
+        self.hooks = ModuleHooks()
+        self.hooks.install()
+
+    def stop(self) -> None:
+        """Always stops the profiler and removes the hooks, whatever happened before."""
+        try:
+            if self.hooks is not None:
+                self.hooks.remove()
+        finally:
+            t = time.perf_counter()
+            with _quiet_stderr():
+                self._torch_profiler.__exit__(None, None, None)
+            self.stop_s = time.perf_counter() - t
+
+    @property
+    def kineto_results(self):
+        return self._torch_profiler.profiler.kineto_results
+
+    def session_names(self) -> tuple[SessionNames, list]:
+        """Names as the session knows them now, and every name row (start and end)."""
+        names = SessionNames(self._namespace(), self.hooks)
+        return names, [*self.start_rows, *names.rows("end")]
+
+    def tables(self, progress: Progress | None = None) -> tuple[dict, dict]:
+        names, rows = self.session_names()
+        return build_tables(
+            self.kineto_results,
+            names=names,
+            name_rows=rows,
+            devices=self.devices,
+            progress=progress,
+        )
+
+    def release(self) -> None:
+        """Let go of torch's raw result (it can be large)."""
+        if self._torch_profiler is not None:
+            self._torch_profiler.profiler = None
+        self._torch_profiler = None
+
+
+class profile(contextlib.AbstractContextManager):  # lower case: reads like a function
     """Profile the memory of a block of PyTorch code.
 
     ``with jupyter_memprof.profile() as prof: ...`` returns a :class:`Profile` that is filled
@@ -152,8 +234,7 @@ class profile(contextlib.AbstractContextManager):
         self._namespace = namespace
         self._frame = None if namespace is not None else sys._getframe(1)
         self._profile: Profile | None = None
-        self._torch_profiler = None
-        self._hooks: ModuleHooks | None = None
+        self._recorder: Recorder | None = None
 
     def _names(self) -> dict:
         if self._namespace is not None:
@@ -165,69 +246,38 @@ class profile(contextlib.AbstractContextManager):
         return ns
 
     def __enter__(self) -> Profile:
-        from . import _torch_events
-
-        _torch_events.prepare()
-        if _torch_events.profiler_running():
-            raise CaptureError(
-                "a torch profiler is already running: finish its `with` block (or call its "
-                "stop()) before profiling memory here"
-            )
-        self._start_names = SessionNames(self._names(), None).rows("start")
+        recorder = Recorder(self.devices, self.with_stack, self._names)
+        recorder.start()
+        self._recorder = recorder
         self._profile = Profile.empty(label=self.label, devices=self.devices)
-        activities = [torch.profiler.ProfilerActivity.CPU]
-        if any(d.startswith("cuda") for d in self.devices):
-            activities.append(torch.profiler.ProfilerActivity.CUDA)
-        tp = torch.profiler.profile(
-            activities=activities,
-            profile_memory=True,
-            record_shapes=True,
-            with_stack=self.with_stack,
-        )
-        self._hooks = ModuleHooks()
-        burner = torch.empty(1)  # see below
-        with _quiet_stderr():
-            tp.__enter__()
-            # torch warns once per process, on file descriptor 2, when a block allocated
-            # before the capture is freed inside it. Spend that warning here, silently.
-            del burner
-        self._torch_profiler = tp
-        self._hooks.install()
         self._t0 = time.perf_counter()
         self._start_ns = time.time_ns()
         return self._profile
 
     def __exit__(self, exc_type, exc, tb) -> bool:
         wall_s = time.perf_counter() - self._t0
-        tp, self._torch_profiler = self._torch_profiler, None
-        hooks, self._hooks = self._hooks, None
-        try:
-            hooks.remove()
-        finally:
-            t = time.perf_counter()
-            with _quiet_stderr():
-                tp.__exit__(None, None, None)
-            stop_s = time.perf_counter() - t
+        recorder, self._recorder = self._recorder, None
+        recorder.stop()
         prof = self._profile
         error = None
         if exc_type is not None:
             error = f"{exc_type.__name__}: {exc}" if str(exc) else exc_type.__name__
         try:
-            names = SessionNames(self._names(), hooks)
-            end_names = names.rows("end")
-            self._build(prof, tp, names, end_names)
+            tables, meta = recorder.tables(self.progress)
+            for key, df in tables.items():
+                setattr(prof, key, df)
+            prof.meta.update(meta)
         except Exception as build_error:  # never mask the user's own exception
             if exc_type is None:
                 raise
             prof.meta["analysis_error"] = repr(build_error)
         finally:
             self._frame = None
-            tp.profiler = None  # release torch's raw result
-            del tp
+            recorder.release()
         prof.meta.update(
             label=self.label,
             wall_s=wall_s,
-            stop_s=stop_s,
+            stop_s=recorder.stop_s,
             devices=self.devices,
             torch_version=torch.__version__,
             with_stack=self.with_stack,
@@ -236,18 +286,6 @@ class profile(contextlib.AbstractContextManager):
         )
         _session.add(prof)
         return False  # never swallow the exception
-
-    def _build(self, prof: Profile, tp, names: SessionNames, end_names) -> None:
-        tables, meta = build_tables(
-            tp.profiler.kineto_results,
-            names=names,
-            name_rows=[*self._start_names, *end_names],
-            devices=self.devices,
-            progress=self.progress,
-        )
-        for key, df in tables.items():
-            setattr(prof, key, df)
-        prof.meta.update(meta)
 
 
 def build_tables(

@@ -3,17 +3,12 @@ training step (and JupyterLab runs the magic), clicks, hovers, drags and reads."
 
 from __future__ import annotations
 
-import json
 import os
 import re
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
 
 import pytest
 from _browser import chromium_page, screenshot
+from _jupyterlab import jupyterlab, write_notebook
 from test_dashboard import LABEL, training_step_profile
 
 pytestmark = pytest.mark.browser
@@ -335,64 +330,9 @@ NOTEBOOK_CELLS = [
 ]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _api(base: str, path: str, method: str = "GET"):
-    req = urllib.request.Request(base + path, method=method)
-    with urllib.request.urlopen(req, timeout=10) as r:
-        body = r.read()
-    return json.loads(body) if body else None
-
-
-@pytest.mark.slow
 def test_dashboard_renders_in_jupyterlab_from_the_magic(tmp_path):
-    nb = {
-        "cells": [
-            {
-                "cell_type": "code",
-                "metadata": {},
-                "source": src,
-                "outputs": [],
-                "execution_count": None,
-            }
-            for src in NOTEBOOK_CELLS
-        ],
-        "metadata": {
-            "kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}
-        },
-        "nbformat": 4,
-        "nbformat_minor": 5,
-    }
-    (tmp_path / "dash.ipynb").write_text(json.dumps(nb))
-    news = tmp_path / "settings" / "@jupyterlab" / "apputils-extension"
-    news.mkdir(parents=True)
-    (news / "notification.jupyterlab-settings").write_text('{"fetchNews": "false"}')
-    port = _free_port()
-    base = f"http://127.0.0.1:{port}"
-    cmd = [
-        sys.executable, "-m", "jupyter", "lab", "--no-browser", "--ip=127.0.0.1", f"--port={port}",
-        "--ServerApp.token=", "--ServerApp.password=", f"--ServerApp.root_dir={tmp_path}",
-        f"--LabApp.user_settings_dir={tmp_path / 'settings'}",
-        f"--LabApp.workspaces_dir={tmp_path / 'workspaces'}",
-        "--LabApp.expose_app_in_browser=True",
-    ]  # fmt: skip
-    if os.geteuid() == 0:
-        cmd.append("--allow-root")
-    server = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.time() + 60
-        while True:
-            try:
-                _api(base, "/api/status")
-                break
-            except OSError:
-                if time.time() > deadline or server.poll() is not None:
-                    pytest.fail("JupyterLab did not start")
-                time.sleep(0.5)
+    write_notebook(tmp_path / "dash.ipynb", NOTEBOOK_CELLS)
+    with jupyterlab(tmp_path) as base:
         with chromium_page(viewport=(1400, 1000)) as page:
             page.goto(f"{base}/lab/tree/dash.ipynb?reset")
             page.wait_for_function(
@@ -416,14 +356,3 @@ def test_dashboard_renders_in_jupyterlab_from_the_magic(tmp_path):
             page.get_by_role("button", name="Lineage to variable").click()
             page.get_by_text(re.compile(r"rows\) is now in")).wait_for(timeout=20_000)
             screenshot(page, "dashboard-jupyterlab.png")
-    finally:
-        try:
-            for k in _api(base, "/api/kernels") or []:
-                _api(base, f"/api/kernels/{k['id']}", method="DELETE")
-        except OSError:
-            pass
-        server.terminate()
-        try:
-            server.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            server.kill()

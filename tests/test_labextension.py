@@ -8,17 +8,14 @@ import os
 import pathlib
 import re
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
-from contextlib import contextmanager
 
 import pytest
 from _browser import ARTIFACTS, chromium_page, chromium_path, screenshot
+from _jupyterlab import jupyterlab, write_notebook
 
 import jupyter_memprof
 from jupyter_memprof._summary import format_bytes
@@ -90,87 +87,7 @@ COMMAND_CELL = "import torch\nw = torch.ones(256, 256) * 2"
 
 
 def _notebook(path: pathlib.Path) -> None:
-    cells = [
-        {"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [], "source": s}
-        for s in CELLS
-    ]
-    nb = {
-        "cells": cells,
-        "metadata": {
-            "kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"}
-        },
-        "nbformat": 4,
-        "nbformat_minor": 5,
-    }
-    path.write_text(json.dumps(nb))
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _get(url: str):
-    with urllib.request.urlopen(url, timeout=5) as r:
-        return json.loads(r.read() or b"null")
-
-
-@contextmanager
-def _jupyterlab(root: pathlib.Path):
-    """A token-less JupyterLab on 127.0.0.1 with fresh settings and workspaces."""
-    port = _free_port()
-    base = f"http://127.0.0.1:{port}"
-    env = dict(os.environ, OMP_NUM_THREADS="1", IPYTHONDIR=str(root / ".ipython"))
-    cmd = [
-        str(BIN / "jupyter"),
-        "lab",
-        "--no-browser",
-        "--ip=127.0.0.1",
-        f"--port={port}",
-        "--ServerApp.port_retries=0",
-        "--ServerApp.token=",
-        "--ServerApp.password=",
-        f"--ServerApp.root_dir={root}",
-        f"--LabApp.user_settings_dir={root / '.settings'}",
-        f"--LabApp.workspaces_dir={root / '.workspaces'}",
-        "--LabApp.expose_app_in_browser=True",
-    ]
-    if os.getuid() == 0:
-        cmd.append("--allow-root")
-    # No "get notified about Jupyter news?" toast over the page (and no request for news).
-    notification = root / ".settings" / "@jupyterlab" / "apputils-extension"
-    notification.mkdir(parents=True)
-    (notification / "notification.jupyterlab-settings").write_text('{"fetchNews": "false"}')
-    log = open(root / "server.log", "w")
-    server = subprocess.Popen(cmd, cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT)
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                _get(f"{base}/api/status")
-                break
-            except OSError:
-                if server.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(
-                        "JupyterLab did not start:\n" + (root / "server.log").read_text()
-                    ) from None
-                time.sleep(0.25)
-        yield base
-    finally:
-        try:
-            for kernel in _get(f"{base}/api/kernels") or []:
-                req = urllib.request.Request(f"{base}/api/kernels/{kernel['id']}", method="DELETE")
-                urllib.request.urlopen(req, timeout=10).close()
-        except OSError:
-            pass
-        server.send_signal(signal.SIGINT)
-        try:
-            server.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
-        log.close()
+    write_notebook(path, CELLS)
 
 
 def _entries(page) -> list[dict]:
@@ -200,7 +117,7 @@ def test_memory_profiles_panel_lists_opens_releases_and_follows_restarts():
     with tempfile.TemporaryDirectory() as tmp:
         root = pathlib.Path(tmp)
         _notebook(root / "panel.ipynb")
-        with _jupyterlab(root) as base, chromium_page() as page:
+        with jupyterlab(root) as base, chromium_page() as page:
             try:
                 _drive(page, base)
             except Exception:

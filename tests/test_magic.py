@@ -2,17 +2,10 @@
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import signal
-import socket
-import subprocess
-import sys
 import time
-import urllib.request
-from contextlib import contextmanager
-from pathlib import Path
 
 import pytest
 import torch
@@ -477,68 +470,14 @@ LAB_CELLS = [
 ]
 
 
-@contextmanager
-def jupyterlab(root: Path):
-    """A token-less JupyterLab on a free local port, with fresh settings."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    base = f"http://127.0.0.1:{port}"
-    cmd = [
-        str(Path(sys.executable).parent / "jupyter"),
-        "lab",
-        "--no-browser",
-        "--ip=127.0.0.1",
-        f"--port={port}",
-        "--ServerApp.port_retries=0",
-        "--ServerApp.token=",
-        "--ServerApp.password=",
-        f"--ServerApp.root_dir={root}",
-        f"--LabApp.user_settings_dir={root / '.settings'}",
-        f"--LabApp.workspaces_dir={root / '.workspaces'}",
-        "--LabApp.expose_app_in_browser=True",
-    ]
-    if os.getuid() == 0:
-        cmd.append("--allow-root")
-    news = root / ".settings" / "@jupyterlab" / "apputils-extension"
-    news.mkdir(parents=True)
-    (news / "notification.jupyterlab-settings").write_text('{"fetchNews": "false"}')
-    env = dict(os.environ, IPYTHONDIR=str(root / ".ipython"), OMP_NUM_THREADS="1")
-    with open(root / "server.log", "w") as log:
-        server = subprocess.Popen(cmd, cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT)
-        try:
-            deadline = time.monotonic() + 60
-            while True:
-                try:
-                    urllib.request.urlopen(f"{base}/api/status", timeout=5).close()
-                    break
-                except OSError:
-                    if server.poll() is not None or time.monotonic() > deadline:
-                        raise RuntimeError((root / "server.log").read_text()) from None
-                    time.sleep(0.25)
-            yield base
-        finally:
-            server.send_signal(signal.SIGINT)  # asks JupyterLab to shut its kernels down
-            try:
-                server.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                server.kill()
-                server.wait()
-
-
 @pytest.mark.browser
 @pytest.mark.slow
 def test_in_jupyterlab_summary_traceback_and_progress(tmp_path):
     from _browser import chromium_page, chromium_path, screenshot
+    from _jupyterlab import jupyterlab, write_notebook
 
     chromium_path()
-    cells = [
-        {"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [], "source": c}
-        for c in LAB_CELLS
-    ]
-    kernelspec = {"display_name": "Python 3", "language": "python", "name": "python3"}
-    notebook = {"cells": cells, "metadata": {"kernelspec": kernelspec}, "nbformat": 4}
-    (tmp_path / "magic.ipynb").write_text(json.dumps({**notebook, "nbformat_minor": 5}))
+    write_notebook(tmp_path / "magic.ipynb", LAB_CELLS)
     app = "window.jupyterapp"
     with jupyterlab(tmp_path) as base, chromium_page() as page:
         try:

@@ -1,0 +1,108 @@
+"""A real JupyterLab server for browser tests: token-less, on a free 127.0.0.1 port, with
+fresh settings and workspaces, no news prompt, and every kernel shut down afterwards."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from contextlib import contextmanager
+
+BIN = pathlib.Path(sys.executable).parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def api(base: str, path: str, method: str = "GET"):
+    """Call the server's REST API; returns the decoded JSON (None for an empty body)."""
+    req = urllib.request.Request(f"{base}{path}", method=method)
+    with urllib.request.urlopen(req, timeout=10) as r:
+        return json.loads(r.read() or b"null")
+
+
+def write_notebook(path: pathlib.Path, cells: list[str]) -> None:
+    """A notebook of code cells, with the project's Python kernel."""
+    nb = {
+        "cells": [
+            {
+                "cell_type": "code",
+                "metadata": {},
+                "source": src,
+                "outputs": [],
+                "execution_count": None,
+            }
+            for src in cells
+        ],
+        "metadata": {
+            "kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"}
+        },
+        "nbformat": 4,
+        "nbformat_minor": 5,
+    }
+    path.write_text(json.dumps(nb))
+
+
+@contextmanager
+def jupyterlab(root: pathlib.Path):
+    """Serve ``root``; yields the base URL. The server log is ``root/server.log``."""
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    env = dict(os.environ, OMP_NUM_THREADS="1", IPYTHONDIR=str(root / ".ipython"))
+    cmd = [
+        str(BIN / "jupyter"),
+        "lab",
+        "--no-browser",
+        "--ip=127.0.0.1",
+        f"--port={port}",
+        "--ServerApp.port_retries=0",
+        "--ServerApp.token=",
+        "--ServerApp.password=",
+        f"--ServerApp.root_dir={root}",
+        f"--LabApp.user_settings_dir={root / '.settings'}",
+        f"--LabApp.workspaces_dir={root / '.workspaces'}",
+        "--LabApp.expose_app_in_browser=True",
+        "--LabApp.news_url=None",
+    ]
+    if os.getuid() == 0:
+        cmd.append("--allow-root")
+    # No "get notified about Jupyter news?" toast over the page.
+    notification = root / ".settings" / "@jupyterlab" / "apputils-extension"
+    notification.mkdir(parents=True)
+    (notification / "notification.jupyterlab-settings").write_text('{"fetchNews": "false"}')
+    with open(root / "server.log", "w") as log:
+        server = subprocess.Popen(cmd, cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            deadline = time.monotonic() + 60
+            while True:
+                try:
+                    api(base, "/api/status")
+                    break
+                except OSError:
+                    if server.poll() is not None or time.monotonic() > deadline:
+                        raise RuntimeError(
+                            "JupyterLab did not start:\n" + (root / "server.log").read_text()
+                        ) from None
+                    time.sleep(0.25)
+            yield base
+        finally:
+            try:
+                for kernel in api(base, "/api/kernels") or []:
+                    api(base, f"/api/kernels/{kernel['id']}", method="DELETE")
+            except OSError:
+                pass
+            server.send_signal(signal.SIGINT)
+            try:
+                server.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                server.kill()
+                server.wait()
