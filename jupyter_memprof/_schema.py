@@ -228,17 +228,26 @@ def empty(schema: dict) -> pd.DataFrame:
 
 
 def conform(df: pd.DataFrame, schema: dict, *, name: str = "table") -> pd.DataFrame:
-    """Return ``df`` with exactly the schema's columns, in order, cast to their dtypes."""
+    """Return ``df`` with exactly the schema's columns, in order, cast to their dtypes, and a
+    fresh 0..n-1 index. Columns already of the right dtype are not touched."""
     missing = [c for c in schema if c not in df.columns]
     if missing:
         raise SchemaError(f"{name} is missing columns {missing}")
-    out = {}
+    casts = {}
     for col, dtype in schema.items():
-        s = df[col]
+        have = df[col].dtype
         if isinstance(dtype, str) and dtype == OPEN_CATEGORY:
-            if not isinstance(s.dtype, pd.CategoricalDtype):
-                s = s.astype("category")
-        elif str(s.dtype) != str(dtype) or isinstance(dtype, pd.CategoricalDtype):
-            s = s.astype(dtype)
-        out[col] = s.reset_index(drop=True)
-    return pd.DataFrame(out)
+            if not isinstance(have, pd.CategoricalDtype):
+                casts[col] = "category"
+        elif isinstance(dtype, pd.CategoricalDtype):
+            if not (isinstance(have, pd.CategoricalDtype) and have == dtype):
+                casts[col] = dtype
+        elif str(have) != str(dtype):
+            casts[col] = dtype
+    out = df[list(schema)]
+    if casts:
+        out = out.astype(casts)
+    index = out.index
+    if not (isinstance(index, pd.RangeIndex) and index.start == 0 and index.step == 1):
+        out = out.reset_index(drop=True)
+    return out

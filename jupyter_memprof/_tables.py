@@ -374,17 +374,19 @@ def infer_invisible_frees(blocks: pd.DataFrame) -> None:
     same device, the old one was necessarily freed before: we end it there (``free_ns`` =
     the new allocation's time, no ``free_op_id``).
     """
-    pre_open = blocks["alloc_ns"].isna() & blocks["free_ns"].isna()
+    pre_open = (blocks["alloc_ns"].isna() & blocks["free_ns"].isna()).to_numpy()
     if not pre_open.any():
         return
     later = blocks[blocks["alloc_ns"].notna()]
-    first_reuse = later.groupby(["device", "ptr"])["alloc_ns"].min()
-    keys = pd.MultiIndex.from_frame(blocks.loc[pre_open, ["device", "ptr"]])
-    reuse = first_reuse.reindex(keys).to_numpy()
-    idx = blocks.index[pre_open]
-    hit = ~pd.isna(reuse)
-    if hit.any():
-        blocks.loc[idx[hit], "free_ns"] = reuse[hit].astype(np.int64)
+    devices = blocks["device"].to_numpy(dtype=object)
+    ptrs = blocks["ptr"].to_numpy(dtype=np.int64)
+    for dev in pd.unique(devices[pre_open]):
+        first_reuse = later[later["device"] == dev].groupby("ptr")["alloc_ns"].min()
+        rows = np.flatnonzero(pre_open & (devices == dev))
+        reuse = first_reuse.reindex(ptrs[rows])
+        hit = reuse.notna().to_numpy()
+        if hit.any():
+            blocks.loc[blocks.index[rows[hit]], "free_ns"] = reuse.to_numpy()[hit].astype(np.int64)
 
 
 # -- uses and versions ---------------------------------------------------------------------

@@ -39,6 +39,7 @@ _PY_CALL = _EventType.PyCall
 _PY_CCALL = _EventType.PyCCall
 _BACKWARD_SCOPE = RecordScope.BACKWARD_FUNCTION
 _USER_SCOPE = RecordScope.USER_SCOPE
+_OP = OpKind.OP
 # Python functions whose own ops (the seed gradient) belong to the backward pass
 _AUTOGRAD_ENTRY_POINTS = frozenset({"backward", "grad", "_engine_run_backward"})
 
@@ -271,6 +272,9 @@ def read_trace(kineto_results, namer: FrameNamer | None = None) -> Trace:
     memory: list[MemoryRecord] = []
     dev_names: dict[Any, str] = {}
     mutable_arguments = _mutable_arguments
+    # records are built with tuple.__new__ (a C call), not the NamedTuple's Python __new__
+    new_op = functools.partial(tuple.__new__, OpRecord)
+    new_memory = functools.partial(tuple.__new__, MemoryRecord)
     is_user = namer.is_user
     label = namer.label
     n_events = 0
@@ -315,24 +319,28 @@ def read_trace(kineto_results, namer: FrameNamer | None = None) -> Trace:
             # ops run by `loss.backward()` / `torch.autograd.grad` itself (the seed gradient)
             backward = backward or in_autograd
             inputs = f.inputs
-            scope = f.scope
             shapes = []
             mutable = mutable_arguments(name, inputs)
-            is_op = mutable is not None
             module_index = NO_ID
-            if name.startswith(MODULE_MARKER):
-                kind = OpKind.MODULE
-                module_index = int(name[len(MODULE_MARKER) :])
-                module_ctx_child = op_id
+            module_ctx_child = module_ctx
+            if mutable is not None:  # a dispatcher op: the common case, decided cheaply
+                kind = _OP
+                if node < 0:
+                    node = op_id
             else:
-                kind = _kind(name, scope, is_op)
-                module_ctx_child = module_ctx
-            if kind is OpKind.BACKWARD:
-                backward = True
-            elif kind is OpKind.OPTIMIZER:
-                optimizer = True
-            if node < 0 and (is_op or scope == _BACKWARD_SCOPE):
-                node = op_id
+                scope = f.scope
+                if name.startswith(MODULE_MARKER):
+                    kind = OpKind.MODULE
+                    module_index = int(name[len(MODULE_MARKER) :])
+                    module_ctx_child = op_id
+                else:
+                    kind = _kind(name, scope, False)
+                if kind is OpKind.BACKWARD:
+                    backward = True
+                elif kind is OpKind.OPTIMIZER:
+                    optimizer = True
+                if node < 0 and scope == _BACKWARD_SCOPE:
+                    node = op_id
             for i, x in enumerate(inputs):
                 if type(x) is _TensorMetadata:
                     sizes = x.sizes
@@ -358,23 +366,25 @@ def read_trace(kineto_results, namer: FrameNamer | None = None) -> Trace:
                     shapes.append([])
             seq = f.sequence_number
             ops.append(
-                OpRecord(
-                    op_id,
-                    parent,
-                    depth,
-                    name,
-                    kind,
-                    start,
-                    end,
-                    tid,
-                    seq if seq is not None and seq >= 0 else NO_ID,
-                    backward,
-                    optimizer,
-                    module_index,
-                    module_ctx,
-                    callsite,
-                    shapes,
-                    node,
+                new_op(
+                    (
+                        op_id,
+                        parent,
+                        depth,
+                        name,
+                        kind,
+                        start,
+                        end,
+                        tid,
+                        seq if seq is not None and seq >= 0 else NO_ID,
+                        backward,
+                        optimizer,
+                        module_index,
+                        module_ctx,
+                        callsite,
+                        shapes,
+                        node,
+                    )
                 )
             )
             # an op still running when the capture stopped has no sensible end
@@ -410,8 +420,8 @@ def read_trace(kineto_results, namer: FrameNamer | None = None) -> Trace:
             elif size > 0:
                 allocated.add(tid)
             memory.append(
-                MemoryRecord(
-                    t, f.ptr, size, tid, f.allocation_id, dname, parent, node, f.total_allocated
+                new_memory(
+                    (t, f.ptr, size, tid, f.allocation_id, dname, parent, node, f.total_allocated)
                 )
             )
             continue
