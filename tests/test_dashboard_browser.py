@@ -280,9 +280,18 @@ def test_record_function_label_is_shown_as_text(page):
 
 def test_a_time_range_filters_ops_and_allocations(page, prof):
     x0, y0, w, h = page.evaluate(TIMELINE_FRAME)
-    page.mouse.move(x0 + 0.30 * w, y0 + h / 2)
+    # drag around the peak, where ops certainly ran (a capture has idle stretches)
+    lo, hi = page.evaluate(
+        "() => { const r = Bokeh.documents[0].get_model_by_name('memprof-time');"
+        " return [r.start, r.end]; }"
+    )
+    peak_ms = (prof.peak().attrs["peak_ns"] - prof.meta["start_ns"]) / 1e6
+    ops_ms = (prof.ops["start_ns"] - prof.meta["start_ns"]) / 1e6
+    a_ms, b_ms = peak_ms - 0.02 * (hi - lo), peak_ms + 0.02 * (hi - lo)
+    assert ((ops_ms >= a_ms) & (ops_ms <= b_ms)).any()
+    page.mouse.move(x0 + (a_ms - lo) / (hi - lo) * w, y0 + h / 2)
     page.mouse.down()
-    page.mouse.move(x0 + 0.55 * w, y0 + h / 2, steps=8)
+    page.mouse.move(x0 + (b_ms - lo) / (hi - lo) * w, y0 + h / 2, steps=8)
     page.mouse.up()
     flags_js = "Bokeh.documents[0].get_model_by_name('memprof-allocations-filter').booleans"
     settle(page, f"() => {flags_js} !== null")
