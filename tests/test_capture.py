@@ -233,3 +233,14 @@ def test_load_refuses_other_files(tmp_path):
     p.write_bytes(b"not a zip")
     with pytest.raises(ProfileFileError):
         jupyter_memprof.load(p)
+
+
+def test_empty_profile_round_trips(tmp_path):
+    with jupyter_memprof.profile(label="nothing") as prof:
+        pass
+    back = jupyter_memprof.load(prof.save(tmp_path / "empty.memprof"))
+    for name, schema in S.TABLES.items():
+        assert list(getattr(back, name).columns) == list(schema)
+        assert getattr(back, name).empty
+    assert back.meta["label"] == "nothing"
+    assert back.peak().attrs["peak_bytes"] == 0

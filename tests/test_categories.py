@@ -224,3 +224,23 @@ def test_a_gradient_is_never_saved_for_backward(mlp):
     saved = every[every["relation"] == "saved_for_backward"]
     born = a.set_index("alloc_id")["alloc_ns"].reindex(saved["alloc_id"])
     assert (born.isna().to_numpy() | (born.to_numpy() <= saved["time_ns"].to_numpy())).all()
+
+
+def test_peak_by_groups_the_peak(mlp):
+    prof, ns = mlp
+    by_cat = prof.peak_by("category")
+    assert by_cat.sum() == prof.peak().attrs["peak_bytes"]
+    assert by_cat.is_monotonic_decreasing
+    n_params = sum(p.numel() for p in ns["model"].parameters())
+    assert by_cat["parameter"] == n_params * 4
+    by_name = prof.peak_by("name")
+    assert by_name["0.weight"] == 256 * 512 * 4
+    assert prof.peak_by("module").sum() == by_cat.sum()
+    with pytest.raises(ValueError, match="choose one of"):
+        prof.peak_by("colour")
+
+
+def test_lineage_of_an_unknown_block_is_a_clear_error(mlp):
+    prof, _ = mlp
+    with pytest.raises(KeyError, match="no block with alloc_id=999999"):
+        prof.lineage(999999)
