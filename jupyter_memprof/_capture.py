@@ -96,11 +96,10 @@ def _quiet_stderr():
 
 def _cell_namer():
     """Map IPython cell file names to ``In[N]`` when running under IPython."""
-    try:
-        from IPython import get_ipython
-    except ImportError:
+    ipython = sys.modules.get("IPython")  # not imported: not running under IPython
+    if ipython is None:
         return None
-    shell = get_ipython()
+    shell = ipython.get_ipython()
     compiler = getattr(shell, "compile", None)
     mapping = getattr(compiler, "_filename_map", None)
     if not isinstance(mapping, dict):
