@@ -13,6 +13,7 @@ import pandas as pd
 
 from . import _schema as S
 from ._schema import Phase, Relation
+from ._tables import op_context
 
 LINEAGES = {"alloc_id": "int64", **S.LINEAGE}
 _ORDER = {r.value: i for i, r in enumerate(Relation)}
@@ -148,20 +149,8 @@ def all_lineages(tables: dict[str, pd.DataFrame], alloc_ids=None) -> pd.DataFram
         return S.empty(LINEAGES)
     out = pd.concat(parts, ignore_index=True)
     out = out.astype({"time_ns": "Int64", "op_id": "Int64", "version": "Int64"})
-    op = out["op_id"].to_numpy(dtype=np.int64, na_value=0)
-    ok = out["op_id"].notna().to_numpy()
-    for col, src in (
-        ("op_name", "name"),
-        ("phase", "phase"),
-        ("module", "module"),
-        ("callsite", "callsite"),
-    ):
-        vals = (
-            ops[src].astype(object).to_numpy()[op]
-            if len(ops)
-            else np.full(len(op), None, dtype=object)
-        )
-        out[col] = np.where(ok, vals, None)
+    for col, values in op_context(ops, out["op_id"]).items():
+        out[col] = values
     out["_o"] = out["relation"].map(_ORDER)
     out = out.sort_values(["alloc_id", "time_ns", "_o"], na_position="first", kind="stable").drop(
         columns="_o"

@@ -7,6 +7,7 @@ import pandas as pd
 
 from . import _schema as S
 from ._schema import Action
+from ._tables import op_context
 from ._timeline import totals
 
 PEAK_COLUMNS = {
@@ -43,23 +44,8 @@ def live_after(tables: dict[str, pd.DataFrame], event: int) -> np.ndarray:
 
 def with_op_context(tables: dict[str, pd.DataFrame], blocks: pd.DataFrame) -> pd.DataFrame:
     """Add the allocating op's name, module, callsite and phase to allocation rows."""
-    ops = tables["ops"].set_index("op_id")
-    op = blocks["alloc_op_id"]
-    ok = op.notna().to_numpy()
-    idx = op.to_numpy(dtype=np.int64, na_value=0)
     out = blocks.copy()
-    for col, src in (
-        ("op_name", "name"),
-        ("module", "module"),
-        ("callsite", "callsite"),
-        ("phase", "phase"),
-    ):
-        values = (
-            ops[src].reindex(idx).astype(object).to_numpy()
-            if len(ops)
-            else np.full(len(idx), None, dtype=object)
-        )
-        values = np.where(ok, values, None)
+    for col, values in op_context(tables["ops"], blocks["alloc_op_id"]).items():
         out[col] = values
     return S.conform(out, PEAK_COLUMNS, name="peak")
 

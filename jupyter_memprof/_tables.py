@@ -183,6 +183,27 @@ def finish_ops(ops: pd.DataFrame, flows: pd.DataFrame, allocations: pd.DataFrame
     return S.conform(ops, S.OPS, name="ops")
 
 
+def op_context(ops: pd.DataFrame, op_ids: pd.Series) -> dict[str, np.ndarray]:
+    """For rows that name an op (``op_ids``, nullable): that op's name, phase, module and
+    callsite, as object arrays (None where the row names no op). ``op_id`` is the position
+    of the op in ``ops``."""
+    ok = op_ids.notna().to_numpy()
+    idx = op_ids.to_numpy(dtype=np.int64, na_value=0)
+    out = {}
+    for col, src in (
+        ("op_name", "name"),
+        ("phase", "phase"),
+        ("module", "module"),
+        ("callsite", "callsite"),
+    ):
+        if len(ops):
+            values = ops[src].astype(object).to_numpy()[idx]
+            out[col] = np.where(ok, values, None)
+        else:
+            out[col] = np.full(len(idx), None, dtype=object)
+    return out
+
+
 # -- flows ---------------------------------------------------------------------------------
 def build_flows(ops: pd.DataFrame) -> pd.DataFrame:
     """Link each autograd node run in backward to the forward op that created it.
