@@ -246,7 +246,7 @@ def build_flows(ops: pd.DataFrame) -> pd.DataFrame:
 
 # -- allocations ---------------------------------------------------------------------------
 def memory_frame(trace: Trace, devices: list[str]) -> pd.DataFrame:
-    cols = ["time_ns", "ptr", "size", "tensor_id", "allocation_id", "device", "op_id", "node_id"]
+    cols = ["time_ns", "ptr", "size", "tensor_id", "allocation_id", "device", "op_id"]
     if not trace.memory:
         return pd.DataFrame({c: pd.Series([], dtype="Int64") for c in cols}).astype(
             {
@@ -257,7 +257,7 @@ def memory_frame(trace: Trace, devices: list[str]) -> pd.DataFrame:
                 "device": "object",
             }
         )
-    t, ptr, size, tid, aid, dev, op, node, _total = zip(*trace.memory)
+    t, ptr, size, tid, aid, dev, op = zip(*trace.memory)
     df = pd.DataFrame(
         {
             "time_ns": np.asarray(t, dtype=np.int64),
@@ -267,7 +267,6 @@ def memory_frame(trace: Trace, devices: list[str]) -> pd.DataFrame:
             "allocation_id": np.asarray(aid, dtype=np.int64),
             "device": np.asarray(dev, dtype=object),
             "op_id": _masked(_ids(op)),
-            "node_id": _masked(_ids(node)),
         }
     )
     return df[df["device"].isin(devices)].reset_index(drop=True)
@@ -313,7 +312,6 @@ def build_allocations(
         columns={
             "time_ns": "alloc_ns",
             "op_id": "alloc_op_id",
-            "node_id": "alloc_node_id",
             "size": "size_bytes",
         }
     ).drop_duplicates(["allocation_id", "device"])
@@ -321,7 +319,6 @@ def build_allocations(
         columns={
             "time_ns": "free_ns",
             "op_id": "free_op_id",
-            "node_id": "free_node_id",
             "size": "free_size",
         }
     ).drop_duplicates(["allocation_id", "device"])

@@ -93,8 +93,6 @@ class MemoryRecord(NamedTuple):
     allocation_id: int
     device: str
     op_id: int  # innermost enclosing op, or NO_ID
-    node_id: int  # or NO_ID
-    total_allocated: int
 
 
 class Trace(NamedTuple):
@@ -406,9 +404,9 @@ def read_trace(kineto_results, namer: FrameNamer | None = None) -> Trace:
             while st and st[-1][0] <= t:
                 st.pop()
             if st:
-                parent, node = st[-1][1], st[-1][3]
+                parent = st[-1][1]
             else:
-                parent = node = NO_ID
+                parent = NO_ID
             dev = f.device
             dname = dev_names.get(dev)
             if dname is None:
@@ -419,11 +417,7 @@ def read_trace(kineto_results, namer: FrameNamer | None = None) -> Trace:
                 tid = NO_ID
             elif size > 0:
                 allocated.add(tid)
-            memory.append(
-                new_memory(
-                    (t, f.ptr, size, tid, f.allocation_id, dname, parent, node, f.total_allocated)
-                )
-            )
+            memory.append(new_memory((t, f.ptr, size, tid, f.allocation_id, dname, parent)))
             continue
         elif tag == _PY_CALL or tag == _PY_CCALL:
             # Frame strings can be undecodable in some torch builds (seen: ev.name of a
