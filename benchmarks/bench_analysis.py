@@ -4,7 +4,7 @@ For each size, one training trace is captured exactly as ``jupyter_memprof.profi
 captures it (memory, shapes, Python stacks, module annotations). On that same trace we time:
 
 - ours: every table built (records, ops, allocations, versions, uses, names, flows,
-  categories, events, timeline): ``jupyter_memprof._capture.build_tables``;
+  categories, events, timeline): ``jupyter_memprof._frontends.capture.build_tables``;
 - torch: ``torch.profiler._memory_profiler.MemoryProfile(result).timeline``, the analysis
   behind torch's deprecated memory-timeline export;
 - floor: a bare walk of torch's event tree that reads every field we need and builds nothing.
@@ -24,7 +24,8 @@ import warnings
 
 import torch
 
-from jupyter_memprof._capture import Recorder, build_tables
+from jupyter_memprof._frontends.capture import build_tables
+from jupyter_memprof._producers.recorder import Recorder
 
 warnings.filterwarnings("ignore", category=FutureWarning)
 

@@ -26,8 +26,8 @@ sys.path.insert(0, os.path.dirname(__file__))
 
 from scenarios import SCENARIOS
 
-from jupyter_memprof._capture import Recorder
-from jupyter_memprof._result import Profile
+from jupyter_memprof._producers.recorder import Recorder
+from jupyter_memprof._profile import Profile
 
 warnings.filterwarnings("ignore", category=FutureWarning)
 

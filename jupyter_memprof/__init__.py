@@ -7,7 +7,9 @@ top of a cell, or use :func:`profile` as a context manager anywhere.
 from ._version import __version__
 
 __all__ = [
+    "CaptureError",
     "Profile",
+    "ProfileFileError",
     "__version__",
     "load",
     "load_ipython_extension",
@@ -19,15 +21,19 @@ __all__ = [
 def __getattr__(name: str):
     # Keep `import jupyter_memprof` light: torch, pandas and bokeh load on first use.
     if name == "profile":
-        from ._capture import profile
+        from ._frontends.capture import profile
 
         return profile
     if name == "Profile":
-        from ._result import Profile
+        from ._profile import Profile
 
         return Profile
+    if name in ("CaptureError", "ProfileFileError"):
+        from . import _errors
+
+        return getattr(_errors, name)
     if name == "load":
-        from ._storage import load
+        from ._profile import load
 
         return load
     raise AttributeError(f"module 'jupyter_memprof' has no attribute {name!r}")
@@ -35,13 +41,13 @@ def __getattr__(name: str):
 
 def load_ipython_extension(ipython) -> None:
     """Register ``%%memprofile`` / ``%memprofile`` (called by ``%load_ext jupyter_memprof``)."""
-    from ._magic import load_extension
+    from ._frontends.magic import load_extension
 
     load_extension(ipython)
 
 
 def unload_ipython_extension(ipython) -> None:
     """Remove the magics and every trace of the extension (``%unload_ext jupyter_memprof``)."""
-    from ._magic import unload_extension
+    from ._frontends.magic import unload_extension
 
     unload_extension(ipython)

@@ -13,15 +13,13 @@ import zipfile
 
 import pandas as pd
 
-from . import _schema as S
-from ._result import Profile
+from ._analysis import schema as S
+from ._errors import ProfileFileError
+
+__all__ = ["FORMAT", "FORMAT_VERSION", "ProfileFileError", "read", "write"]
 
 FORMAT = "jupyter_memprof.profile"
 FORMAT_VERSION = 1
-
-
-class ProfileFileError(ValueError):
-    """The file is not a saved jupyter_memprof profile (or is damaged)."""
 
 
 def _json_default(value):
@@ -66,18 +64,19 @@ def _table_from_json(text: str, schema: dict, name: str) -> pd.DataFrame:
     return S.conform(df, schema, name=name)
 
 
-def save(profile: Profile, path: str | os.PathLike) -> str:
+def write(tables: dict[str, pd.DataFrame], meta: dict, path: str | os.PathLike) -> str:
+    """Write ``tables`` and ``meta`` to ``path`` (a zip of JSON); returns the path."""
     path = os.fspath(path)
-    meta = {"format": FORMAT, "format_version": FORMAT_VERSION, "meta": profile.meta}
+    meta = {"format": FORMAT, "format_version": FORMAT_VERSION, "meta": meta}
     with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as z:
         z.writestr("meta.json", json.dumps(meta, default=_json_default))
-        for name, df in profile.tables.items():
+        for name, df in tables.items():
             z.writestr(f"{name}.json", _table_to_json(df))
     return path
 
 
-def load(path: str | os.PathLike) -> Profile:
-    """Load a profile written by ``Profile.save`` (never executes code from the file)."""
+def read(path: str | os.PathLike) -> tuple[dict[str, pd.DataFrame], dict]:
+    """Read the tables and meta written by :func:`write` (never executes code from the file)."""
     path = os.fspath(path)
     try:
         with zipfile.ZipFile(path) as z:
@@ -96,4 +95,4 @@ def load(path: str | os.PathLike) -> Profile:
         raise ProfileFileError(
             f"{path} is not a readable jupyter_memprof profile ({exc})"
         ) from None
-    return Profile(**tables, meta=meta.get("meta", {}))
+    return tables, meta.get("meta", {})

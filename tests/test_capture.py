@@ -8,8 +8,8 @@ import pytest
 import torch
 
 import jupyter_memprof
-from jupyter_memprof import _schema as S
-from jupyter_memprof._capture import CaptureError
+from jupyter_memprof._analysis import schema as S
+from jupyter_memprof._errors import CaptureError
 
 THIS_FILE = os.path.basename(__file__)
 
@@ -210,7 +210,7 @@ def test_exception_keeps_partial_profile_and_stops_the_profiler():
     assert prof.meta["error"].startswith("ZeroDivisionError")
     assert prof.allocations["size_bytes"].tolist() == [1000]
     del keep
-    from jupyter_memprof._torch_events import profiler_running
+    from jupyter_memprof._producers.torch_profiler import profiler_running
 
     assert not profiler_running()
 

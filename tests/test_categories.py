@@ -214,7 +214,7 @@ def test_a_gradient_is_never_saved_for_backward(mlp):
     prof, _ = mlp
     a = prof.allocations
     grads = a[a["category"] == "gradient"]["alloc_id"]
-    from jupyter_memprof._lineage import all_lineages
+    from jupyter_memprof._analysis.lineage import all_lineages
 
     lin = all_lineages(prof.tables, grads)
     assert len(lin) > 0

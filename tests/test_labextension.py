@@ -18,7 +18,7 @@ from _browser import ARTIFACTS, chromium_page, chromium_path, screenshot
 from _jupyterlab import jupyterlab, write_notebook
 
 import jupyter_memprof
-from jupyter_memprof._summary import format_bytes
+from jupyter_memprof._units import format_bytes
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 BIN = pathlib.Path(sys.executable).parent
@@ -336,7 +336,10 @@ def test_kernel_serves_the_panel_only_while_a_front_end_listens(tmp_path):
         k.seen.clear()
         k.run("%%memprofile -o p1 --no-display\nx = torch.ones(100, 100) @ torch.ones(100, 100)")
         assert k.seen == []
-        assert k.run("import jupyter_memprof._session as s; print(len(s._listeners))") == "0\n"
+        assert (
+            k.run("import jupyter_memprof._frontends.session as s; print(len(s._listeners))")
+            == "0\n"
+        )
 
         # A panel opens a comm and asks for the list.
         cid = uuid.uuid4().hex
@@ -362,7 +365,7 @@ def test_kernel_serves_the_panel_only_while_a_front_end_listens(tmp_path):
         assert added["label"] == "ctx" and added["sid"] == sid + 1
 
         # The dashboard tab's code displays the dashboard; closing the tab closes its widgets.
-        k.run(f"import jupyter_memprof._comm as c\nc.show({sid})")
+        k.run(f"import jupyter_memprof._frontends.comm as c\nc.show({sid})")
         assert k.run(f"print(len(c._shown[{sid}]))") == "1\n"
         k.send("comm_msg", {"comm_id": cid, "data": {"type": "hide", "sid": sid}})
         assert k.run(f"print({sid} in c._shown)") == "False\n"
@@ -383,7 +386,8 @@ def test_kernel_serves_the_panel_only_while_a_front_end_listens(tmp_path):
 
 
 def test_start_outside_a_kernel_does_nothing(ipython_shell):
-    from jupyter_memprof import _comm, _session
+    from jupyter_memprof._frontends import comm as _comm
+    from jupyter_memprof._frontends import session as _session
 
     listeners = list(_session._listeners)
     _comm.start(ipython_shell)

@@ -12,12 +12,12 @@ import torch
 from IPython.core.error import UsageError
 from IPython.testing import globalipapp
 
-from jupyter_memprof import _schema
-from jupyter_memprof._magic import LAST
-from jupyter_memprof._progress import Progress, progress_for
-from jupyter_memprof._result import Profile
-from jupyter_memprof._summary import NO_ACTIVITY
-from jupyter_memprof._torch_events import profiler_running
+from jupyter_memprof._analysis import schema as _schema
+from jupyter_memprof._frontends.magic import LAST
+from jupyter_memprof._frontends.progress import Progress, progress_for
+from jupyter_memprof._producers.torch_profiler import profiler_running
+from jupyter_memprof._profile import Profile
+from jupyter_memprof._views.summary import NO_ACTIVITY
 
 
 @pytest.fixture(scope="module")
@@ -431,7 +431,7 @@ def test_in_a_kernel_errors_and_interrupts_fail_the_cell_cleanly(kernel):
 def test_in_a_kernel_progress_bar_is_a_widget_removed_when_done(kernel):
     code = (
         "import os\n"
-        "from jupyter_memprof._progress import Progress, progress_for\n"
+        "from jupyter_memprof._frontends.progress import Progress, progress_for\n"
         "print(type(progress_for(get_ipython())).__name__)\n"
         "os.environ['CI'] = 'true'\n"
         "print(progress_for(get_ipython()))\n"
@@ -456,7 +456,7 @@ def test_in_a_kernel_progress_bar_is_a_widget_removed_when_done(kernel):
 LAB_CELLS = [
     "import torch\n%load_ext jupyter_memprof",
     "%%memprofile -o prof\nx = torch.empty(1000)\nx.numel()",
-    "from jupyter_memprof._progress import Progress\n"
+    "from jupyter_memprof._frontends.progress import Progress\n"
     "import time\n"
     "bar = Progress(delay=0)\n"
     "bar('timeline', 3, 10)\n"

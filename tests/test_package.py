@@ -18,7 +18,9 @@ def test_version_is_one_number_shared_with_the_labextension():
 def test_public_surface_is_small():
     assert sorted(jupyter_memprof.__all__) == sorted(
         [
+            "CaptureError",
             "Profile",
+            "ProfileFileError",
             "__version__",
             "load",
             "load_ipython_extension",

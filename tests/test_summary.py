@@ -8,8 +8,8 @@ import pytest
 import torch
 
 import jupyter_memprof
-from jupyter_memprof import _schema
-from jupyter_memprof._summary import (
+from jupyter_memprof._analysis import schema as _schema
+from jupyter_memprof._views.summary import (
     NO_ACTIVITY,
     format_bytes,
     format_seconds,

@@ -1,7 +1,7 @@
 /**
  * A main-area tab showing one profile's dashboard.
  *
- * The dashboard is not drawn here: the tab runs `jupyter_memprof._comm.show(sid)` in the
+ * The dashboard is not drawn here: the tab runs `jupyter_memprof._frontends.comm.show(sid)` in the
  * notebook's kernel (not stored in the history, no execution count) and renders what it
  * displays with an output area using the notebook's own rendermime, whose widget renderer
  * knows that kernel's ipywidgets. So there is one dashboard implementation, `Profile.show()`.
@@ -20,7 +20,7 @@ export function showCode(sid: number): string {
   if (!Number.isInteger(sid)) {
     throw new Error(`not a profile id: ${sid}`);
   }
-  return `__import__('jupyter_memprof._comm', fromlist=['show']).show(${sid})`;
+  return `__import__('jupyter_memprof._frontends.comm', fromlist=['show']).show(${sid})`;
 }
 
 export class DashboardWidget extends MainAreaWidget<Panel> {

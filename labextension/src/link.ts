@@ -1,5 +1,5 @@
 /**
- * The front end's half of the comm protocol served by `jupyter_memprof/_comm.py`.
+ * The front end's half of the comm protocol served by `jupyter_memprof/_frontends/comm.py`.
  *
  * One `ProfileLink` per kernel connection. It registers the comm target so the kernel can
  * announce itself when `%load_ext jupyter_memprof` runs, and it asks the kernel whether the
@@ -11,10 +11,10 @@ import { Kernel, KernelMessage } from '@jupyterlab/services';
 import { IDisposable } from '@lumino/disposable';
 import { ISignal, Signal } from '@lumino/signaling';
 
-/** The comm target name, shared with `_comm.TARGET`. */
+/** The comm target name, shared with `_frontends/comm.py` TARGET. */
 export const TARGET = 'jupyter_memprof';
 
-/** Peak of one device, as `_comm._info` sends it. */
+/** Peak of one device, as `comm._info` sends it. */
 export interface IDevicePeak {
   device: string;
   bytes: number | null;
@@ -22,7 +22,7 @@ export interface IDevicePeak {
   text: string;
 }
 
-/** One panel entry, as `_comm._info` sends it. */
+/** One panel entry, as `comm._info` sends it. */
 export interface IProfileInfo {
   sid: number;
   label: string;

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from . import _schema as S
-from ._schema import Action
-from ._tables import op_context
-from ._timeline import totals
+from . import schema as S
+from .schema import Action
+from .tables import op_context
+from .timeline import totals
 
 PEAK_COLUMNS = {
     **S.ALLOCATIONS,

@@ -9,47 +9,18 @@ that peak, largest first.
 from __future__ import annotations
 
 import html
-import math
 from typing import TYPE_CHECKING, Any
 
+from .._units import format_bytes, format_seconds
+
 if TYPE_CHECKING:
-    from ._result import Profile
+    from .._profile import Profile
 
 #: The sentence shown for a capture that saw no PyTorch memory activity.
 NO_ACTIVITY = "no PyTorch memory activity was recorded"
 
 #: How many categories the text and HTML headers name per device.
 TOP = 3
-
-_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
-
-
-def format_bytes(n: int | float) -> str:
-    """``4000`` -> ``'3.9 KiB'``; binary units (1 KiB = 1024 B), bytes shown exactly."""
-    n = int(n)
-    sign = "-" if n < 0 else ""
-    n = abs(n)
-    if n < 1024:
-        return f"{sign}{n} B"
-    exp = min(int(math.log(n, 1024)), len(_UNITS) - 1)
-    value = n / 1024**exp
-    if round(value, 1) >= 1024 and exp < len(_UNITS) - 1:  # 1023.96 KiB reads as 1.0 MiB
-        exp += 1
-        value = n / 1024**exp
-    return f"{sign}{value:.1f} {_UNITS[exp]}"
-
-
-def format_seconds(s: float | None) -> str:
-    """A duration for people: ``'1.23 s'``, ``'45.2 ms'``, ``'310 µs'``."""
-    if s is None or (isinstance(s, float) and math.isnan(s)):
-        return "?"
-    if s >= 100:
-        return f"{s:.0f} s"
-    if s >= 1:
-        return f"{s:.2f} s"
-    if s >= 1e-3:
-        return f"{s * 1e3:.1f} ms"
-    return f"{s * 1e6:.0f} µs"
 
 
 def _float(value: Any) -> float | None:

@@ -8,7 +8,7 @@ from typing import Any
 
 import pandas as pd
 
-from . import _schema
+from ._analysis import schema as _schema
 
 
 @dataclass
@@ -58,33 +58,33 @@ class Profile:
     # -- analyses -----------------------------------------------------------------------
     def lineage(self, alloc_id: int) -> pd.DataFrame:
         """The story of one block, one row per step, time ordered (see :mod:`_lineage`)."""
-        from ._lineage import lineage
+        from ._analysis.lineage import lineage
 
         return lineage(self.tables, alloc_id)
 
     def lineage_text(self, alloc_id: int) -> str:
         """:meth:`lineage` as readable text for a terminal."""
-        from ._lineage import lineage_text
+        from ._analysis.lineage import lineage_text
 
         return lineage_text(self.tables, alloc_id)
 
     def peak(self, device: str | None = None) -> pd.DataFrame:
         """The blocks live at the peak of ``device`` (default: the device with the highest
         peak), largest first; ``.attrs`` holds ``peak_bytes``, ``peak_ns`` and ``device``."""
-        from ._peak import peak
+        from ._analysis.peak import peak
 
         return peak(self.tables, device)
 
     def peak_by(self, by: str = "category", device: str | None = None) -> pd.Series:
         """Bytes live at the peak grouped by ``"category"``, ``"module"``, ``"op"`` (the
         allocating op's name) or ``"name"``, largest first."""
-        from ._peak import peak_by
+        from ._analysis.peak import peak_by
 
         return peak_by(self.tables, by, device)
 
     def summary(self) -> dict[str, Any]:
         """Headline numbers: peak per device, top categories at the peak, counts, timings."""
-        from ._summary import summary
+        from ._views.summary import summary
 
         return summary(self)
 
@@ -92,30 +92,38 @@ class Profile:
     def show(self, *, header: bool = True):
         """The interactive dashboard (ipywidgets + Bokeh) for a notebook; ``header=False``
         leaves out the summary line at its top."""
-        from ._dashboard import dashboard_widget
+        from ._views.dashboard_widget import Dashboard
 
-        return dashboard_widget(self, header=header)
+        return Dashboard(self, header=header)
 
     def to_html(self, path: str | os.PathLike) -> str:
         """Write the dashboard as one standalone interactive HTML file; returns the path."""
-        from ._dashboard import write_html
+        from ._views.dashboard_html import write_html
 
         return write_html(self, path)
 
     # -- persistence --------------------------------------------------------------------
     def save(self, path: str | os.PathLike) -> str:
         """Save every table and the metadata losslessly (a zip of JSON; no pickle)."""
-        from ._storage import save
+        from ._storage import write
 
-        return save(self, path)
+        return write(self.tables, self.meta, path)
 
     # -- display ------------------------------------------------------------------------
     def __repr__(self) -> str:
-        from ._summary import summary_text
+        from ._views.summary import summary_text
 
         return summary_text(self)
 
     def _repr_html_(self) -> str:
-        from ._summary import summary_html
+        from ._views.summary import summary_html
 
         return summary_html(self)
+
+
+def load(path: str | os.PathLike) -> Profile:
+    """Load a profile written by :meth:`Profile.save` (never executes code from the file)."""
+    from ._storage import read
+
+    tables, meta = read(path)
+    return Profile(**tables, meta=meta)

@@ -14,6 +14,7 @@ import base64
 import gzip
 import html
 import json
+import os
 
 from bokeh.core.json_encoder import serialize_json
 from bokeh.embed.bundle import bundle_for_objs_and_resources
@@ -145,3 +146,19 @@ def load_bokehjs_in_notebook(force: bool = False) -> bool:
     publish_display_data({LOAD_MIME_TYPE: notebook_bokehjs(), "text/plain": ""})
     _notebook_loaded = True
     return True
+
+
+def write_html(prof, path) -> str:
+    """Write the dashboard as one standalone, interactive HTML file; returns the path.
+
+    BokehJS is inlined (no CDN, nothing fetched), so the file works offline and without a
+    kernel; all linking (selection, lineage, time filter) runs in the page.
+    """
+    from .dashboard import build
+
+    path = os.fspath(path)
+    built = build(prof)
+    page = standalone_html(built.layout, f"jupyter_memprof: {prof.label}")
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.write(page)
+    return path

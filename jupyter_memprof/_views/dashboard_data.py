@@ -1,7 +1,7 @@
 """What the dashboard draws: the tables cut down to a level of detail a browser can hold.
 
 Nothing here is analysis: every number comes from the profile's tables, from
-:meth:`Profile.peak` and from :func:`jupyter_memprof._lineage.all_lineages`. This module only
+:meth:`Profile.peak` and from :func:`jupyter_memprof._analysis.lineage.all_lineages`. This module only
 chooses *which* rows to show, converts times to milliseconds since the capture started, and
 lays the rows out as flat columns for Bokeh's ColumnDataSources.
 
@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from ._schema import Category, Phase, Relation
+from .._analysis.schema import Category, Phase, Relation
 
 TIMELINE_POINTS = 4000
 ALLOC_BUDGET = 2000
@@ -554,7 +554,7 @@ HIGHLIGHT_RELATIONS = (
 
 def lineage_rows(prof, alloc_ids: list[int]) -> pd.DataFrame:
     """The lineages of the shown blocks, from the analysis (``all_lineages``)."""
-    from ._lineage import all_lineages
+    from .._analysis.lineage import all_lineages
 
     if not alloc_ids:
         return pd.DataFrame(columns=["alloc_id", "time_ns", "op_id", "relation", "phase"])
@@ -590,7 +590,7 @@ def lineage_columns(
 ) -> tuple[dict, list[str], list[int], list[int]]:
     """All shown blocks' lineages as one flat table, plus each block's [start, end) rows.
 
-    Rows come from :func:`jupyter_memprof._lineage.all_lineages` (the analysis); this only
+    Rows come from :func:`jupyter_memprof._analysis.lineage.all_lineages` (the analysis); this only
     orders them by block (keeping their time order) and converts times and op ids for display.
     Strings are stored as indices into one pool of unique strings (returned alongside), and
     versions as integers (-1 for none), so tens of thousands of rows stay compact binary

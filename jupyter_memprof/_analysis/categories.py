@@ -41,8 +41,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from . import _schema as S
-from ._schema import Category, Phase, Role
+from . import schema as S
+from .schema import Category, Phase, Role
 
 C = Category
 

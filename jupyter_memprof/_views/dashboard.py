@@ -53,8 +53,8 @@ from bokeh.models import (
 from bokeh.plotting import figure
 from bokeh.transform import dodge
 
-from . import _dashboard_data as dd
-from . import _dashboard_js as js
+from . import dashboard_data as dd
+from . import dashboard_js as js
 
 TIMELINE_HEIGHT = 250
 OVERVIEW_HEIGHT = 90
@@ -142,7 +142,7 @@ def _cds(columns: dict, name: str) -> ColumnDataSource:
 
 def _header_html(prof) -> str:
     try:
-        from ._summary import summary_html
+        from .summary import summary_html
 
         return summary_html(prof)
     except Exception:  # the summary is not available: a minimal header instead
@@ -599,31 +599,3 @@ def _lineage_panel(sh: _Shared):
         css_classes=["memprof-lineage"],
         sizing_mode="stretch_width",
     )
-
-
-# --------------------------------------------------------------------------------------------
-# entry points
-# --------------------------------------------------------------------------------------------
-def write_html(prof, path) -> str:
-    """Write the dashboard as one standalone, interactive HTML file; returns the path.
-
-    BokehJS is inlined (no CDN, nothing fetched), so the file works offline and without a
-    kernel; all linking (selection, lineage, time filter) runs in the page.
-    """
-    from ._dashboard_html import standalone_html
-
-    path = os.fspath(path)
-    built = build(prof)
-    page = standalone_html(built.layout, f"jupyter_memprof: {prof.label}")
-    with open(path, "w", encoding="utf-8") as fh:
-        fh.write(page)
-    return path
-
-
-def dashboard_widget(prof, *, header: bool = True):
-    """The dashboard as an ipywidgets widget (Bokeh views through jupyter_bokeh).
-
-    ``header=False`` leaves out the summary at the top, for callers that show it already."""
-    from ._dashboard_widget import Dashboard
-
-    return Dashboard(prof, header=header)

@@ -8,9 +8,9 @@ import keyword
 import ipywidgets as widgets
 from jupyter_bokeh import BokehModel
 
-from . import _dashboard_data as dd
-from ._dashboard import build
-from ._dashboard_html import load_bokehjs_in_notebook
+from . import dashboard_data as dd
+from .dashboard import build
+from .dashboard_html import load_bokehjs_in_notebook
 
 
 class _BokehView(BokehModel):

@@ -26,11 +26,11 @@ import logging
 import sys
 from typing import TYPE_CHECKING, Any
 
-from . import _session
-from ._version import __version__
+from .._version import __version__
+from . import session as _session
 
 if TYPE_CHECKING:
-    from ._result import Profile
+    from .._profile import Profile
 
 TARGET = "jupyter_memprof"
 
@@ -179,7 +179,7 @@ def _info(sid: int, prof: Profile) -> dict[str, Any]:
     """One panel entry: label, peak per device, timings, table sizes, with the texts the
     summary prints for them (one formatting for the whole package). Computed once per
     profile (the peak is an analysis over the events) and cached until it is released."""
-    from ._summary import format_bytes, format_seconds
+    from .._units import format_bytes, format_seconds
 
     info = _infos.get(sid)
     if info is not None:

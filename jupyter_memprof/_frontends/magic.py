@@ -34,7 +34,7 @@ from IPython.core.magic import (
     output_can_be_silenced,
 )
 
-from ._progress import in_kernel, progress_for
+from .progress import in_kernel, progress_for
 
 #: The user-namespace variable that always holds the latest profile.
 LAST = "_memprof"
@@ -336,7 +336,8 @@ class MemprofMagics(Magics):
         code.check_runnable()
         label = args.label or args.output or f"In[{code.number}]"
 
-        from ._capture import CaptureError, profile
+        from .._errors import CaptureError
+        from .capture import profile
 
         progress = None if args.no_display else progress_for(shell)
         try:
@@ -347,7 +348,7 @@ class MemprofMagics(Magics):
                 label=label,
                 progress=progress,
             )
-            prof = capture.__enter__()
+            prof = capture.start()
         except CaptureError as err:
             raise UsageError(str(err)) from None
 
@@ -360,10 +361,7 @@ class MemprofMagics(Magics):
 
         analysis_error = None
         try:
-            if raised is None:
-                capture.__exit__(None, None, None)
-            else:
-                capture.__exit__(type(raised), raised, raised.__traceback__)
+            capture.finish(raised)
         except BaseException as err:
             if err is not raised:
                 analysis_error = err
@@ -413,7 +411,7 @@ def _show(shell, prof, name: str) -> None:
     the interactive dashboard. A dashboard that cannot be built leaves the summary alone."""
     from IPython.display import display
 
-    from ._summary import summary_html, summary_text
+    from .._views.summary import summary_html, summary_text
 
     try:
         display({"text/plain": summary_text(prof), "text/html": summary_html(prof)}, raw=True)
@@ -446,7 +444,7 @@ def _is_ours(fn: Any) -> bool:
 def _comm_call(action: str, shell) -> None:
     """Start or stop the JupyterLab panel's comm; the magics work without it."""
     try:
-        from . import _comm
+        from . import comm as _comm
 
         getattr(_comm, action)(shell)
     except Exception as err:
@@ -475,6 +473,8 @@ def unload_extension(shell) -> None:
     if registered is not None and type(registered).__module__ == __name__:
         del manager.registry[MemprofMagics.__name__]
     last = shell.user_ns.get(LAST)
-    if type(last).__name__ == "Profile" and type(last).__module__.startswith(__package__):
+    if type(last).__name__ == "Profile" and type(last).__module__.startswith(
+        __name__.split(".")[0] + "."
+    ):
         del shell.user_ns[LAST]
     _comm_call("stop", shell)

@@ -11,9 +11,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from . import _schema as S
-from ._schema import Phase, Relation
-from ._tables import op_context
+from . import schema as S
+from .schema import Phase, Relation
+from .tables import op_context
 
 LINEAGES = {"alloc_id": "int64", **S.LINEAGE}
 _ORDER = {r.value: i for i, r in enumerate(Relation)}

@@ -12,21 +12,12 @@ the tables, so the analysis stays a pure function of tables.
 from __future__ import annotations
 
 import threading
-from typing import Any, NamedTuple
+from typing import Any
 
 import torch
 
-from ._schema import Role
-from ._torch_events import MODULE_MARKER
-
-
-class NameRow(NamedTuple):
-    name: str
-    role: Role
-    device: str
-    ptr: int
-    size_bytes: int
-    when: str  # "start" or "end"
+from .._records import MODULE_MARKER, NameRow
+from .._vocab import Role
 
 
 class ModuleHooks:

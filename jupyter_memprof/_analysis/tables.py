@@ -13,9 +13,9 @@ import math
 import numpy as np
 import pandas as pd
 
-from . import _schema as S
-from ._schema import OpKind, Phase
-from ._torch_events import Trace
+from .._records import Trace
+from . import schema as S
+from .schema import OpKind, Phase
 
 _NA = pd.NA
 

@@ -17,11 +17,20 @@ import os
 import sys
 import sysconfig
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any
 
 import torch
 
-from ._schema import OpKind
+from .._records import (
+    MODULE_MARKER,
+    NO_ID,
+    MemoryRecord,
+    OpRecord,
+    TensorRef,
+    Trace,
+    UntrackedTensor,
+)
+from .._vocab import OpKind
 
 try:  # private API: present in every torch this package supports (>= 2.4)
     from torch._C._profiler import RecordScope, _EventType, _TensorMetadata
@@ -30,8 +39,6 @@ except ImportError as exc:  # pragma: no cover - only on unsupported torch build
         f"jupyter_memprof needs torch's profiler event tree (torch >= 2.4); found torch {torch.__version__}"
     ) from exc
 
-#: Names of the annotations the capture's module hooks emit: ``MODULE_MARKER + index``.
-MODULE_MARKER = "memprof.module#"
 
 _TORCH_OP = _EventType.TorchOp
 _ALLOCATION = _EventType.Allocation
@@ -42,65 +49,6 @@ _USER_SCOPE = RecordScope.USER_SCOPE
 _OP = OpKind.OP
 # Python functions whose own ops (the seed gradient) belong to the backward pass
 _AUTOGRAD_ENTRY_POINTS = frozenset({"backward", "grad", "_engine_run_backward"})
-
-
-class TensorRef(NamedTuple):
-    """One tensor an op received (as an argument, or inside a tensor-list argument)."""
-
-    op_id: int
-    tensor_id: int  # the profiler's storage identity
-    mutable: bool  # the op's schema says it may write this argument in place
-
-
-class UntrackedTensor(NamedTuple):
-    """A storage ops used but the allocator never reported (it existed before the capture)."""
-
-    tensor_id: int
-    ptr: int  # storage data pointer
-    device: str
-    extent: int  # bytes up to the furthest element any view of it reached (a size lower bound)
-
-
-#: Integer ids and indexes in records use NO_ID for "none", so the tables can turn them
-#: into missing values in one vectorised step.
-NO_ID = -1
-
-
-class OpRecord(NamedTuple):
-    op_id: int
-    parent_id: int  # NO_ID for roots
-    depth: int
-    name: str
-    kind: OpKind
-    start_ns: int
-    end_ns: int
-    thread: int
-    seq_nr: int  # NO_ID when autograd recorded none
-    backward: bool  # runs inside an autograd node
-    optimizer: bool  # runs inside optimizer.step / zero_grad
-    module_index: int  # for kind == MODULE: index into the capture's module list, else NO_ID
-    module_ctx: int  # innermost enclosing module call (its op_id), or NO_ID
-    callsite: str | None
-    input_shapes: list
-    node_id: int  # the data-flow node (outermost dispatcher op / autograd node), or NO_ID
-
-
-class MemoryRecord(NamedTuple):
-    time_ns: int
-    ptr: int
-    size: int  # > 0 allocation, < 0 free
-    tensor_id: int  # NO_ID for raw blocks with no tensor identity
-    allocation_id: int
-    device: str
-    op_id: int  # innermost enclosing op, or NO_ID
-
-
-class Trace(NamedTuple):
-    ops: list[OpRecord]
-    tensors: list[TensorRef]
-    memory: list[MemoryRecord]
-    untracked: list[UntrackedTensor]
-    event_count: int  # nodes in torch's event tree (for benchmarks and progress)
 
 
 # -- operator schemas ------------------------------------------------------------------

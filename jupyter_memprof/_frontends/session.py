@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ._result import Profile
+    from .._profile import Profile
 
 _lock = threading.Lock()
 _ids = itertools.count(1)

@@ -12,8 +12,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from . import _schema as S
-from ._schema import Action
+from . import schema as S
+from .schema import Action
 
 _ACTION_ORDER = {
     Action.PREEXISTING.value: 0,

@@ -1,28 +1,46 @@
-"""From records to the finished tables: the pipeline, top to bottom."""
+"""From records to the finished tables: the pipeline, top to bottom.
+
+:func:`analyse` is the one analysis every producer feeds: it takes a
+:class:`~jupyter_memprof._records.Capture` and returns every table plus timing meta.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import pandas as pd
 
-from . import _tables as T
-from ._categories import categorise
-from ._timeline import build_events, build_timeline
-from ._torch_events import Trace
+from .._records import Capture
+from . import tables as T
+from .categories import categorise
+from .timeline import build_events, build_timeline
+
+Progress = Callable[[str, int, int], object]
+
+
+@contextlib.contextmanager
+def paused_gc() -> Iterator[None]:
+    """Pause the cyclic garbage collector while records and tables are built.
+
+    The records are millions of small acyclic tuples, and collections triggered by their
+    allocation would otherwise cost as much as the analysis itself.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def analyse(
-    trace: Trace,
-    *,
-    names: list,
-    module_paths: list[str],
-    module_classes: list[str],
-    devices: list[str],
-    start_ns: int | None = None,
-    progress: Callable[[str, int, int], object] | None = None,
+    capture: Capture, *, progress: Progress | None = None
 ) -> tuple[dict[str, pd.DataFrame], dict]:
+    trace, names, module_paths, module_classes, devices, start_ns = capture
     progress = progress or (lambda *a: None)
     stages = ["ops", "allocations", "versions", "categories", "timeline"]
     timings: dict[str, float] = {}
@@ -71,7 +89,6 @@ def analyse(
     events = build_events(allocations, versions, ops, start_ns)
     timeline = build_timeline(events, versions)
     step(4)
-    allocations.attrs.clear()
     tables = {
         "ops": ops,
         "allocations": allocations,

@@ -1,0 +1,11 @@
+"""The package's exceptions: each says in one line what is wrong and what to do."""
+
+from __future__ import annotations
+
+
+class CaptureError(ValueError):
+    """The capture cannot start (bad device, another profiler running)."""
+
+
+class ProfileFileError(ValueError):
+    """The file is not a saved jupyter_memprof profile (or is damaged)."""

@@ -1,0 +1,142 @@
+"""Capture: run torch's profiler around a block of code and turn what it saw into a Profile.
+
+``with jupyter_memprof.profile() as prof:`` is the whole API. The profiler is always stopped
+and the hooks always removed, also when the block raises or is interrupted; the partial
+profile is kept and the exception propagates.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import time
+from collections.abc import Iterable
+
+import torch
+
+from .._analysis.pipeline import Progress, analyse, paused_gc
+from .._devices import resolve_devices
+from .._errors import CaptureError
+from .._producers.recorder import Recorder
+from .._profile import Profile
+from . import session as _session
+
+__all__ = ["CaptureError", "build_tables", "profile"]
+
+
+class profile(contextlib.AbstractContextManager):  # lower case: reads like a function
+    """Profile the memory of a block of PyTorch code.
+
+    ``with jupyter_memprof.profile() as prof: ...`` returns a :class:`Profile` that is filled
+    with its tables when the block exits.
+
+    Parameters
+    ----------
+    device:
+        ``None`` (the CPU and every visible CUDA device), ``"cpu"``, ``"cuda"``, ``"cuda:N"``,
+        or a list of those: which devices' memory to record.
+    with_stack:
+        Record Python stacks (gives ``callsite`` on every op). Turning it off makes the
+        capture cheaper on small-op models; modules are recorded either way.
+    namespace:
+        Variables used to name things (models, optimizers, tensors). Defaults to the
+        caller's globals and locals; the magic passes the notebook's namespace.
+    label:
+        A name for the profile in summaries and the JupyterLab panel.
+    progress:
+        ``progress(stage, done, total)``, called while the tables are built.
+    """
+
+    def __init__(
+        self,
+        *,
+        device: str | Iterable[str] | None = None,
+        with_stack: bool = True,
+        namespace: dict | None = None,
+        label: str | None = None,
+        progress: Progress | None = None,
+    ) -> None:
+        self.devices = resolve_devices(device)
+        self.with_stack = with_stack
+        self.label = label
+        self.progress = progress
+        self._namespace = namespace
+        self._frame = None if namespace is not None else sys._getframe(1)
+        self._profile: Profile | None = None
+        self._recorder: Recorder | None = None
+
+    def _names(self) -> dict:
+        if self._namespace is not None:
+            return self._namespace
+        if self._frame is None:
+            return {}
+        ns = dict(self._frame.f_globals)
+        ns.update(self._frame.f_locals)
+        return ns
+
+    def __enter__(self) -> Profile:
+        return self.start()
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        self.finish(exc)
+        return False  # never swallow the exception
+
+    def start(self) -> Profile:
+        """Start recording; returns the Profile that :meth:`finish` fills."""
+        recorder = Recorder(self.devices, self.with_stack, self._names)
+        recorder.start()
+        self._recorder = recorder
+        self._profile = Profile.empty(label=self.label, devices=self.devices)
+        self._t0 = time.perf_counter()
+        self._start_ns = time.time_ns()
+        return self._profile
+
+    def finish(self, exc: BaseException | None = None) -> Profile:
+        """Stop recording and build the tables. ``exc`` is the exception the profiled code
+        raised, if any: it is noted in ``meta["error"]``, and an analysis failure is then
+        kept in ``meta["analysis_error"]`` instead of replacing it."""
+        exc_type = type(exc) if exc is not None else None
+        wall_s = time.perf_counter() - self._t0
+        recorder, self._recorder = self._recorder, None
+        recorder.stop()
+        prof = self._profile
+        error = None
+        if exc_type is not None:
+            error = f"{exc_type.__name__}: {exc}" if str(exc) else exc_type.__name__
+        try:
+            tables, meta = build_tables(recorder, self.progress)
+            for key, df in tables.items():
+                setattr(prof, key, df)
+            prof.meta.update(meta)
+        except Exception as build_error:  # never mask the user's own exception
+            if exc_type is None:
+                raise
+            prof.meta["analysis_error"] = repr(build_error)
+        finally:
+            self._frame = None
+            recorder.release()
+        prof.meta.update(
+            label=self.label,
+            wall_s=wall_s,
+            stop_s=recorder.stop_s,
+            devices=self.devices,
+            torch_version=torch.__version__,
+            with_stack=self.with_stack,
+            error=error,
+            captured_at=self._start_ns,
+        )
+        _session.add(prof)
+        return prof
+
+
+def build_tables(recorder: Recorder, progress: Progress | None = None) -> tuple[dict, dict]:
+    """Everything that happens after the profiled code: records, then tables and analysis."""
+    with paused_gc():
+        t0 = time.perf_counter()
+        capture = recorder.capture(progress)
+        t1 = time.perf_counter()
+        tables, meta = analyse(capture, progress=progress)
+    meta["capture_s"] = t1 - t0
+    meta["analysis_s"] = time.perf_counter() - t1  # tables and analyses, after reading
+    meta["event_count"] = capture.trace.event_count
+    return tables, meta

@@ -1,0 +1,119 @@
+"""The producer interface: the plain records every producer hands to the analysis.
+
+A *producer* runs (or pretends to run) some PyTorch code and describes what happened as a
+:class:`Capture`: ops with their nesting and timing (:class:`OpRecord`), the tensors each op
+read or wrote (:class:`TensorRef`), allocator events (:class:`MemoryRecord`), storages that
+were used but never reported (:class:`UntrackedTensor`), and the names the live session gives
+tensors (:class:`NameRow`). :func:`jupyter_memprof._analysis.pipeline.analyse` turns one
+Capture into every table; it never sees the producer.
+
+Producers today:
+
+- :mod:`jupyter_memprof._producers.torch_profiler` reads the event tree of
+  ``torch.profiler.profile`` (the only module that touches ``torch._C``);
+- estimate mode runs the code on fake tensors and records the same things through a
+  dispatch mode (see docs/architecture.md).
+
+Rules every producer keeps (the analysis relies on them):
+
+- ids (``op_id``, ``tensor_id``, ``allocation_id``) are non-negative ints, unique within a
+  capture; :data:`NO_ID` stands for "none" wherever an id is optional;
+- ``op_id`` order is a pre-order of the op tree: a parent precedes its children;
+- times are integer nanoseconds on one clock, non-decreasing in ``memory``;
+- a free (``size < 0``) carries the same ``allocation_id`` and ``tensor_id`` as its
+  allocation; blocks allocated before the capture may appear only as frees;
+- ``device`` strings are ``"cpu"`` or ``"cuda:N"``.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from ._vocab import OpKind, Role
+
+#: Names of the annotations the capture's module hooks emit: ``MODULE_MARKER + index``.
+MODULE_MARKER = "memprof.module#"
+
+
+class TensorRef(NamedTuple):
+    """One tensor an op received (as an argument, or inside a tensor-list argument)."""
+
+    op_id: int
+    tensor_id: int  # the profiler's storage identity
+    mutable: bool  # the op's schema says it may write this argument in place
+
+
+class UntrackedTensor(NamedTuple):
+    """A storage ops used but the allocator never reported (it existed before the capture)."""
+
+    tensor_id: int
+    ptr: int  # storage data pointer
+    device: str
+    extent: int  # bytes up to the furthest element any view of it reached (a size lower bound)
+
+
+#: Integer ids and indexes in records use NO_ID for "none", so the tables can turn them
+#: into missing values in one vectorised step.
+NO_ID = -1
+
+
+class OpRecord(NamedTuple):
+    op_id: int
+    parent_id: int  # NO_ID for roots
+    depth: int
+    name: str
+    kind: OpKind
+    start_ns: int
+    end_ns: int
+    thread: int
+    seq_nr: int  # NO_ID when autograd recorded none
+    backward: bool  # runs inside an autograd node
+    optimizer: bool  # runs inside optimizer.step / zero_grad
+    module_index: int  # for kind == MODULE: index into the capture's module list, else NO_ID
+    module_ctx: int  # innermost enclosing module call (its op_id), or NO_ID
+    callsite: str | None
+    input_shapes: list
+    node_id: int  # the data-flow node (outermost dispatcher op / autograd node), or NO_ID
+
+
+class MemoryRecord(NamedTuple):
+    time_ns: int
+    ptr: int
+    size: int  # > 0 allocation, < 0 free
+    tensor_id: int  # NO_ID for raw blocks with no tensor identity
+    allocation_id: int
+    device: str
+    op_id: int  # innermost enclosing op, or NO_ID
+
+
+class Trace(NamedTuple):
+    """The records of one run, in the order the rules above describe."""
+
+    ops: list[OpRecord]
+    tensors: list[TensorRef]
+    memory: list[MemoryRecord]
+    untracked: list[UntrackedTensor]
+    event_count: int  # nodes in torch's event tree (for benchmarks and progress)
+
+
+class NameRow(NamedTuple):
+    """A tensor the live session knows by name, read before (``"start"``) or after
+    (``"end"``) the capture: a parameter, gradient, buffer, optimizer state or variable."""
+
+    name: str
+    role: Role
+    device: str
+    ptr: int  # storage data pointer (matched to blocks by the analysis)
+    size_bytes: int
+    when: str  # "start" or "end"
+
+
+class Capture(NamedTuple):
+    """Everything one producer hands to the analysis."""
+
+    trace: Trace
+    names: list[NameRow]
+    module_paths: list[str]  # dotted path of each module, by OpRecord.module_index
+    module_classes: list[str]  # class name of each module, by OpRecord.module_index
+    devices: list[str]  # the devices whose memory was recorded
+    start_ns: int | None  # time zero: the start of the profiled code (None: first record)

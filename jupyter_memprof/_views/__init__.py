@@ -1,0 +1,1 @@
+"""Views: summaries, the dashboard and exports, built from a Profile's tables; they compute no analysis."""

@@ -1,0 +1,80 @@
+"""The vocabularies every layer shares: categories, phases, op kinds, actions, relations, roles.
+
+They sit below everything else so that producers (which tag records with an :class:`OpKind`
+or a :class:`Role`) and the analysis (which stores them as categorical columns) agree on one
+spelling. Each is a string enum whose members compare equal to their values.
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class _Vocabulary(str, enum.Enum):
+    """A string enum whose members compare equal to their values."""
+
+    def __str__(self) -> str:
+        return self.value
+
+    @classmethod
+    def values(cls) -> list[str]:
+        return [m.value for m in cls]
+
+
+class Category(_Vocabulary):
+    """What a block of memory is for (the order is the display order)."""
+
+    PARAMETER = "parameter"
+    OPTIMIZER_STATE = "optimizer_state"
+    INPUT = "input"
+    TEMPORARY = "temporary"
+    ACTIVATION = "activation"
+    GRADIENT = "gradient"
+    AUTOGRAD_DETAIL = "autograd_detail"
+    UNKNOWN = "unknown"
+
+
+class Phase(_Vocabulary):
+    FORWARD = "forward"
+    BACKWARD = "backward"
+    OPTIMIZER = "optimizer"
+    OTHER = "other"
+
+
+class OpKind(_Vocabulary):
+    OP = "op"  # dispatcher op (aten::..., and other namespaced ops)
+    MODULE = "module"  # an nn.Module call
+    ANNOTATION = "annotation"  # a user record_function label
+    BACKWARD = "backward"  # an autograd node run by the engine
+    OPTIMIZER = "optimizer"  # optimizer.step / zero_grad
+
+
+class Action(_Vocabulary):
+    """Memory event actions: the vocabulary of torch's raw memory-timeline export."""
+
+    PREEXISTING = "preexisting"
+    CREATE = "create"
+    INCREMENT_VERSION = "increment_version"
+    DESTROY = "destroy"
+
+
+class Relation(_Vocabulary):
+    """How an op relates to a block in :meth:`Profile.lineage`."""
+
+    PREEXISTING = "preexisting"
+    ALLOCATED = "allocated"
+    READ = "read"
+    MUTATED = "mutated"
+    SAVED_FOR_BACKWARD = "saved_for_backward"
+    USED_IN_BACKWARD = "used_in_backward"
+    FREED = "freed"
+
+
+class Role(_Vocabulary):
+    """What the live session says a named tensor is (see the ``names`` table)."""
+
+    PARAMETER = "parameter"
+    BUFFER = "buffer"
+    GRADIENT = "gradient"
+    OPTIMIZER_STATE = "optimizer_state"
+    VARIABLE = "variable"
