@@ -8,19 +8,59 @@ import re
 _UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
 
 
+def _fixed(x: float, digits: int) -> tuple[int, str]:
+    """``x >= 0`` to ``digits`` decimals, rounded half up as ``floor(x * 10**digits + 0.5)``.
+
+    The browser's formatters (``_views/js/units.js``) do exactly these float operations, so
+    Python and JavaScript print the same text for the same number (``str.format`` rounds half
+    to even and ``toFixed`` half up: they differ on ties such as 1.25). Returns the scaled
+    integer too, for the callers' roll-over checks."""
+    scale = 10**digits
+    k = math.floor(x * scale + 0.5)
+    if not digits:
+        return k, str(k)
+    return k, f"{k // scale}.{k % scale:0{digits}d}"
+
+
 def format_bytes(n: int | float) -> str:
-    """``4000`` -> ``'3.9 KiB'``; binary units (1 KiB = 1024 B), bytes shown exactly."""
+    """``4000`` -> ``'3.9 KiB'``; binary units (1 KiB = 1024 B), bytes shown exactly.
+
+    One decimal above 1023 B, rounded half up (1280 B is ``'1.3 KiB'``); a value that rounds
+    to 1024.0 of a unit is shown in the next one (1023.96 KiB reads ``'1.0 MiB'``)."""
     n = int(n)
     sign = "-" if n < 0 else ""
     n = abs(n)
     if n < 1024:
         return f"{sign}{n} B"
-    exp = min(int(math.log(n, 1024)), len(_UNITS) - 1)
-    value = n / 1024**exp
-    if round(value, 1) >= 1024 and exp < len(_UNITS) - 1:  # 1023.96 KiB reads as 1.0 MiB
+    exp = 0
+    while n >= 1024 ** (exp + 1) and exp < len(_UNITS) - 1:
         exp += 1
-        value = n / 1024**exp
-    return f"{sign}{value:.1f} {_UNITS[exp]}"
+    k, text = _fixed(n / 1024**exp, 1)
+    if k >= 10240 and exp < len(_UNITS) - 1:
+        exp += 1
+        k, text = _fixed(n / 1024**exp, 1)
+    return f"{sign}{text} {_UNITS[exp]}"
+
+
+def format_ms(ms: float | None) -> str:
+    """A time in milliseconds on the capture's clock, to the microsecond: ``'12.345 ms'``,
+    ``'1.234 s'``, ``'250.0 µs'``; ``''`` for NaN or None.
+
+    The dashboard and lineage place events relative to each other with it, so it keeps more
+    digits than :func:`format_seconds`, which is for headline durations."""
+    if ms is None or not math.isfinite(ms):
+        return ""
+    sign = "-" if ms < 0 else ""
+    a = abs(ms)
+    if a < 1:
+        k, text = _fixed(a * 1000, 1)
+        if k < 10000:
+            return f"{sign}{text} µs"
+    if a < 1000:
+        k, text = _fixed(a, 3)
+        if k < 1000000:
+            return f"{sign}{text} ms"
+    return f"{sign}{_fixed(a / 1000, 3)[1]} s"
 
 
 def format_seconds(s: float | None) -> str:

@@ -5,8 +5,6 @@ from __future__ import annotations
 import ast
 import pathlib
 
-import pytest
-
 import jupyter_memprof
 
 PACKAGE = pathlib.Path(jupyter_memprof.__file__).parent
@@ -130,7 +128,6 @@ def test_layers_only_import_downwards():
     assert wrong == []
 
 
-@pytest.mark.xfail(strict=True, reason="browser code still moving out of Python strings")
 def test_no_javascript_in_python_strings():
     """Browser code lives in .js files shipped as package data, where a linter sees it."""
     offenders = []

@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from .._units import format_bytes
 from . import schema as S
 from .schema import Phase, Relation
 from .tables import op_context
@@ -166,20 +167,12 @@ def lineage(tables: dict[str, pd.DataFrame], alloc_id: int) -> pd.DataFrame:
     return S.conform(out, S.LINEAGE, name="lineage")
 
 
-def _fmt_bytes(n: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(n) < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n} B"
-
-
 def lineage_text(tables: dict[str, pd.DataFrame], alloc_id: int) -> str:
     """A readable account of one block for a terminal."""
     a = tables["allocations"].set_index("alloc_id").loc[alloc_id]
     t0 = tables["ops"]["start_ns"].min() if len(tables["ops"]) else 0
     label = a["name"] if pd.notna(a["name"]) else f"block {alloc_id}"
-    head = f"{label}: {_fmt_bytes(int(a['size_bytes']))} on {a['device']}, {a['category']} ({a['reason']})"
+    head = f"{label}: {format_bytes(int(a['size_bytes']))} on {a['device']}, {a['category']} ({a['reason']})"
     lines = [head]
     for r in lineage(tables, alloc_id).itertuples(index=False):
         when = "  before capture" if pd.isna(r.time_ns) else f"{(r.time_ns - t0) / 1e6:9.3f} ms"

@@ -12,9 +12,10 @@ Views (each carries a CSS class that tests and users' scripts can find it by):
 - ``memprof-lineage``: the lineage of the clicked block (the columns of ``prof.lineage``),
   whose creating op and backward ops are highlighted in the op tree.
 
-All linking happens in the browser (shared ColumnDataSources and CustomJS in
-:mod:`._dashboard_js`), so the notebook widget and the exported file behave the same. What is
-shown is cut to a level of detail a browser holds comfortably; :mod:`._dashboard_data` says how.
+All linking happens in the browser (shared ColumnDataSources, and CustomJS whose code is in
+``_views/js/``, see :mod:`.dashboard_js`), so the notebook widget and the exported file behave
+the same. What is shown is cut to a level of detail a browser holds comfortably;
+:mod:`.dashboard_data` says how.
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ from bokeh.models import (
 from bokeh.plotting import figure
 from bokeh.transform import dodge
 
+from .._units import format_bytes
 from . import dashboard_data as dd
 from . import dashboard_js as js
 
@@ -186,7 +188,7 @@ def _table(source, columns, *, height=TABLE_HEIGHT, **kwargs) -> DataTable:
 def _bytes_axis(axis) -> None:
     """Byte ticks at round binary steps (16 KiB, 32 KiB, ...) labelled in binary units."""
     axis.ticker = AdaptiveTicker(base=2, mantissas=[1], min_interval=1, desired_num_ticks=6)
-    axis.formatter = CustomJSTickFormatter(code=js.BYTES_TICK)
+    axis.formatter = CustomJSTickFormatter(code=js.bytes_tick())
 
 
 def build(
@@ -253,8 +255,8 @@ def build(
         op_hint=_OP_HINT,
         lin_hint=_LIN_HINT,
     )
-    sh.ops.selected.js_on_change("indices", CustomJS(args=common, code=js.OP_SELECTED))
-    sh.allocs.selected.js_on_change("indices", CustomJS(args=common, code=js.ALLOC_SELECTED))
+    sh.ops.selected.js_on_change("indices", CustomJS(args=common, code=js.op_selected()))
+    sh.allocs.selected.js_on_change("indices", CustomJS(args=common, code=js.alloc_selected()))
     return Built(layout, sh.ops, sh.allocs, sh.lin_view, sh.lin_all, pool)
 
 
@@ -279,9 +281,9 @@ def _timeline_panel(sh: _Shared, timelines: list[dd.Timeline], cats: list[str] |
     overview.add_tools(range_tool)
     filters = dict(alloc_filter=sh.alloc_filter, op_filter=sh.op_filter, filter_info=sh.filter_info)
     selected = CustomJS(
-        args=dict(uid=sh.uid, allocs=sh.allocs, ops=sh.ops, **filters), code=js.RANGE_SELECTED
+        args=dict(allocs=sh.allocs, ops=sh.ops, **filters), code=js.range_selected()
     )
-    cleared = CustomJS(args=dict(filter_hint=_FILTER_HINT, **filters), code=js.RANGE_CLEARED)
+    cleared = CustomJS(args=dict(filter_hint=_FILTER_HINT, **filters), code=js.range_cleared())
 
     charts = []
     for k, tl in enumerate(timelines):
@@ -344,7 +346,7 @@ def _timeline_chart(sh, tl: dd.Timeline, src, visible, selected, cleared):
         )
         for c in tl.categories
     ]
-    restack = CustomJS(args=dict(src=src, cats=tl.categories, renderers=areas), code=js.RESTACK)
+    restack = CustomJS(args=dict(src=src, cats=tl.categories, renderers=areas), code=js.restack())
     for r in areas:
         r.js_on_change("visible", restack)
     if areas:
@@ -359,7 +361,7 @@ def _timeline_chart(sh, tl: dd.Timeline, src, visible, selected, cleared):
     # hover needs a glyph with hit testing: an invisible line through the same points
     # (line_policy "prev" reports the state in force, as the step draws it)
     total = p.line(x="t", y="total", source=src, line_alpha=0)
-    bytes_fmt = CustomJSHover(code=js.BYTES_FORMAT)
+    bytes_fmt = CustomJSHover(code=js.bytes_hover())
     tooltips = [("time", "@t{0.000} ms"), ("total", "@total{custom}")]
     tooltips += [(c, f"@b_{c}{{custom}}") for c in tl.categories]
     tooltips += [("op", "@op"), ("module", "@module")]
@@ -391,7 +393,7 @@ def _timeline_chart(sh, tl: dd.Timeline, src, visible, selected, cleared):
             Label(
                 x=tl.peak_ms,
                 y=tl.peak_bytes,
-                text=f"peak {dd.fmt_bytes(tl.peak_bytes)} at {tl.peak_ms:.3f} ms",
+                text=f"peak {format_bytes(tl.peak_bytes)} at {tl.peak_ms:.3f} ms",
                 text_font_size="11px",
                 text_align="right" if late else "left",
                 x_offset=-8 if late else 8,

@@ -28,6 +28,7 @@ import numpy as np
 import pandas as pd
 
 from .._analysis.schema import Category, Phase, Relation
+from .._units import format_bytes, format_ms
 
 TIMELINE_POINTS = 4000
 ALLOC_BUDGET = 2000
@@ -51,30 +52,6 @@ PHASE_COLORS: dict[str, str] = {
     Phase.OTHER.value: "#9a9a9a",
 }
 SUMMARY_CATEGORY_COLOR = "#dddddd"
-
-_UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
-
-
-def fmt_bytes(n: float) -> str:
-    """``1536`` -> ``"1.50 KiB"`` (binary units, as the rest of the package prints them)."""
-    n = float(n)
-    sign = "-" if n < 0 else ""
-    n = abs(n)
-    for unit in _UNITS:
-        if n < 1024 or unit == _UNITS[-1]:
-            return f"{sign}{int(n)} B" if unit == "B" else f"{sign}{n:.2f} {unit}"
-        n /= 1024
-    return f"{sign}{n:.2f} TiB"  # pragma: no cover (loop always returns)
-
-
-def fmt_ms(ms: float) -> str:
-    if ms is None or not np.isfinite(ms):
-        return ""
-    if abs(ms) >= 1000:
-        return f"{ms / 1000:.3f} s"
-    if abs(ms) >= 1:
-        return f"{ms:.3f} ms"
-    return f"{ms * 1000:.1f} µs"
 
 
 def _str(values, missing: str = "") -> list[str]:
@@ -364,16 +341,16 @@ def select_ops(prof, fr: Frame, must: set[int], budget: int = OP_BUDGET) -> Ops:
         "left": left,
         "right": right,
         "dur": right - left,
-        "dur_txt": [fmt_ms(v) for v in right - left],
-        "start_txt": [fmt_ms(v) for v in left],
+        "dur_txt": [format_ms(v) for v in right - left],
+        "start_txt": [format_ms(v) for v in left],
         "top": depth + 0.05,
         "bottom": depth + 0.95,
         "cy": depth + 0.5,
         "cx": (left + right) / 2,
         "self_b": o["self_alloc_bytes"].to_numpy(dtype="float64"),
         "total_b": o["total_alloc_bytes"].to_numpy(dtype="float64"),
-        "self_txt": [fmt_bytes(v) for v in o["self_alloc_bytes"]],
-        "total_txt": [fmt_bytes(v) for v in o["total_alloc_bytes"]],
+        "self_txt": [format_bytes(v) for v in o["self_alloc_bytes"]],
+        "total_txt": [format_bytes(v) for v in o["total_alloc_bytes"]],
     }
     cols["color"] = [PHASE_COLORS.get(p, PHASE_COLORS["other"]) for p in cols["phase"]]
     row_of = {int(i): r for r, i in enumerate(cols["op_id"])}
@@ -495,10 +472,10 @@ def allocation_columns(prof, sel: Allocations, ops: Ops, fr: Frame) -> dict[str,
         if np.isnan(t_alloc[i]) and np.isnan(t_free[i]):
             return "whole capture"
         if np.isnan(t_alloc[i]):
-            return f"until {fmt_ms(t_free[i])}"
+            return f"until {format_ms(t_free[i])}"
         if np.isnan(t_free[i]):
             return "still alive"
-        return fmt_ms(t_free[i] - t_alloc[i])
+        return format_ms(t_free[i] - t_alloc[i])
 
     cat = _str(a["category"].astype("object"), "unknown")
     names = _str(a["name"])
@@ -508,7 +485,7 @@ def allocation_columns(prof, sel: Allocations, ops: Ops, fr: Frame) -> dict[str,
         "category": cat,
         "reason": _str(a["reason"]),
         "size": a["size_bytes"].astype("float64").tolist(),
-        "size_txt": [fmt_bytes(v) for v in a["size_bytes"]],
+        "size_txt": [format_bytes(v) for v in a["size_bytes"]],
         "device": _str(a["device"].astype("object")),
         "op": list(op_name),
         "module": list(op_module),
@@ -530,7 +507,7 @@ def allocation_columns(prof, sel: Allocations, ops: Ops, fr: Frame) -> dict[str,
         cols["category"].append(str(r["category"]))
         cols["reason"].append("")
         cols["size"].append(float(r["size_bytes"]))
-        cols["size_txt"].append(fmt_bytes(r["size_bytes"]))
+        cols["size_txt"].append(format_bytes(r["size_bytes"]))
         cols["device"].append(str(r["device"]))
         for k in ("op", "module", "lifetime", "at_peak"):
             cols[k].append("")
@@ -635,7 +612,9 @@ def lineage_columns(
 def decode_lineage(cols: dict, pool: list[str], start: int, end: int) -> dict[str, list[str]]:
     """The display rows of one block from :func:`lineage_columns` (what the page shows)."""
     out = {
-        "t_txt": [fmt_ms(v) if np.isfinite(v) else "before capture" for v in cols["t"][start:end]]
+        "t_txt": [
+            format_ms(v) if np.isfinite(v) else "before capture" for v in cols["t"][start:end]
+        ]
     }
     for k in LINEAGE_STRINGS:
         out[k] = [pool[c] if c >= 0 else "" for c in cols[k][start:end]]

@@ -3,9 +3,10 @@
 The standalone file carries BokehJS itself (``bokeh.resources.INLINE``: no CDN, works offline).
 BokehJS with its widgets and tables is ~1.9 MB of minified JavaScript, so the file stores it,
 and the document's JSON, gzip-compressed and base64-encoded, and inflates both with the
-browser's ``DecompressionStream`` before handing them to ``Bokeh.embed.embed_items``. That keeps
-a one-step dashboard well under 2 MB. When the dashboard is on screen the page sets
-``window.memprofReady`` to ``performance.now()`` (used by the benchmark and the tests).
+browser's ``DecompressionStream`` before handing them to ``Bokeh.embed.embed_items``
+(``js/page_loader.js``). That keeps a one-step dashboard well under 2 MB. When the dashboard
+is on screen the page sets ``window.memprofReady`` to ``performance.now()`` (used by the
+benchmark and the tests).
 """
 
 from __future__ import annotations
@@ -22,40 +23,7 @@ from bokeh.embed.elements import div_for_render_item
 from bokeh.embed.util import OutputDocumentFor, standalone_docs_json_and_render_items
 from bokeh.resources import INLINE
 
-_LOADER = """
-(async function () {
-  const status = document.getElementById("memprof-status");
-  try {
-    if (typeof DecompressionStream === "undefined") {
-      throw new Error("this browser has no DecompressionStream " +
-        "(it needs Chrome 80, Firefox 113, Safari 16.4 or newer)");
-    }
-    const inflate = async (id) => {
-      const b64 = document.getElementById(id).textContent.trim();
-      const bin = atob(b64);
-      const bytes = new Uint8Array(bin.length);
-      for (let i = 0; i < bin.length; i++) bytes[i] = bin.charCodeAt(i);
-      const stream = new Blob([bytes]).stream().pipeThrough(new DecompressionStream("gzip"));
-      return await new Response(stream).text();
-    };
-    const [js, doc] = await Promise.all([inflate("memprof-bokehjs"), inflate("memprof-doc")]);
-    performance.mark("memprof-inflated");
-    const script = document.createElement("script");
-    script.textContent = js;
-    document.head.appendChild(script);
-    performance.mark("memprof-bokehjs");
-    const render_items = JSON.parse(document.getElementById("memprof-render-items").textContent);
-    await window.Bokeh.embed.embed_items(JSON.parse(doc), render_items);
-    performance.mark("memprof-embedded");
-    status.remove();
-    requestAnimationFrame(() => { window.memprofReady = performance.now(); });
-  } catch (err) {
-    status.textContent = "The dashboard could not be shown: " + err.message;
-    window.memprofError = String(err);
-    throw err;
-  }
-})();
-"""
+from .dashboard_js import source
 
 _PAGE = """<!DOCTYPE html>
 <html lang="en">
@@ -103,7 +71,7 @@ def standalone_html(layout, title: str) -> str:
         doc=_pack(serialize_json(docs_json)),
         # JSON inside <script>: no "</" can end the element early
         items=items.replace("</", "<\\/"),
-        loader=_LOADER,
+        loader=source("page_loader.js"),
     )
 
 
@@ -116,12 +84,8 @@ def notebook_bokehjs() -> str:
     from bokeh.resources import Resources
 
     res = Resources(mode="inline", components=["bokeh", "bokeh-widgets", "bokeh-tables"])
-    parts = [f"(function () {{\n{code}\n}}).call(window);" for code in res.js_raw]
-    guard = (
-        f"const B = window.Bokeh; if (B && B.version === {json.dumps(__version__)} && "
-        "B.Widgets && B.Tables) return;"
-    )
-    return "(function () {\n" + guard + "\n" + "\n".join(parts) + "\n})();"
+    call = f"memprof_load_bokehjs({json.dumps(__version__)}, {json.dumps(res.js_raw)});"
+    return source("notebook_loader.js") + "\n" + call
 
 
 def load_bokehjs_in_notebook(force: bool = False) -> bool:
