@@ -52,9 +52,20 @@ $(VENV)/share/jupyter/lab/settings/overrides.json: $(STAMP)
 	@mkdir -p $(@D)
 	@echo '{"@jupyterlab/apputils-extension:notification": {"fetchNews": "false", "checkForUpdates": false}}' > $@
 
-lint: setup
+# The dashboard's browser code (package data, jupyter_memprof/_views/js) is checked by node's
+# parser and by ESLint, a dev dependency of the JupyterLab extension (labextension/).
+JS_DIR := jupyter_memprof/_views/js
+ESLINT := labextension/node_modules/.bin/eslint
+
+$(ESLINT): labextension/package.json labextension/package-lock.json
+	cd labextension && npm install --no-audit --no-fund
+	@touch $@
+
+lint: setup $(ESLINT)
 	$(BIN)/ruff check jupyter_memprof tests benchmarks
 	$(BIN)/ruff format --check jupyter_memprof tests benchmarks
+	@for f in $(JS_DIR)/*.js; do node --check $$f || exit 1; done
+	$(ESLINT) --config labextension/eslint.config.mjs --max-warnings 0 $(JS_DIR)
 
 # Unit, magic, browser and notebook (nbval) tests in one pytest run, so one summary line
 # says what ran. pytest exits 5 when nothing was collected, which fails this target.
