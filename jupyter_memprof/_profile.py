@@ -9,6 +9,14 @@ from typing import Any
 import pandas as pd
 
 from ._analysis import schema as _schema
+from ._devices import device_sort_key
+
+# the columns of the tables that hold times on the profiler's clock
+_TIME_COLUMNS = {
+    "ops": ("start_ns", "end_ns"),
+    "events": ("time_ns",),
+    "allocations": ("alloc_ns", "free_ns"),
+}
 
 
 @dataclass
@@ -55,6 +63,48 @@ class Profile:
             or (f"profile {self.session_id}" if self.session_id else "profile")
         )
 
+    @property
+    def start_ns(self) -> int | None:
+        """When the capture began, in ns on the profiler's clock (the clock of every ``*_ns``
+        column): ``meta['start_ns']`` when the capture recorded it, else the earliest time in
+        the tables; ``None`` when neither says. Views measure times from here."""
+        start = self.meta.get("start_ns")
+        if start is not None:
+            return int(start)
+        times = self._times()
+        return min(times) if times else None
+
+    @property
+    def end_ns(self) -> int | None:
+        """When the capture ended: the latest of ``meta['end_ns']`` and every time in the
+        tables (a block can be freed after the last op ended); ``None`` when neither says."""
+        times = self._times()
+        end = self.meta.get("end_ns")
+        if end is not None:
+            times.append(int(end))
+        return max(times) if times else None
+
+    def _times(self) -> list[int]:
+        """The first and last time of every time column (NA left out)."""
+        out = []
+        for name, cols in _TIME_COLUMNS.items():
+            table = getattr(self, name)
+            for c in cols:
+                v = pd.to_numeric(table[c], errors="coerce").dropna()
+                if len(v):
+                    out += [int(v.min()), int(v.max())]
+        return out
+
+    @property
+    def devices(self) -> list[str]:
+        """The devices with memory activity in this profile, CPU first, then ``cuda:0``,
+        ``cuda:1``, ... (:func:`jupyter_memprof._devices.device_sort_key`). Every view lists
+        devices in this order; ``meta['devices']`` is what the capture was asked to record."""
+        seen: set[str] = set()
+        for name in ("events", "allocations", "timeline"):
+            seen |= {str(d) for d in getattr(self, name)["device"].dropna().unique()}
+        return sorted(seen, key=device_sort_key)
+
     # -- analyses -----------------------------------------------------------------------
     def lineage(self, alloc_id: int) -> pd.DataFrame:
         """The story of one block, one row per step, time ordered (see :mod:`_lineage`)."""
@@ -66,7 +116,8 @@ class Profile:
         """:meth:`lineage` as readable text for a terminal."""
         from ._analysis.lineage import lineage_text
 
-        return lineage_text(self.tables, alloc_id)
+        start = self.start_ns
+        return lineage_text(self.tables, alloc_id, 0 if start is None else start)
 
     def peak(self, device: str | None = None) -> pd.DataFrame:
         """The blocks live at the peak of ``device`` (default: the device with the highest

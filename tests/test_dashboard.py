@@ -83,8 +83,8 @@ def test_m4_keeps_extremes_and_respects_the_budget():
 
 def test_timeline_points_are_exact_states_and_keep_the_peak(prof):
     device = "cpu"
-    full = dd.timeline(prof, device, dd.frame(prof))
-    thin = dd.timeline(prof, device, dd.frame(prof), budget=40)
+    full = dd.timeline(prof, device, dd.window(prof))
+    thin = dd.timeline(prof, device, dd.window(prof), budget=40)
     assert full.points_in == thin.points_in > 40
     assert len(thin.columns["t"]) <= 40 + 3  # + the capture's start and end
     # the peak is kept exactly, and is the analysis' peak
@@ -92,7 +92,7 @@ def test_timeline_points_are_exact_states_and_keep_the_peak(prof):
     assert thin.peak_bytes == pk.attrs["peak_bytes"] == int(np.max(thin.columns["total"]))
     assert int(np.max(full.columns["total"])) == pk.attrs["peak_bytes"]
     # every drawn point is the true state of the tables at that time
-    start = dd.frame(prof).start_ns
+    start = dd.window(prof).start_ns
     for k in range(1, len(thin.columns["t"]) - 1):
         t_ns = start + round(thin.columns["t"][k] * 1e6)
         # times went through ms floats: find the exact event time nearest to it
@@ -108,23 +108,23 @@ def test_allocations_budget_summarises_the_small_blocks(prof):
     sel = dd.select_allocations(prof, budget=10)
     assert sel.total == len(a)
     # the 10 largest, largest first (plus blocks live at the peak, at most budget // 4)
-    assert 10 <= len(sel.frame) <= 12
-    sizes = sel.frame["size_bytes"].to_numpy()
+    assert 10 <= len(sel.table) <= 12
+    sizes = sel.table["size_bytes"].to_numpy()
     assert list(sizes[:10]) == sorted(a["size_bytes"], reverse=True)[:10]
     # nothing is lost: listed + summarised == everything, per (device, category)
-    assert sel.summarised["count"].sum() + len(sel.frame) == len(a)
+    assert sel.summarised["count"].sum() + len(sel.table) == len(a)
     assert sel.summarised["size_bytes"].sum() + sizes.sum() == a["size_bytes"].sum()
-    ops = dd.select_ops(prof, dd.frame(prof), set())
-    cols = dd.allocation_columns(prof, sel, ops, dd.frame(prof))
-    n = len(sel.frame)
+    ops = dd.select_ops(prof, dd.window(prof), set())
+    cols = dd.allocation_columns(prof, sel, ops, dd.window(prof))
+    n = len(sel.table)
     assert cols["summary"][n:] == [True] * len(sel.summarised)
     assert all("smaller blocks, summarised" in s for s in cols["name"][n:])
 
 
 def test_ops_budget_keeps_a_tree_and_counts_what_was_left_out(prof):
-    fr = dd.frame(prof)
+    win = dd.window(prof)
     must = {int(prof.allocations["alloc_op_id"].dropna().iloc[-1])}
-    ops = dd.select_ops(prof, fr, must, budget=60)
+    ops = dd.select_ops(prof, win, must, budget=60)
     shown = set(ops.columns["op_id"].tolist())
     assert ops.total == len(prof.ops)
     assert ops.left_out == len(prof.ops) - len(shown) > 0
@@ -210,7 +210,7 @@ def test_one_timeline_per_device(prof):
         **{**prof.tables, "allocations": allocs, "timeline": twice(prof.timeline)},
         meta=prof.meta,
     )
-    assert dd.devices(two) == ["cpu", "cuda:0"]
+    assert two.devices == ["cpu", "cuda:0"]
     layout = build(two).layout
     names = {m.name for m in layout.references() if m.name}
     assert {"memprof-timeline-cpu", "memprof-timeline-cuda:0"} <= names

@@ -145,3 +145,35 @@ def test_error_and_user_strings_are_escaped():
     assert html.escape(evil) in out
     assert html.escape(f"ValueError: bad {evil} & more") in out
     assert f"raised ValueError: bad {evil} & more" in summary_text(prof)
+
+
+def test_capture_start_end_and_devices_are_the_profiles(mlp_adam_profile):
+    """One capture start, one end and one device list, which summary, dashboard and panel use."""
+    from jupyter_memprof._profile import Profile
+
+    prof, _ = mlp_adam_profile
+    times = [
+        *prof.ops["start_ns"],
+        *prof.ops["end_ns"],
+        *prof.events["time_ns"],
+        *prof.allocations["alloc_ns"].dropna(),
+        *prof.allocations["free_ns"].dropna(),
+    ]
+    assert prof.start_ns == prof.meta["start_ns"] <= min(times)
+    assert prof.end_ns == max([prof.meta["end_ns"], *times])
+    assert prof.devices == ["cpu"]
+    peak = summary(prof)["peaks"]["cpu"]
+    assert peak["offset_s"] == pytest.approx((peak["time_ns"] - prof.start_ns) / 1e9)
+
+    # without the capture's own start, the tables' earliest time
+    bare = Profile(**prof.tables, meta={})
+    assert bare.start_ns == min(times) and bare.end_ns == max(times)
+    empty = Profile.empty()
+    assert empty.start_ns is None and empty.end_ns is None and empty.devices == []
+
+    # devices in numeric order, the CPU first, whatever order the tables hold them in
+    events = prof.events.assign(device=prof.events["device"].astype(object))
+    names = ["cuda:10", "cuda:2", "cpu"]
+    events["device"] = [names[i % 3] for i in range(len(events))]
+    mixed = Profile(**{**prof.tables, "events": events}, meta={})
+    assert mixed.devices == ["cpu", "cuda:2", "cuda:10"]

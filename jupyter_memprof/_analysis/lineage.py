@@ -167,10 +167,11 @@ def lineage(tables: dict[str, pd.DataFrame], alloc_id: int) -> pd.DataFrame:
     return S.conform(out, S.LINEAGE, name="lineage")
 
 
-def lineage_text(tables: dict[str, pd.DataFrame], alloc_id: int) -> str:
-    """A readable account of one block for a terminal."""
+def lineage_text(tables: dict[str, pd.DataFrame], alloc_id: int, start_ns: int) -> str:
+    """A readable account of one block for a terminal; times in ms since ``start_ns`` (the
+    capture's start, :attr:`Profile.start_ns`)."""
     a = tables["allocations"].set_index("alloc_id").loc[alloc_id]
-    t0 = tables["ops"]["start_ns"].min() if len(tables["ops"]) else 0
+    t0 = start_ns
     label = a["name"] if pd.notna(a["name"]) else f"block {alloc_id}"
     head = f"{label}: {format_bytes(int(a['size_bytes']))} on {a['device']}, {a['category']} ({a['reason']})"
     lines = [head]

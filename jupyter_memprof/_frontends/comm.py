@@ -186,7 +186,7 @@ def _info(sid: int, prof: Profile) -> dict[str, Any]:
         return info
     meta = prof.meta
     peaks = []
-    for device in meta.get("devices") or []:
+    for device in prof.devices:
         try:
             peak = int(prof.peak(device).attrs["peak_bytes"])
         except Exception:  # an entry must still appear when one analysis fails

@@ -149,7 +149,7 @@ def _header_html(prof) -> str:
         return summary_html(prof)
     except Exception:  # the summary is not available: a minimal header instead
         label = html.escape(prof.label)
-        devs = ", ".join(html.escape(d) for d in dd.devices(prof)) or "no device"
+        devs = ", ".join(html.escape(d) for d in prof.devices) or "no device"
         return (
             f"<h2 style='margin:4px 0'>{label}</h2>"
             f"<div>{len(prof.ops):,} ops, {len(prof.allocations):,} blocks on {devs}</div>"
@@ -200,21 +200,21 @@ def build(
 ) -> Built:
     """Build the linked Bokeh views of ``prof`` (optionally one device / some categories;
     ``header=False`` leaves out the summary at the top)."""
-    fr = dd.frame(prof)
-    devs = [device] if device is not None else dd.devices(prof)
+    win = dd.window(prof)
+    devs = [device] if device is not None else prof.devices
     cats = list(categories) if categories is not None else None
 
     # what to show (level of detail), as columns
     sel = dd.select_allocations(prof, device, cats)
-    alloc_ids = sel.frame["alloc_id"].astype("int64").tolist()
+    alloc_ids = sel.table["alloc_id"].astype("int64").tolist()
     lin = dd.lineage_rows(prof, alloc_ids)
-    ops = dd.select_ops(prof, fr, dd.must_show_ops(sel, lin, dd.OP_BUDGET // 2))
-    acols = dd.allocation_columns(prof, sel, ops, fr)
-    lcols, pool, lin0, lin1 = dd.lineage_columns(prof, lin, alloc_ids, ops, fr)
+    ops = dd.select_ops(prof, win, dd.must_show_ops(sel, lin, dd.OP_BUDGET // 2))
+    acols = dd.allocation_columns(prof, sel, ops, win)
+    lcols, pool, lin0, lin1 = dd.lineage_columns(prof, lin, alloc_ids, ops, win)
     acols["lin0"] = lin0 + [0] * len(sel.summarised)
     acols["lin1"] = lin1 + [0] * len(sel.summarised)
 
-    end_ms = max(fr.end_ms, 1e-6)
+    end_ms = max(win.end_ms, 1e-6)
     pad = end_ms * 0.01
     sh = _Shared(
         uid=f"memprof-{os.getpid()}-{next(_ids)}",
@@ -231,7 +231,7 @@ def build(
         lin_info=Div(text=_LIN_HINT, name="memprof-lineage-info", sizing_mode="stretch_width"),
         filter_info=Div(text=_FILTER_HINT, name="memprof-filter-info", sizing_mode="stretch_width"),
     )
-    timelines = [dd.timeline(prof, dev, fr) for dev in devs]
+    timelines = [dd.timeline(prof, dev, win) for dev in devs]
     top = [Div(text=_header_html(prof), sizing_mode="stretch_width", name="memprof-header")]
     layout = column(
         *(top if header else []),
@@ -525,7 +525,7 @@ def _allocation_panel(sh: _Shared, sel: dd.Allocations):
         scroll_to_selection=True,
         name="memprof-allocations-table",
     )
-    lanes = len(sel.frame) or 1
+    lanes = len(sel.table) or 1
     life = figure(
         height=260,
         sizing_mode="stretch_width",
@@ -563,9 +563,9 @@ def _allocation_panel(sh: _Shared, sel: dd.Allocations):
     life.add_tools(
         HoverTool(renderers=[bars], tooltips=tips), TapTool(renderers=[bars], mode="replace")
     )
-    note = f"{len(sel.frame):,} of {sel.total:,} blocks listed, largest first"
+    note = f"{len(sel.table):,} of {sel.total:,} blocks listed, largest first"
     if len(sel.summarised):
-        note += f"; the {sel.total - len(sel.frame):,} smaller ones are summarised at the end"
+        note += f"; the {sel.total - len(sel.table):,} smaller ones are summarised at the end"
     return column(
         _title("Allocations", note),
         table,

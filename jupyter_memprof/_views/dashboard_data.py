@@ -69,11 +69,12 @@ def _ns(values) -> np.ndarray:
 
 
 # ----------------------------------------------------------------------------------------
-# time frame and devices
+# the time window the views share
 # ----------------------------------------------------------------------------------------
 @dataclass
-class Frame:
-    """The time frame of the capture: absolute ns of its start and end."""
+class Window:
+    """The time window every view shows: absolute ns (the profiler's clock) of its start and
+    end. Times on screen are milliseconds since ``start_ns``, the capture's start."""
 
     start_ns: int
     end_ns: int
@@ -94,39 +95,12 @@ class Frame:
         return (self.end_ns - self.start_ns) / 1e6
 
 
-def frame(prof) -> Frame:
-    """The capture's start and end: ``prof.meta`` when it says, else the tables' extent."""
-    times = []
-    for df, cols in (
-        (prof.ops, ("start_ns", "end_ns")),
-        (prof.timeline, ("time_ns",)),
-        (prof.allocations, ("alloc_ns", "free_ns")),
-    ):
-        for c in cols:
-            v = pd.to_numeric(df[c], errors="coerce").dropna()
-            if len(v):
-                times += [int(v.min()), int(v.max())]
-    start = prof.meta.get("start_ns")
-    end = prof.meta.get("end_ns")
-    if start is None:
-        start = min(times) if times else 0
-    if end is None:
-        end = max(times) if times else int(start)
-    end = max([int(end), *times]) if times else int(end)
-    start = min([int(start), *times]) if times else int(start)
-    return Frame(int(start), int(end))
-
-
-def devices(prof) -> list[str]:
-    """Devices that have memory in this profile, CPU first, then CUDA devices in order."""
-    seen = set(map(str, prof.timeline["device"].dropna().unique()))
-    seen |= set(map(str, prof.allocations["device"].dropna().unique()))
-
-    def key(d: str):
-        kind, _, idx = d.partition(":")
-        return (kind != "cpu", kind, int(idx) if idx.isdigit() else -1)
-
-    return sorted(seen, key=key)
+def window(prof) -> Window:
+    """From the capture's start to its end (:attr:`Profile.start_ns`, :attr:`Profile.end_ns`)."""
+    start = prof.start_ns
+    start = 0 if start is None else start
+    end = prof.end_ns
+    return Window(start, start if end is None else max(end, start))
 
 
 # ----------------------------------------------------------------------------------------
@@ -167,7 +141,7 @@ class Timeline:
     peak_bytes: int
 
 
-def timeline(prof, device: str, fr: Frame, budget: int = TIMELINE_POINTS) -> Timeline:
+def timeline(prof, device: str, win: Window, budget: int = TIMELINE_POINTS) -> Timeline:
     """The stacked category timeline of one device, thinned to ``budget`` points.
 
     Wide form: one row per state change (``time_ns`` of the timeline table), one column of live
@@ -215,20 +189,20 @@ def timeline(prof, device: str, fr: Frame, budget: int = TIMELINE_POINTS) -> Tim
 
     # open with the capture start (state before the first event: empty, unless the first
     # event is at the start) and close with the capture end (last state held)
-    if len(times) == 0 or times[0] > fr.start_ns:
-        times = np.concatenate([[fr.start_ns], times])
+    if len(times) == 0 or times[0] > win.start_ns:
+        times = np.concatenate([[win.start_ns], times])
         values = np.vstack([np.zeros((1, len(cats))), values])
         total = np.concatenate([[0.0], total])
         op_name = np.concatenate([[""], op_name])
         op_module = np.concatenate([[""], op_module])
-    if times[-1] < fr.end_ns:
-        times = np.concatenate([times, [fr.end_ns]])
+    if times[-1] < win.end_ns:
+        times = np.concatenate([times, [win.end_ns]])
         values = np.vstack([values, values[-1:]])
         total = np.concatenate([total, total[-1:]])
         op_name = np.concatenate([op_name, [""]])
         op_module = np.concatenate([op_module, [""]])
 
-    cols: dict[str, object] = {"t": fr.ms(times), "total": total}
+    cols: dict[str, object] = {"t": win.ms(times), "total": total}
     for j, c in enumerate(cats):
         cols[f"b_{c}"] = values[:, j]
     cols["op"] = list(op_name)
@@ -239,7 +213,7 @@ def timeline(prof, device: str, fr: Frame, budget: int = TIMELINE_POINTS) -> Tim
         pk = prof.peak(device)
         peak_ns, peak_bytes = pk.attrs.get("peak_ns"), int(pk.attrs.get("peak_bytes") or 0)
         if peak_ns is not None:
-            peak_ms = float(fr.ms([peak_ns])[0])
+            peak_ms = float(win.ms([peak_ns])[0])
     except Exception:  # the peak analysis cannot answer (e.g. no events): use the timeline
         peak_ms = None
     if peak_ms is None and len(total) and total.max() > 0:
@@ -296,7 +270,7 @@ def _with_ancestors(keep: np.ndarray, parent_pos: np.ndarray) -> np.ndarray:
     return keep
 
 
-def select_ops(prof, fr: Frame, must: set[int], budget: int = OP_BUDGET) -> Ops:
+def select_ops(prof, win: Window, must: set[int], budget: int = OP_BUDGET) -> Ops:
     """The ops to draw (see the module docstring for the rule)."""
     o = prof.ops
     n = len(o)
@@ -327,8 +301,8 @@ def select_ops(prof, fr: Frame, must: set[int], budget: int = OP_BUDGET) -> Ops:
                 keep = _with_ancestors(keep | add, parent_pos)
         o = o[keep]
     o = o.sort_values(["start_ns", "depth"], kind="stable").reset_index(drop=True)
-    left = fr.ms(o["start_ns"])
-    right = fr.ms(o["end_ns"])
+    left = win.ms(o["start_ns"])
+    right = win.ms(o["end_ns"])
     depth = o["depth"].to_numpy(dtype="int64")
     cols = {
         "op_id": o["op_id"].to_numpy(dtype="int64"),
@@ -390,7 +364,7 @@ def nearest_shown(op_ids, prof, ops: Ops) -> np.ndarray:
 # ----------------------------------------------------------------------------------------
 @dataclass
 class Allocations:
-    frame: pd.DataFrame  # the shown blocks (rows of prof.allocations), in display order
+    table: pd.DataFrame  # the shown blocks (rows of prof.allocations), in display order
     summarised: pd.DataFrame  # device, category, count, size_bytes
     total: int
     peak_ids: set[int] = field(default_factory=set)
@@ -410,7 +384,7 @@ def select_allocations(
         a = a[a["category"].astype("object").isin(list(categories))]
     total = len(a)
     peak_ids: set[int] = set()
-    for dev in [device] if device is not None else devices(prof):
+    for dev in [device] if device is not None else prof.devices:
         try:
             pk = prof.peak(dev)
         except Exception:  # no peak on this device (no events): nothing to add
@@ -441,9 +415,9 @@ def select_allocations(
     return Allocations(a.reset_index(drop=True), summ.reset_index(drop=True), total, peak_ids)
 
 
-def allocation_columns(prof, sel: Allocations, ops: Ops, fr: Frame) -> dict[str, object]:
+def allocation_columns(prof, sel: Allocations, ops: Ops, win: Window) -> dict[str, object]:
     """Columns of the allocations source: shown blocks first, then the summarised rows."""
-    a = sel.frame
+    a = sel.table
     o = prof.ops.set_index("op_id")
     alloc_op = _ns(a["alloc_op_id"])
     has_op = ~np.isnan(alloc_op)
@@ -457,10 +431,10 @@ def allocation_columns(prof, sel: Allocations, ops: Ops, fr: Frame) -> dict[str,
         op_name[known] = _str(o.loc[ids, "name"].astype("object").to_numpy())
         op_module[known] = _str(o.loc[ids, "module"].to_numpy())
         thread[known] = o.loc[ids, "thread"].to_numpy(dtype=np.int64)
-    t_alloc = fr.ms(a["alloc_ns"])
-    t_free = fr.ms(a["free_ns"])
+    t_alloc = win.ms(a["alloc_ns"])
+    t_free = win.ms(a["free_ns"])
     x0 = np.where(np.isnan(t_alloc), 0.0, t_alloc)
-    x1 = np.where(np.isnan(t_free), fr.end_ms, t_free)
+    x1 = np.where(np.isnan(t_free), win.end_ms, t_free)
     # lanes of the lifetime chart: per device, in order of allocation time
     lane = np.zeros(len(a), dtype=np.int64)
     order = np.lexsort(
@@ -541,7 +515,7 @@ def lineage_rows(prof, alloc_ids: list[int]) -> pd.DataFrame:
 def must_show_ops(sel: Allocations, lin: pd.DataFrame, limit: int) -> set[int]:
     """Ops the op tree must keep so clicking a shown block can highlight them: the creating,
     freeing and backward ops of the largest shown blocks, up to ``limit`` ops."""
-    a = sel.frame
+    a = sel.table
     rank = {int(i): r for r, i in enumerate(a["alloc_id"])}
     rows = []
     for col in ("alloc_op_id", "free_op_id"):
@@ -563,7 +537,7 @@ LINEAGE_STRINGS = ("op_name", "relation", "category", "phase", "module", "callsi
 
 
 def lineage_columns(
-    prof, lin: pd.DataFrame, alloc_ids: list[int], ops: Ops, fr: Frame
+    prof, lin: pd.DataFrame, alloc_ids: list[int], ops: Ops, win: Window
 ) -> tuple[dict, list[str], list[int], list[int]]:
     """All shown blocks' lineages as one flat table, plus each block's [start, end) rows.
 
@@ -590,7 +564,7 @@ def lineage_columns(
     starts = ends - counts
     pool_index: dict[str, int] = {}
     # float32 ms: µs resolution for captures up to ~15 s, plenty for a table cell
-    cols: dict[str, np.ndarray] = {"t": fr.ms(lin["time_ns"]).astype(np.float32)}
+    cols: dict[str, np.ndarray] = {"t": win.ms(lin["time_ns"]).astype(np.float32)}
     for k in LINEAGE_STRINGS:
         codes, uniques = pd.factorize(lin[k].astype(object), use_na_sentinel=True)
         remap = np.array([pool_index.setdefault(str(u), len(pool_index)) for u in uniques] + [-1])

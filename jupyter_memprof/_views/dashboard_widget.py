@@ -37,7 +37,7 @@ class Dashboard(widgets.VBox):
         self.profile = prof
         self._header = header
         self.lineage = None
-        devs = dd.devices(prof)
+        devs = prof.devices
         present = set(map(str, prof.allocations["category"].dropna().astype("object").unique()))
         cats = [c for c in dd.CATEGORY_COLORS if c in present]
         self._device = widgets.Dropdown(

@@ -30,28 +30,6 @@ def _float(value: Any) -> float | None:
         return None
 
 
-def _capture_start_ns(prof: Profile) -> int | None:
-    """The profiler-clock time the capture began: ``meta['start_ns']`` when the capture
-    recorded it, else the start of the first op or the first timed memory event."""
-    start = prof.meta.get("start_ns")
-    if start is not None:
-        return int(start)
-    candidates = []
-    if len(prof.ops):
-        candidates.append(prof.ops["start_ns"].min())
-    if len(prof.events):
-        candidates.append(prof.events["time_ns"].min())
-    return int(min(candidates)) if candidates else None
-
-
-def _devices(prof: Profile) -> list[str]:
-    """Devices with memory activity, in the capture's own device order."""
-    seen = {str(d) for d in prof.events["device"].dropna().unique()}
-    seen |= {str(d) for d in prof.allocations["device"].dropna().unique()}
-    ordered = [d for d in prof.meta.get("devices") or [] if d in seen]
-    return ordered + sorted(seen - set(ordered))
-
-
 def summary(prof: Profile) -> dict[str, Any]:
     """The headline numbers of ``prof``.
 
@@ -70,9 +48,9 @@ def summary(prof: Profile) -> dict[str, Any]:
       ``analysis_s`` (building the tables), each None when unknown.
     """
     meta = prof.meta
-    start_ns = _capture_start_ns(prof)
+    start_ns = prof.start_ns
     peaks: dict[str, dict[str, Any]] = {}
-    for device in _devices(prof):
+    for device in prof.devices:
         blocks = prof.peak(device)
         peak_ns = blocks.attrs.get("peak_ns")
         top: dict[str, int] = {}
