@@ -245,7 +245,7 @@ def build_flows(ops: pd.DataFrame) -> pd.DataFrame:
 
 
 # -- allocations ---------------------------------------------------------------------------
-def memory_frame(trace: Trace, devices: list[str]) -> pd.DataFrame:
+def memory_table(trace: Trace, devices: list[str]) -> pd.DataFrame:
     cols = ["time_ns", "ptr", "size", "tensor_id", "allocation_id", "device", "op_id"]
     if not trace.memory:
         return pd.DataFrame({c: pd.Series([], dtype="Int64") for c in cols}).astype(
@@ -272,7 +272,7 @@ def memory_frame(trace: Trace, devices: list[str]) -> pd.DataFrame:
     return df[df["device"].isin(devices)].reset_index(drop=True)
 
 
-def refs_frame(trace: Trace) -> pd.DataFrame:
+def refs_table(trace: Trace) -> pd.DataFrame:
     if not trace.tensors:
         return pd.DataFrame({"op_id": [], "tensor_id": [], "mutable": []}).astype(
             {"op_id": "int64", "tensor_id": "int64", "mutable": bool}
@@ -287,7 +287,7 @@ def refs_frame(trace: Trace) -> pd.DataFrame:
     )
 
 
-def untracked_frame(trace: Trace) -> pd.DataFrame:
+def untracked_table(trace: Trace) -> pd.DataFrame:
     cols = {"tensor_id": "int64", "ptr": "int64", "device": object, "extent": "int64"}
     if not trace.untracked:
         return pd.DataFrame({c: pd.Series([], dtype=d) for c, d in cols.items()})
@@ -490,7 +490,7 @@ def build_versions(
 
 
 # -- names ---------------------------------------------------------------------------------
-def names_frame(rows: list) -> pd.DataFrame:
+def names_table(rows: list) -> pd.DataFrame:
     if not rows:
         return S.empty(S.NAMES)
     name, role, device, ptr, size, when = zip(*rows)

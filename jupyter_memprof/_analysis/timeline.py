@@ -100,7 +100,6 @@ def _deltas(events: pd.DataFrame, versions: pd.DataFrame) -> pd.DataFrame:
     size = ev["size_bytes"].to_numpy()
     cat = ev["category"].astype(object).to_numpy()
     sign = np.where(act == Action.DESTROY.value, -1, 1)
-    sign[act == Action.INCREMENT_VERSION.value] = 1
     rows = pd.DataFrame(
         {
             "event": np.arange(len(ev)),

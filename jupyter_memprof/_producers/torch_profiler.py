@@ -192,13 +192,12 @@ class FrameNamer:
 
 
 # -- the walk --------------------------------------------------------------------------
-def _kind(name: str, scope, n_inputs_is_op: bool) -> OpKind:
+def _kind(name: str, scope) -> OpKind:
+    """The kind of an event that is not a dispatcher op (those are decided before)."""
     if scope == _BACKWARD_SCOPE or name.startswith("autograd::engine::evaluate_function"):
         return OpKind.BACKWARD
     if name.startswith("Optimizer."):
         return OpKind.OPTIMIZER
-    if n_inputs_is_op:
-        return OpKind.OP
     return OpKind.ANNOTATION
 
 
@@ -280,7 +279,7 @@ def read_trace(kineto_results, namer: FrameNamer | None = None) -> Trace:
                     module_index = int(name[len(MODULE_MARKER) :])
                     module_ctx_child = op_id
                 else:
-                    kind = _kind(name, scope, False)
+                    kind = _kind(name, scope)
                 if kind is OpKind.BACKWARD:
                     backward = True
                 elif kind is OpKind.OPTIMIZER:

@@ -53,10 +53,6 @@ export class ProfilesPanel extends Widget {
     return this._selection;
   }
 
-  get selectionChanged(): ISignal<this, readonly number[]> {
-    return this._selectionChanged;
-  }
-
   /** The user asked for a profile's dashboard. */
   get openRequested(): ISignal<this, IProfileInfo> {
     return this._openRequested;
@@ -107,12 +103,7 @@ export class ProfilesPanel extends Widget {
   }
 
   private _setSelection(sids: number[]): void {
-    const same =
-      sids.length === this._selection.length && sids.every((s, i) => s === this._selection[i]);
-    if (!same) {
-      this._selection = sids;
-      this._selectionChanged.emit(sids);
-    }
+    this._selection = sids;
   }
 
   private _toggle(sid: number): void {
@@ -246,7 +237,6 @@ export class ProfilesPanel extends Widget {
   private _selection: number[] = [];
   private _status: HTMLDivElement;
   private _list: HTMLUListElement;
-  private _selectionChanged = new Signal<this, readonly number[]>(this);
   private _openRequested = new Signal<this, IProfileInfo>(this);
 }
 
