@@ -121,6 +121,35 @@ def test_interactivity_setting_is_honoured(shell, run):
     assert "42" in out and "'second'" in out
 
 
+INTERACTIVE_CELLS = [
+    "a = 6 * 7\na",
+    "b = 6 * 7",
+    "1 + 1\n'two'",
+    "c: int = 3",
+    "d = 1\nd += 2",
+    "e = f = 5",
+    "g = [1]\ng[0] = 4",
+    "for i in range(2):\n    i",
+    "print('p')\n3",
+    "h = 7\nh;",
+]
+
+
+@pytest.mark.parametrize("mode", ["all", "last", "last_expr", "none", "last_expr_or_assign"])
+def test_values_shown_are_the_ones_ipython_shows(shell, run, mode):
+    """The magic applies ``ast_node_interactivity`` itself (see ``_interactive_plan``): what it
+    displays must stay what IPython displays for the same cell without the magic."""
+    out_n = re.compile(r"Out\[\d+\]")
+    shell.ast_node_interactivity = mode
+    try:
+        for body in INTERACTIVE_CELLS:
+            _, plain = run(body)
+            _, magic = run("%%memprofile --no-display\n" + body)
+            assert out_n.sub("Out[]", magic) == out_n.sub("Out[]", plain), (mode, body)
+    finally:
+        shell.ast_node_interactivity = "last_expr"
+
+
 def test_ipython_syntax_works_inside(shell, run):
     result, out = run(
         "%%memprofile --no-display\n"

@@ -139,7 +139,17 @@ def _is_expr(node: ast.AST) -> bool:
 
 def _interactive_plan(nodes: list, interactivity: str) -> list[tuple[ast.AST, str]]:
     """Which nodes run in 'single' mode (their value displayed): IPython's rules from
-    ``InteractiveShell.run_ast_nodes``."""
+    ``InteractiveShell.run_ast_nodes``.
+
+    The rules are repeated here rather than calling ``run_ast_nodes`` itself: that method
+    is a coroutine (driving it synchronously from inside a running kernel needs IPython's
+    private ``_pseudo_sync_runner``), it runs every node through ``run_code``, which catches
+    the cell's exception (KeyboardInterrupt included) and prints its traceback before the
+    magic can stop the profiler and show the partial profile, and it always runs in
+    ``user_ns``. IPython offers no public function for the plan alone.
+    ``tests/test_magic.py::test_values_shown_are_the_ones_ipython_shows`` runs cells with
+    and without the magic under every ``ast_node_interactivity`` and compares the output.
+    """
     if not nodes:
         return []
     if interactivity == "last_expr_or_assign":
