@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from .._devices import device_sort_key
 from . import schema as S
 from .schema import Action
 from .tables import op_context
@@ -20,11 +21,13 @@ PEAK_COLUMNS = {
 
 
 def peak_per_device(tables: dict[str, pd.DataFrame]) -> pd.DataFrame:
-    """One row per device: peak_bytes, peak_ns and the event position of the peak."""
+    """One row per device (in :func:`~jupyter_memprof._devices.device_sort_key` order):
+    peak_bytes, peak_ns and the event position of the peak."""
     t = totals(tables["events"], tables["versions"])
     if t.empty:
         return pd.DataFrame({"device": [], "peak_bytes": [], "peak_ns": [], "event": []})
-    idx = t.groupby("device", sort=True)["bytes"].idxmax()
+    idx = t.groupby("device")["bytes"].idxmax()
+    idx = idx[sorted(idx.index, key=device_sort_key)]
     p = t.loc[idx.to_numpy()].rename(columns={"bytes": "peak_bytes", "time_ns": "peak_ns"})
     return p[["device", "peak_bytes", "peak_ns", "event"]].reset_index(drop=True)
 
@@ -66,7 +69,7 @@ def peak(tables: dict[str, pd.DataFrame], device: str | None = None) -> pd.DataF
     if sel.empty:
         if device is not None and not per.empty:
             raise ValueError(
-                f"no memory events on device {device!r}; devices seen: {sorted(per['device'])}"
+                f"no memory events on device {device!r}; devices seen: {sorted(per['device'], key=device_sort_key)}"
             )
         out = S.empty(PEAK_COLUMNS)
         out.attrs.update(peak_bytes=0, peak_ns=None, device=device)
