@@ -9,14 +9,17 @@ captures it (memory, shapes, Python stacks, module annotations). On that same tr
   behind torch's deprecated memory-timeline export;
 - floor: a bare walk of torch's event tree that reads every field we need and builds nothing.
 
-Run: ``.venv/bin/python benchmarks/bench_analysis.py [--sizes 1,4,19] [--torch-max-events N]``
-(sizes are numbers of Adam steps of a 64-block MLP in one capture: 1 step is ~50k events).
+Run: ``.venv/bin/python benchmarks/bench_analysis.py [--sizes 1,8,29] [--rounds 3] [--torch-max-events N]``
+(sizes are numbers of Adam steps of a 64-block MLP in one capture: 1 step is ~35k events).
+Each size reports the median of ``--rounds`` rounds and their spread; the rounds run floor,
+ours and torch in turn, so that load from elsewhere on the machine hits all three alike.
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import statistics
 import sys
 import time
 import tracemalloc
@@ -39,7 +42,7 @@ def make_model(blocks: int = 64, width: int = 64):
     return model, opt, torch.randn(32, width)
 
 
-def capture(steps: int):
+def capture(steps: int) -> Recorder:
     """Capture ``steps`` Adam steps exactly as ``profile()`` does; keep torch's raw result."""
     model, opt, x = make_model()
     ns = {"model": model, "opt": opt, "x": x}
@@ -55,8 +58,7 @@ def capture(steps: int):
     for _ in range(steps):
         step()
     recorder.stop()
-    names, rows = recorder.session_names()
-    return recorder.kineto_results, names, rows
+    return recorder
 
 
 def floor_walk(results) -> int:
@@ -97,73 +99,69 @@ def floor_walk(results) -> int:
     return n
 
 
-def timed(fn, repeat: int = 1):
-    best = float("inf")
-    out = None
-    for _ in range(repeat):
-        gc.collect()
-        t = time.perf_counter()
-        out = fn()
-        best = min(best, time.perf_counter() - t)
-    return best, out
+def timed(fn):
+    gc.collect()
+    t = time.perf_counter()
+    out = fn()
+    return time.perf_counter() - t, out
 
 
-def measure(steps: int, torch_max_events: int) -> tuple:
-    results, names, name_rows = capture(steps)
-    floor_s, events = timed(lambda: floor_walk(results), repeat=3)
-    ours_s, (tables, _) = timed(
-        lambda: build_tables(results, names=names, name_rows=name_rows, devices=["cpu"]), repeat=3
-    )
+def measure(steps: int, torch_max_events: int, rounds: int) -> tuple:
+    """Rounds of floor, ours and torch in turn, so load from elsewhere hits them alike."""
+    recorder = capture(steps)
+    results = recorder.kineto_results
+    floor, ours, torch_ = [], [], []
+    events = floor_walk(results)
+    for r in range(rounds):
+        floor.append(timed(lambda: floor_walk(results))[0])
+        ours_s, (tables, _) = timed(lambda: build_tables(recorder))
+        ours.append(ours_s)
+        if events <= torch_max_events:
+            from torch.profiler._memory_profiler import MemoryProfile
+
+            torch_.append(timed(lambda: MemoryProfile(results).timeline)[0])
+        print(
+            f"steps={steps} round {r + 1}/{rounds}: {events} events, ours {ours[-1]:.2f} s, "
+            f"floor {floor[-1]:.2f} s, torch {torch_[-1] if torch_ else float('nan'):.2f} s",
+            file=sys.stderr,
+            flush=True,
+        )
     tracemalloc.start()
-    build_tables(results, names=names, name_rows=name_rows, devices=["cpu"])
+    build_tables(recorder)
     _, peak_mem = tracemalloc.get_traced_memory()
     tracemalloc.stop()
-    torch_s = float("nan")
-    if events <= torch_max_events:
-        from torch.profiler._memory_profiler import MemoryProfile
+    return (events, len(tables["ops"]), len(tables["allocations"]), floor, ours, torch_, peak_mem)
 
-        torch_s, _ = timed(lambda: MemoryProfile(results).timeline)
-    return (
-        events,
-        len(tables["ops"]),
-        len(tables["allocations"]),
-        floor_s,
-        ours_s,
-        torch_s,
-        peak_mem,
-    )
+
+def fmt(xs: list[float]) -> str:
+    """The median and the spread (min-max) of the rounds."""
+    if not xs:
+        return "skipped"
+    return f"{statistics.median(xs):.2f} s ({min(xs):.2f}–{max(xs):.2f})"
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--sizes", default="1,4,29", help="Adam steps per capture, comma separated")
+    ap.add_argument("--sizes", default="1,8,29", help="Adam steps per capture, comma separated")
     ap.add_argument(
         "--torch-max-events", type=int, default=1_200_000, help="skip torch above this many events"
     )
+    ap.add_argument("--rounds", type=int, default=3, help="rounds per size (median reported)")
     args = ap.parse_args()
     torch.set_num_threads(2)
-    rows = []
-    for steps in (int(s) for s in args.sizes.split(",")):
-        row = measure(steps, args.torch_max_events)
-        rows.append(row)
-        events, _, _, floor_s, ours_s, torch_s, _ = row
-        print(
-            f"steps={steps}: {events} events, ours {ours_s:.2f} s, floor {floor_s:.2f} s, torch {torch_s:.2f} s",
-            file=sys.stderr,
-            flush=True,
-        )
-    print()
+    rows = [measure(int(s), args.torch_max_events, args.rounds) for s in args.sizes.split(",")]
+    print(f"\nMedian of {args.rounds} rounds (min–max in brackets).\n")
     print(
         "| events | ops | blocks | floor walk | ours (all tables) | torch MemoryProfile | ours/torch "
         "| ours/floor | ours µs/event | analysis peak memory |"
     )
     print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for events, n_ops, n_blocks, floor_s, ours_s, torch_s, peak_mem in rows:
-        ratio_t = f"{ours_s / torch_s:.3f}x" if torch_s == torch_s else "n/a"
-        torch_txt = f"{torch_s:.2f} s" if torch_s == torch_s else "skipped"
+    for events, n_ops, n_blocks, floor, ours, torch_, peak_mem in rows:
+        f, o = statistics.median(floor), statistics.median(ours)
+        ratio_t = f"{o / statistics.median(torch_):.3f}x" if torch_ else "n/a"
         print(
-            f"| {events:,} | {n_ops:,} | {n_blocks:,} | {floor_s:.2f} s | {ours_s:.2f} s | {torch_txt} "
-            f"| {ratio_t} | {ours_s / floor_s:.1f}x | {ours_s / events * 1e6:.1f} | {peak_mem / 2**20:.0f} MiB |"
+            f"| {events:,} | {n_ops:,} | {n_blocks:,} | {fmt(floor)} | {fmt(ours)} | {fmt(torch_)} "
+            f"| {ratio_t} | {o / f:.1f}x | {o / events * 1e6:.1f} | {peak_mem / 2**20:.0f} MiB |"
         )
 
 

@@ -2,6 +2,7 @@
 
 import gc
 import os
+import time
 
 import pandas as pd
 import pytest
@@ -46,6 +47,19 @@ def test_torch_empty_is_one_4000_byte_block_freed_when_it_dies():
     actions = prof.events["action"].astype(str).tolist()
     assert actions == ["create", "destroy"]
     assert prof.timeline["bytes"].tolist() == [4000, 0]
+
+
+def test_time_zero_is_when_the_profiled_code_starts():
+    """Not when torch's trace starts: the profiler's own start-up (tens of ms) is no part
+    of the timeline."""
+    x = torch.ones(64, 64)
+    with jupyter_memprof.profile() as prof:
+        code_start = time.time_ns()
+        x @ x
+    start = prof.meta["start_ns"]
+    assert 0 <= code_start - start < 5_000_000  # ns: well under the 30-80 ms start-up
+    assert int(prof.ops["start_ns"].min()) >= start
+    assert prof.events["time_ns"].min() >= start
 
 
 def test_inplace_add_bumps_the_version_and_names_the_op():

@@ -154,9 +154,21 @@ class SchemaError(ValueError):
     """A table does not have the columns its schema declares."""
 
 
+_EMPTY: dict[int, tuple[dict, pd.DataFrame]] = {}
+
+
 def empty(schema: dict) -> pd.DataFrame:
-    """A table with no rows, the schema's columns and dtypes."""
-    return pd.DataFrame({c: pd.Series([], dtype=d) for c, d in schema.items()})
+    """A table with no rows, the schema's columns and dtypes (a fresh copy each call).
+
+    Building one costs pandas about 10 ms per table, paid by every capture (the profile's
+    placeholder tables, and the tables a small step leaves empty), so each schema's empty
+    table is built once and copied.
+    """
+    hit = _EMPTY.get(id(schema))
+    if hit is None or hit[0] is not schema:
+        df = pd.DataFrame({c: pd.Series([], dtype=d) for c, d in schema.items()})
+        hit = _EMPTY[id(schema)] = (schema, df)
+    return hit[1].copy()
 
 
 def conform(df: pd.DataFrame, schema: dict, *, name: str = "table") -> pd.DataFrame:

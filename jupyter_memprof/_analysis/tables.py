@@ -306,6 +306,8 @@ def build_allocations(
     become pre-existing blocks too; their size comes from the live object when the session
     knows it, else from the furthest byte any view of them reached.
     """
+    if mem.empty and untracked.empty:  # nothing happened: skip pandas' fixed costs
+        return S.empty(S.ALLOCATIONS)
     allocs = mem[mem["size"] > 0]
     frees = mem[mem["size"] < 0]
     a = allocs.rename(
@@ -461,6 +463,8 @@ def build_versions(
 ) -> pd.DataFrame:
     """Version 0 at creation (op: the op that allocated the block), +1 per in-place write
     (op: the data-flow node that wrote it)."""
+    if allocations.empty:  # every version belongs to a block
+        return S.empty(S.VERSIONS)
     t = allocations.dropna(subset=["tensor_id"]).drop_duplicates("tensor_id")
     v0 = pd.DataFrame(
         {

@@ -83,10 +83,11 @@ class profile(contextlib.AbstractContextManager):  # lower case: reads like a fu
 
     def start(self) -> Profile:
         """Start recording; returns the Profile that :meth:`finish` fills."""
+        # built before the profiler starts, so its cost stays out of the capture
+        self._profile = Profile.empty(label=self.label, devices=self.devices)
         recorder = Recorder(self.devices, self.with_stack, self._names)
         recorder.start()
         self._recorder = recorder
-        self._profile = Profile.empty(label=self.label, devices=self.devices)
         self._t0 = time.perf_counter()
         self._start_ns = time.time_ns()
         return self._profile

@@ -18,6 +18,7 @@ import torch
 
 from .._records import MODULE_MARKER, NameRow
 from .._vocab import Role
+from .torch_profiler import annotation
 
 
 class ModuleHooks:
@@ -27,12 +28,16 @@ class ModuleHooks:
     not Python stacks are recorded, and the index leads back to the live module object for
     its dotted path. Forward hooks run with ``always_call=True`` so a module that raises still
     closes its annotation.
+
+    The hooks run inside the capture, and with Python stacks recorded every call they make
+    (even ``len`` or ``list.append``) is an event torch must store, stop and hand back. So
+    they make as few calls as they can, and the annotation is torch's C++ one.
     """
 
     def __init__(self) -> None:
         self.modules: list[torch.nn.Module] = []
         self.optimizers: list[torch.optim.Optimizer] = []
-        self._index: dict[int, int] = {}
+        self._index: dict[torch.nn.Module, str] = {}  # module -> its annotation's name
         self._local = threading.local()
         self._handles: list[Any] = []
 
@@ -56,22 +61,24 @@ class ModuleHooks:
             stack.pop().__exit__(None, None, None)
 
     def _pre(self, module, args):
-        key = id(module)
-        index = self._index.get(key)
-        if index is None:
-            index = self._index[key] = len(self.modules)
+        try:
+            name = self._index[module]  # modules hash by identity
+        except KeyError:
+            name = self._index[module] = f"{MODULE_MARKER}{len(self.modules)}"
             self.modules.append(module)
-        rf = torch.autograd.profiler.record_function(f"{MODULE_MARKER}{index}")
+        rf = annotation(name)
         rf.__enter__()
-        stack = getattr(self._local, "stack", None)
-        if stack is None:
-            stack = self._local.stack = []
-        stack.append(rf)
+        try:
+            self._local.stack.append(rf)
+        except AttributeError:
+            self._local.stack = [rf]
 
     def _post(self, module, args, output):
-        stack = getattr(self._local, "stack", None)
-        if stack:
-            stack.pop().__exit__(None, None, None)
+        try:
+            rf = self._local.stack.pop()
+        except (AttributeError, IndexError):
+            return
+        rf.__exit__(None, None, None)
 
     def _optimizer_step(self, optimizer, args, kwargs):
         if all(o is not optimizer for o in self.optimizers):

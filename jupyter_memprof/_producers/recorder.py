@@ -61,6 +61,23 @@ def _cell_namer():
     return name
 
 
+def _time_zero(code_start_ns: int | None, trace, trace_start_ns: int | None) -> int | None:
+    """When the profiled code started, moved earlier only if something was recorded before.
+
+    torch's own trace starts before its profiler has finished starting (tens of ms on a
+    small step, more on the first capture of a process); counting from there would show
+    that start-up as empty time before the user's code.
+    """
+    if code_start_ns is None:
+        return trace_start_ns
+    firsts = [code_start_ns]
+    if trace.ops:
+        firsts.append(trace.ops[0].start_ns)  # ops are in start-time order
+    if trace.memory:
+        firsts.append(trace.memory[0].time_ns)
+    return min(firsts)
+
+
 class Recorder:
     """Starts and stops everything a capture records: torch's profiler and the module hooks,
     plus the names the live session gives tensors before and after.
@@ -76,6 +93,7 @@ class Recorder:
         self.hooks: ModuleHooks | None = None
         self.start_rows: list = []
         self.stop_s = 0.0
+        self.start_ns: int | None = None
 
     def start(self) -> None:
         events.prepare()
@@ -103,6 +121,9 @@ class Recorder:
         self._torch_profiler = tp
         self.hooks = ModuleHooks()
         self.hooks.install()
+        # time zero: the user's code starts now, with the profiler already running (the
+        # events' clock is the Unix clock in ns)
+        self.start_ns = time.time_ns()
 
     def stop(self) -> None:
         """Always stops the profiler and removes the hooks, whatever happened before."""
@@ -138,7 +159,7 @@ class Recorder:
             module_paths=[names.module_path(m) for m in modules],
             module_classes=[type(m).__name__ for m in modules],
             devices=list(self.devices),
-            start_ns=events.trace_start_ns(results),
+            start_ns=_time_zero(self.start_ns, trace, events.trace_start_ns(results)),
         )
 
     def release(self) -> None:

@@ -417,6 +417,13 @@ def _untracked(untracked: dict, tid: int, t, sizes, dev_names) -> None:
         known[2] = extent
 
 
+#: ``annotation(name)``: a ``record_function`` context manager. torch's C++ one where it has
+#: it: its enter and exit add no Python frames of their own to the trace.
+annotation = getattr(torch._C._profiler, "_RecordFunctionFast", None) or (
+    torch.autograd.profiler.record_function
+)
+
+
 def prepare() -> None:
     """Import what torch's profiler imports lazily while it stops.
 
