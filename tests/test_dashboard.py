@@ -341,7 +341,17 @@ def test_empty_profile_still_builds(tmp_path):
     empty = Profile.empty(label="nothing")
     built = build(empty)
     assert built.allocs.data["alloc_id"] == []
-    assert write_html(empty, tmp_path / "empty.html")
+    path = write_html(empty, tmp_path / "empty.html")
+    assert path == str(tmp_path / "empty.html")
+    text = open(path, encoding="utf-8").read()
+    assert "<title>jupyter_memprof: nothing</title>" in text
+    blob = re.search(r'id="memprof-doc">([^<]+)<', text).group(1)
+    divs = [
+        v
+        for kind, _, attr, v in _strings(json.loads(gzip.decompress(base64.b64decode(blob))))
+        if kind == "Div" and attr == "text"
+    ]
+    assert "<i>No memory events were recorded.</i>" in divs
 
 
 def test_widget_controls_and_lineage_to_variable(prof, ipython_shell):
