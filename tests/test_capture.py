@@ -30,6 +30,11 @@ def test_empty_block_gives_empty_typed_tables():
         assert df.empty, name
         assert list(df.columns) == list(schema), name
         assert {c: str(df[c].dtype) for c in df.columns} == _dtypes(schema), name
+    # and the types are the documented ones, rows or not
+    sections = _doc_sections()
+    for name in ("ops", "allocations"):
+        df = getattr(prof, name)
+        assert {c: str(df[c].dtype) for c in df.columns} == _doc_dtypes(sections[name]), name
 
 
 def test_torch_empty_is_one_4000_byte_block_freed_when_it_dies():
