@@ -69,8 +69,10 @@ lint: setup $(ESLINT)
 
 # Unit, magic, browser and notebook (nbval) tests in one pytest run, so one summary line
 # says what ran. pytest exits 5 when nothing was collected, which fails this target.
+# Notebook outputs are compared after the sanitisers in notebooks/nbval-sanitize.cfg.
 test: lint
-	$(BIN)/python -m pytest tests notebooks --nbval --nbval-current-env $(PYTEST_ARGS)
+	$(BIN)/python -m pytest tests notebooks --nbval --nbval-current-env \
+	  --nbval-sanitize-with notebooks/nbval-sanitize.cfg $(PYTEST_ARGS)
 
 bench: setup
 	@for b in benchmarks/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done

@@ -244,3 +244,65 @@ def test_lineage_of_an_unknown_block_is_a_clear_error(mlp):
     prof, _ = mlp
     with pytest.raises(KeyError, match="no block with alloc_id=999999"):
         prof.lineage(999999)
+
+
+def _live_names(ns):
+    """What the live objects say: {name: tensor} for parameters and buffers (named as the
+    profile names them), and the optimizer."""
+    params, buffers = {}, {}
+    for var, value in ns.items():
+        if isinstance(value, torch.nn.Module):
+            params.update(value.named_parameters())
+            buffers.update(value.named_buffers())
+        elif isinstance(value, torch.nn.Parameter):
+            params[var] = value
+    return params, buffers, ns["opt"]
+
+
+@pytest.mark.parametrize("scenario", list(scenarios.SCENARIOS))
+def test_parameters_gradients_and_optimizer_state_are_exact_in_every_scenario(scenario):
+    prof, ns = profile_scenario(scenarios.SCENARIOS[scenario])
+    params, buffers, opt = _live_names(ns)
+    a = prof.allocations
+    alive = a[a["free_ns"].isna()]
+
+    def block(name):
+        rows = alive[alive["name"] == name]
+        assert len(rows) == 1, (name, rows)
+        return rows.iloc[0]
+
+    def nbytes(t):
+        return t.untyped_storage().nbytes()
+
+    expected = {"parameter": 0, "gradient": 0, "optimizer_state": 0}
+    for name, p in params.items():
+        row = block(name)
+        assert (row["category"], row["reason"]) == ("parameter", "module parameter"), name
+        assert row["size_bytes"] == nbytes(p) and row["ptr"] == p.untyped_storage().data_ptr()
+        grad = block(f"{name}.grad")
+        assert (grad["category"], grad["size_bytes"]) == ("gradient", nbytes(p.grad)), name
+        assert grad["ptr"] == p.grad.untyped_storage().data_ptr()
+        expected["parameter"] += nbytes(p)
+        expected["gradient"] += nbytes(p.grad)
+        # plain SGD keeps no state; every other optimizer here keeps some for each parameter
+        state = {k: v for k, v in opt.state[p].items() if torch.is_tensor(v)}
+        stateless = type(opt) is torch.optim.SGD and not opt.defaults["momentum"]
+        assert bool(state) != stateless, name
+        for key, value in state.items():
+            row = block(f"opt.state[{name}].{key}")
+            assert (row["category"], row["reason"]) == ("optimizer_state", "optimizer.state")
+            assert row["size_bytes"] == nbytes(value), (name, key)
+            expected["optimizer_state"] += nbytes(value)
+    for name, b in buffers.items():
+        row = block(name)
+        assert (row["category"], row["reason"]) == ("parameter", "module buffer"), name
+        assert row["size_bytes"] == nbytes(b)
+        expected["parameter"] += nbytes(b)
+    # and nothing else is called a parameter, a gradient kept to the end, or optimizer state
+    by_category = alive.groupby("category", observed=True)["size_bytes"].sum()
+    for category, total in expected.items():
+        assert by_category.get(category, 0) == total, category
+    # the same bytes are live at the peak (the step neither frees nor grows them)
+    at_peak = prof.peak_by("category")
+    assert at_peak["parameter"] == expected["parameter"]
+    assert at_peak.get("optimizer_state", 0) == expected["optimizer_state"]

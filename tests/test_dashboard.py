@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import gzip
+import html
 import json
 import re
 
@@ -235,15 +236,122 @@ def test_write_html_is_standalone_and_small(prof, tmp_path):
     doc = gzip.decompress(base64.b64decode(re.search(r'id="memprof-doc">([^<]+)<', text).group(1)))
     docs = json.loads(doc)
     assert docs and "memprof-timeline" in doc.decode()
-    # the HTML label only ever appears escaped in the page itself
-    assert LABEL not in text
+    assert text.count("<title>") == 1
+    assert "<title>jupyter_memprof: &lt;i&gt;mlp&lt;/i&gt; step</title>" in text
+
+
+# --- every label is text, never markup ----------------------------------------------------------
+EVIL_TITLE = "<img src=x id=memprof-evil-title>"
+EVIL_MODULE = "<img src=x id=memprof-evil-module>"
+EVIL_FILE = "<img src=x id=memprof-evil-callsite>"  # a code object's file name
+EVIL_LABELS = (LABEL, EVIL_TITLE, EVIL_MODULE, EVIL_FILE)
+
+# One training step whose every kind of label is HTML: the profile label, a module path (a
+# submodule registered under an HTML name), the callsite (code compiled under an HTML file
+# name) and a record_function label.
+_EVIL_STEP = f"""
+def step():
+    with torch.profiler.record_function({LABEL!r}):
+        loss = model(x).square().mean()
+    loss.backward()
+    opt.step()
+"""
+
+
+def evil_labels_profile() -> Profile:
+    """A real step whose op names, module paths, callsites and profile label are HTML."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential()
+    model.add_module(EVIL_MODULE, torch.nn.Linear(16, 16))
+    model.add_module("act", torch.nn.ReLU())
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x = torch.randn(8, 16)
+    code_ns = {"torch": torch, "model": model, "opt": opt, "x": x}
+    exec(compile(_EVIL_STEP, EVIL_FILE, "exec"), code_ns)
+    code_ns["step"]()
+    with jupyter_memprof.profile(namespace={"model": model, "x": x}, label=EVIL_TITLE) as prof:
+        code_ns["step"]()
+    return prof
+
+
+@pytest.fixture(scope="module")
+def evil():
+    return evil_labels_profile()
+
+
+def _strings(node, owner=(None, None), attr=None):
+    """(model type, model name, attribute, string) for every string in a serialized Bokeh
+    document, with the innermost model holding it and the attribute it is under."""
+    if isinstance(node, dict):
+        if node.get("type") == "object":
+            attrs = node.get("attributes", {})
+            for key, value in attrs.items():
+                yield from _strings(value, (node.get("name"), attrs.get("name")), key)
+            return
+        for value in node.values():
+            yield from _strings(value, owner, attr)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _strings(value, owner, attr)
+    elif isinstance(node, str):
+        yield (*owner, attr, node)
+
+
+def test_every_label_kind_is_data_never_markup(evil, tmp_path):
+    ops = evil.ops
+    assert (ops["name"] == LABEL).sum() == 1
+    assert (ops["module"] == EVIL_MODULE).sum() > 3
+    assert ops["callsite"].str.startswith(f"{EVIL_FILE}:").sum() > 3
+    text = open(write_html(evil, tmp_path / "evil.html"), encoding="utf-8").read()
+    # the page itself: the profile label only escaped, in the title
+    head = text[: text.index("</head>")]
+    assert f"<title>jupyter_memprof: {html.escape(EVIL_TITLE)}</title>" in head
+    blob = re.search(r'id="memprof-doc">([^<]+)<', text).group(1)
+    outside_blob = text.replace(blob, "")
+    for label in EVIL_LABELS:
+        assert label not in outside_blob, label
+    # the document, decoded: each label is in the data the views draw as text (table cells,
+    # tooltips, the strings the click handlers escape), never in a model that renders HTML
+    doc = json.loads(gzip.decompress(base64.b64decode(blob)))
+    strings = list(_strings(doc))
+    found = {label: set() for label in EVIL_LABELS}
+    for kind, name, path, value in strings:
+        for label in EVIL_LABELS:
+            if label in value:
+                found[label].add((kind, name, path))
+    as_data = {("ColumnDataSource", "memprof-ops", "data"), ("CustomJS", None, "args")}
+    assert found[LABEL] >= {("ColumnDataSource", "memprof-ops", "data")}
+    assert found[EVIL_MODULE] >= {
+        ("ColumnDataSource", "memprof-ops", "data"),
+        ("ColumnDataSource", "memprof-allocations", "data"),
+    }
+    assert found[EVIL_FILE] >= as_data
+    assert found[EVIL_TITLE] == set()  # the title appears only escaped
+    for label, where in found.items():
+        assert {kind for kind, _, _ in where} <= {"ColumnDataSource", "CustomJS"}, (label, where)
+        assert {p for _, _, p in where} <= {"data", "args"}, (label, where)
+    # the header (HTML) names the profile, escaped
+    header = [v for _, n, a, v in strings if n == "memprof-header" and a == "text"]
+    assert len(header) == 1 and html.escape(EVIL_TITLE) in header[0]
+    # tooltips show fields as text: no {safe} formatter anywhere
+    assert not any("{safe}" in v for _, _, _, v in strings)
 
 
 def test_empty_profile_still_builds(tmp_path):
     empty = Profile.empty(label="nothing")
     built = build(empty)
     assert built.allocs.data["alloc_id"] == []
-    assert write_html(empty, tmp_path / "empty.html")
+    path = write_html(empty, tmp_path / "empty.html")
+    assert path == str(tmp_path / "empty.html")
+    text = open(path, encoding="utf-8").read()
+    assert "<title>jupyter_memprof: nothing</title>" in text
+    blob = re.search(r'id="memprof-doc">([^<]+)<', text).group(1)
+    divs = [
+        v
+        for kind, _, attr, v in _strings(json.loads(gzip.decompress(base64.b64decode(blob))))
+        if kind == "Div" and attr == "text"
+    ]
+    assert "<i>No memory events were recorded.</i>" in divs
 
 
 def test_widget_controls_and_lineage_to_variable(prof, ipython_shell):

@@ -5,11 +5,23 @@ from __future__ import annotations
 
 import os
 import re
+from decimal import ROUND_HALF_UP, Decimal
 
+import pandas as pd
 import pytest
 from _browser import chromium_page, screenshot
 from _jupyterlab import jupyterlab, write_notebook
-from test_dashboard import LABEL, training_step_profile
+from test_dashboard import (
+    EVIL_FILE,
+    EVIL_MODULE,
+    EVIL_TITLE,
+    LABEL,
+    evil_labels_profile,
+    training_step_profile,
+)
+
+from jupyter_memprof._views import dashboard_data as dd
+from jupyter_memprof._views.dashboard import build
 
 pytestmark = pytest.mark.browser
 
@@ -35,6 +47,19 @@ COUNT_ELEMENTS = """([tag, text]) => {
   const walk = (r) => {
     for (const e of r.querySelectorAll("*")) {
       if (e.tagName === tag && e.textContent === text) n++;
+      if (e.shadowRoot) walk(e.shadowRoot);
+    }
+  };
+  walk(document);
+  return n;
+}"""
+
+# Elements with an id the HTML labels of test_dashboard would create, through shadow roots.
+COUNT_INJECTED = """() => {
+  let n = 0;
+  const walk = (r) => {
+    for (const e of r.querySelectorAll("*")) {
+      if (e.id && e.id.startsWith("memprof-evil")) n++;
       if (e.shadowRoot) walk(e.shadowRoot);
     }
   };
@@ -80,6 +105,16 @@ TIMELINE_FRAME = """() => {
   }
   return null;
 }"""
+
+
+def js_bytes(n: float) -> str:
+    """The dashboard's byte format in tooltips (``BYTES_FORMAT`` in dashboard_js)."""
+    units, v, i = ["B", "KiB", "MiB", "GiB", "TiB"], abs(n), 0
+    while v >= 1024 and i < len(units) - 1:
+        v, i = v / 1024, i + 1
+    # JavaScript's toFixed rounds exact halves up (13.125 -> "13.13"), Python's format does not
+    digits = Decimal(v).quantize(Decimal("0.01") if i else Decimal(1), ROUND_HALF_UP)
+    return ("-" if n < 0 else "") + str(digits) + " " + units[i]
 
 
 def settle(page, condition: str, arg=None) -> None:
@@ -162,7 +197,19 @@ def test_the_four_views_render(page, prof):
     page.mouse.move(xy[0] + 1, y0 + h / 2, steps=4)
     settle(page, f"() => ({TOOLTIPS})().some((t) => t.includes('total'))")
     tips = " ".join(page.evaluate(TOOLTIPS))
-    assert "total" in tips and "op" in tips and "iB" in tips, tips
+    # the tooltip is the state of the point it names: its total, each category and the op
+    # running then, exactly as in the drawn data (a pixel holds several points: near the peak)
+    m = re.search(r"time: ([\d.]+) ms", tips)
+    assert m, tips
+    src = {f: model_data(page, "memprof-timeline-cpu", f) for f in ("t", "total", "op")}
+    k = next(j for j, t in enumerate(src["t"]) if f"{t:.3f}" == m[1])
+    px_ms = (xy[0] - x0) and (peak_ms / max(xy[0] - x0, 1))  # ms per pixel
+    assert abs(src["t"][k] - peak_ms) <= 4 * px_ms + 1e-9, (src["t"][k], peak_ms)
+    assert f"total: {js_bytes(src['total'][k])} " in tips, tips
+    for c in ("parameter", "optimizer_state", "activation"):
+        b = model_data(page, "memprof-timeline-cpu", f"b_{c}")[k]
+        assert f"{c}: {js_bytes(b)} " in tips, (c, tips)
+    assert src["op"][k] and f"op: {src['op'][k]} " in tips, tips
     screenshot(page, "dashboard.png")
 
 
@@ -324,6 +371,198 @@ def test_a_time_range_filters_ops_and_allocations(page, prof):
         )
         is None
     )
+
+
+# Page box of the frame of the figure whose title contains `text`.
+FRAME_OF = """(text) => {
+  for (const v of Bokeh.index.all_views()) {
+    const t = v.model.title;
+    if (t && v.frame && String(t.text).includes(text)) {
+      const r = v.canvas_view.el.getBoundingClientRect(), f = v.frame.bbox;
+      return [r.left + f.left, r.top + f.top, f.width, f.height];
+    }
+  }
+  return null;
+}"""
+
+TIME_RANGE = (
+    "() => { const r = Bokeh.documents[0].get_model_by_name('memprof-time');"
+    " return [r.start, r.end]; }"
+)
+
+
+def test_scrolling_zooms_and_dragging_the_overview_box_pans(page):
+    lo, hi = page.evaluate(TIME_RANGE)
+    x0, y0, w, h = page.evaluate(TIMELINE_FRAME)
+    # scroll up over the timeline at a quarter of its width: zoom in around that time
+    at = lo + (hi - lo) * 0.25
+    page.mouse.move(x0 + w * 0.25, y0 + h / 2)
+    page.mouse.wheel(0, -400)
+    settle(page, f"(w) => {{ const r = ({TIME_RANGE})(); return r[1] - r[0] < w * 0.9; }}", hi - lo)
+    zlo, zhi = page.evaluate(TIME_RANGE)
+    assert lo <= zlo < at < zhi <= hi
+    # the time under the pointer stays under the pointer
+    assert (at - zlo) / (zhi - zlo) == pytest.approx(0.25, abs=0.02)
+    # every view shares the zoomed axis: the op tree and the lifetimes too
+    for title in ("ops by time", "lifetimes of the listed blocks"):
+        fx, _, fw, _ = page.evaluate(FRAME_OF, title)
+        start = page.evaluate(
+            """(t) => { for (const v of Bokeh.index.all_views()) {
+                 if (v.model.title && String(v.model.title.text).includes(t))
+                   return [v.frame.x_range.start, v.frame.x_range.end]; } }""",
+            title,
+        )
+        assert start == [zlo, zhi], title
+    # drag the overview's box by 80 px: the range moves by 80 px of the overview's scale
+    ox, oy, ow, oh = page.evaluate(FRAME_OF, "overview")
+    olo, ohi = page.evaluate(
+        """() => { for (const v of Bokeh.index.all_views()) {
+             const t = v.model.title;
+             if (t && String(t.text).includes("overview"))
+               return [v.frame.x_range.start, v.frame.x_range.end]; } }"""
+    )
+    cx = ox + (((zlo + zhi) / 2) - olo) / (ohi - olo) * ow
+    page.mouse.move(cx, oy + oh / 2)
+    page.mouse.down()
+    page.mouse.move(cx + 80, oy + oh / 2, steps=8)
+    page.mouse.up()
+    settle(page, f"(a) => ({TIME_RANGE})()[0] > a", zlo)
+    plo, phi = page.evaluate(TIME_RANGE)
+    shift = 80 / ow * (ohi - olo)
+    assert plo - zlo == pytest.approx(shift, rel=0.05)
+    assert phi - plo == pytest.approx(zhi - zlo, rel=1e-6)  # panned, not zoomed
+
+
+def test_clicking_an_op_table_row_highlights_its_partner(page, prof):
+    fi = model_data(page, "memprof-flows", "fi")
+    bi = model_data(page, "memprof-flows", "bi")
+    names = model_data(page, "memprof-ops", "name")
+    ids = model_data(page, "memprof-ops", "op_id")
+    # the first forward op (in table order) that has a backward partner
+    k = min(range(len(fi)), key=lambda j: fi[j])
+    f, b = fi[k], bi[k]
+    viewport = page.locator(".memprof-optable .slick-viewport").first
+    viewport.evaluate("(el, y) => { el.scrollTop = y; }", max(0, f - 2) * 24)
+    row = page.locator(".memprof-optable .slick-row", has_text=names[f]).filter(
+        has_text=re.compile("forward")
+    )
+    row.first.locator(".slick-cell").first.click()
+    ops_sel = "Bokeh.documents[0].get_model_by_name('memprof-ops').selected.indices"
+    settle(page, f"(b) => {ops_sel}.includes(b)", b)
+    sel = selected(page, "memprof-ops")
+    assert sel[0] == f and b in sel
+    assert f"backward partner: | {names[b]}" in text_of(page, ".memprof-optree")
+    pair = prof.flows[
+        (prof.flows["forward_op_id"] == ids[f]) & (prof.flows["backward_op_id"] == ids[b])
+    ]
+    assert len(pair) == 1
+
+
+def test_clicking_a_lifetime_bar_shows_its_lineage(page, prof):
+    x0 = model_data(page, "memprof-allocations", "x0")
+    x1 = model_data(page, "memprof-allocations", "x1")
+    ids = model_data(page, "memprof-allocations", "alloc_id")
+    summary = model_data(page, "memprof-allocations", "summary")
+    # the listed block with the longest bar (easiest to hit)
+    row = max(
+        (r for r in range(len(ids)) if not summary[r] and ids[r] >= 0), key=lambda r: x1[r] - x0[r]
+    )
+    xy = page.evaluate(TO_PAGE, ["memprof-allocations", "x0", "y", row, (x1[row] - x0[row]) / 2])
+    page.mouse.click(*xy)
+    settle(
+        page,
+        "(r) => Bokeh.documents[0].get_model_by_name('memprof-allocations')"
+        ".selected.indices[0] === r",
+        row,
+    )
+    assert selected(page, "memprof-allocations") == [row]
+    lin = prof.lineage(ids[row])
+    settle(
+        page,
+        "(n) => Bokeh.documents[0].get_model_by_name('memprof-lineage').data.relation.length === n",
+        len(lin),
+    )
+    assert model_data(page, "memprof-lineage", "relation") == lin["relation"].astype(str).tolist()
+    assert model_data(page, "memprof-lineage", "op_name") == [
+        "" if pd.isna(v) else v for v in lin["op_name"].astype(object)
+    ]
+
+
+@pytest.fixture(scope="module")
+def big_html(tmp_path_factory):
+    """A step with more ops and blocks than the dashboard draws (4,000 / 2,000)."""
+    big = training_step_profile(blocks=40)
+    assert len(big.ops) > dd.OP_BUDGET and len(big.allocations) > dd.ALLOC_BUDGET
+    return big, big.to_html(tmp_path_factory.mktemp("big") / "big.html")
+
+
+def test_headings_count_what_was_left_out(big_html):
+    big, path = big_html
+    built = build(big)
+    shown_ops = len(built.ops.data["op_id"])
+    listed = sum(not s for s in built.allocs.data["summary"])
+    n_ops, n_blocks = len(big.ops), len(big.allocations)
+    assert shown_ops < n_ops and listed >= dd.ALLOC_BUDGET
+    with chromium_page(viewport=(1400, 1800)) as page:
+        page.goto("file://" + os.path.abspath(path))
+        page.wait_for_function("window.memprofReady !== undefined", timeout=60_000)
+        ops_text = text_of(page, ".memprof-optree")
+        assert (
+            f"{shown_ops:,} of {n_ops:,} ops shown (the longest, the biggest allocators and "
+            f"the ops of listed blocks, with their parents); {n_ops - shown_ops:,} left out"
+        ) in ops_text, ops_text
+        assert len(model_data(page, "memprof-ops", "op_id")) == shown_ops
+        allocs_text = text_of(page, ".memprof-allocations")
+        assert (
+            f"{listed:,} of {n_blocks:,} blocks listed, largest first; the "
+            f"{n_blocks - listed:,} smaller ones are summarised at the end"
+        ) in allocs_text, allocs_text
+        names = model_data(page, "memprof-allocations", "name")
+        counts = [re.fullmatch(r"\(([\d,]+) smaller blocks, summarised\)", n) for n in names]
+        counts = [int(m[1].replace(",", "")) for m in counts if m]
+        assert counts and sum(counts) == n_blocks - listed
+
+
+def test_every_label_kind_shows_as_text(tmp_path):
+    evil = evil_labels_profile()
+    path = evil.to_html(tmp_path / "evil.html")
+    with chromium_page(viewport=(1400, 1800)) as page:
+        page.goto("file://" + os.path.abspath(path))
+        page.wait_for_function("window.memprofReady !== undefined", timeout=60_000)
+        assert page.title() == f"jupyter_memprof: {EVIL_TITLE}"
+        assert f"memory profile {EVIL_TITLE}" in text_of(page, ".memprof-dashboard")
+        # click the module call of the HTML-named module: its details name it and its line
+        names = model_data(page, "memprof-ops", "name")
+        modules = model_data(page, "memprof-ops", "module")
+        row = next(i for i, (n, m) in enumerate(zip(names, modules)) if n == "nn.Module: Linear")
+        assert modules[row] == EVIL_MODULE
+        xy = page.evaluate(TO_PAGE, ["memprof-ops", "cx", "cy", row, 0])
+        page.mouse.click(*xy)
+        settle(
+            page,
+            "() => Bokeh.documents[0].get_model_by_name('memprof-op-info')"
+            ".text.includes('nn.Module')",
+        )
+        info = text_of(page, ".memprof-optree")
+        assert EVIL_MODULE in info and f"{EVIL_FILE}:" in info, info
+        # the op table and the allocations' lineage show them as text as well
+        assert page.locator(".memprof-optable").get_by_text(EVIL_MODULE).count() >= 1
+        page.locator(".memprof-allocations .slick-row").first.locator(".slick-cell").first.click()
+        settle(
+            page,
+            "() => Bokeh.documents[0].get_model_by_name('memprof-lineage')"
+            ".data.relation.length > 0",
+        )
+        assert f"{EVIL_FILE}:" in text_of(page, ".memprof-lineage")
+        page.locator(".memprof-optable").get_by_text(LABEL, exact=True).first.click()
+        settle(
+            page,
+            "() => Bokeh.documents[0].get_model_by_name('memprof-op-info')"
+            ".text.includes('annotation')",
+        )
+        # and nothing became markup: no element any label would have made
+        assert page.evaluate(COUNT_ELEMENTS, ["B", "x"]) == 0
+        assert page.evaluate(COUNT_INJECTED) == 0
 
 
 # --- JupyterLab -------------------------------------------------------------------------------

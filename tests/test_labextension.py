@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import queue
 import re
 import shutil
 import subprocess
@@ -250,8 +251,8 @@ def _drive(page, base: str) -> None:
     cell = f"{NOTEBOOK}.content.activeCell.model"
     page.wait_for_function(f"() => {cell}.executionCount === 1", timeout=60_000)
     assert page.evaluate(f"() => {cell}.sharedModel.getSource()") == COMMAND_CELL
-    summary = page.locator(".jp-Notebook .jp-Cell.jp-mod-active .jp-OutputArea-output").first
-    assert "memory profile In[1]" in summary.inner_text()
+    summary = page.locator(".jp-Notebook .jp-Cell.jp-mod-active .memprof-summary").first
+    assert summary.inner_text().startswith("memory profile In[1]")
 
 
 # -- the kernel side of the comm, without a browser --------------------------------------------
@@ -307,7 +308,7 @@ class _Kernel:
                 raise AssertionError(f"no {kind!r} message on comm {comm_id}")
             try:
                 msg = self.kc.get_iopub_msg(timeout=0.5)
-            except Exception:  # queue.Empty
+            except queue.Empty:
                 continue
             if msg["msg_type"].startswith("comm_"):
                 self.seen.append(msg)

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 import signal
-import time
+import types
 
 import pytest
 import torch
@@ -59,9 +60,13 @@ def test_load_twice_unload_leaves_nothing_behind(shell, run):
 
     jupyter_memprof.load_ipython_extension(shell)
     jupyter_memprof.load_ipython_extension(shell)  # a second load is harmless
-    assert magics["cell"]["memprofile"] is not None and magics["line"]["memprofile"] is not None
+    ours = magics["cell"]["memprofile"]
+    assert type(ours.__self__).__name__ == "MemprofMagics"
+    assert magics["line"]["memprofile"] == ours  # one method serves both forms
     result, _ = run("%%memprofile --no-display\nx_load = torch.empty(10)")
-    assert result.success and isinstance(shell.user_ns[LAST], Profile)
+    assert result.success and result.result is None
+    assert isinstance(shell.user_ns[LAST], Profile)
+    assert len(blocks_of(shell.user_ns[LAST], 40)) == 1
 
     jupyter_memprof.unload_ipython_extension(shell)
     assert "memprofile" not in magics["line"] and "memprofile" not in magics["cell"]
@@ -112,13 +117,91 @@ def test_trailing_semicolon_silences_the_value(shell, run):
     assert len(blocks_of(shell.user_ns["prof_quiet"], 1000)) == 1
 
 
-def test_interactivity_setting_is_honoured(shell, run):
-    shell.ast_node_interactivity = "all"
+def _prompts(text: str) -> str:
+    """Output with the prompt numbers taken out: ``Out[12]: 42`` -> ``Out[#]: 42``."""
+    return re.sub(r"Out\[\d+\]", "Out[#]", text)
+
+
+DISPLAY_CELLS = [
+    "6 * 7\n'second'",
+    "v_disp = 6 * 7\nv_disp + 1\nw_disp = v_disp * 2",
+    "d_disp = {'a': 1}\nd_disp['b'] = 2",
+    "n_disp = 3\nn_disp += 4",
+    "m_disp: int = 5",
+    "for i_disp in range(2):\n    i_disp * 10\ni_disp",
+]
+
+EXPECTED_DISPLAY = {  # what IPython itself shows for each cell above, mode by mode
+    "last_expr": ["Out[#]: 'second'", "", "", "", "", "Out[#]: 1"],
+    "last_expr_or_assign": [
+        "Out[#]: 'second'",
+        "Out[#]: 84",
+        "",
+        "Out[#]: 7",
+        "Out[#]: 5",
+        "Out[#]: 1",
+    ],
+    "last": ["Out[#]: 'second'", "", "", "", "", "Out[#]: 1"],
+    "all": [
+        "Out[#]: 42\nOut[#]: 'second'",
+        "Out[#]: 43",
+        "",
+        "",
+        "",
+        "Out[#]: 0\nOut[#]: 10\nOut[#]: 1",  # 'single' mode shows loop bodies' values too
+    ],
+    "none": ["", "", "", "", "", ""],
+}
+
+
+@pytest.mark.parametrize("mode", list(EXPECTED_DISPLAY))
+def test_every_display_mode_shows_what_the_cell_shows_without_the_magic(shell, run, mode):
+    shell.ast_node_interactivity = mode
     try:
-        result, out = run("%%memprofile --no-display\n6 * 7\n'second'")
+        for cell, expected in zip(DISPLAY_CELLS, EXPECTED_DISPLAY[mode], strict=True):
+            plain_result, plain_out = run(cell)
+            result, out = run("%%memprofile --no-display\n" + cell)
+            assert result.success, out
+            assert _prompts(plain_out).strip() == expected, (cell, plain_out)
+            assert _prompts(out).strip() == expected, (cell, out)
+            assert result.result == plain_result.result, cell
     finally:
         shell.ast_node_interactivity = "last_expr"
-    assert "42" in out and "'second'" in out
+
+
+def test_ast_transformers_apply_to_the_cell(shell, run):
+    class DoubleInts(ast.NodeTransformer):
+        def visit_Constant(self, node):
+            if type(node.value) is int:
+                return ast.copy_location(ast.Constant(node.value * 2), node)
+            return node
+
+    shell.ast_transformers.append(DoubleInts())
+    try:
+        result, out = run("%%memprofile -o p_ast --no-display\nt_ast = torch.empty(500)\n21")
+    finally:
+        shell.ast_transformers.pop()
+    assert result.success and result.result == 42
+    assert shell.user_ns["t_ast"].shape == (1000,)  # 500 became 1000 before it ran
+    assert len(blocks_of(shell.user_ns["p_ast"], 4000)) == 1
+    assert len(blocks_of(shell.user_ns["p_ast"], 2000)) == 0
+
+
+def test_line_magic_inside_a_function_sees_its_locals(shell, run):
+    result, out = run(
+        "def f_line(n):\n"
+        "    t_fn = torch.ones(n)\n"
+        "    got = %memprofile -o p_fn --no-display (t_fn * 4).sum().item()\n"
+        "    return got\n"
+        "r_fn = f_line(250)"
+    )
+    assert result.success, out
+    assert shell.user_ns["r_fn"] == 1000.0
+    assert "t_fn" not in shell.user_ns
+    prof = shell.user_ns["p_fn"]
+    assert len(blocks_of(prof, 1000)) == 1  # t_fn * 4: 250 floats
+    mul = prof.ops[prof.ops["name"] == "aten::mul"]
+    assert len(mul) == 1 and mul["input_shapes"].iloc[0][0] == [250]
 
 
 INTERACTIVE_CELLS = [
@@ -317,6 +400,35 @@ def test_usage_errors_are_one_line_and_run_nothing(shell, run, cell, message):
     assert shell.user_ns.get(LAST) is before
 
 
+def test_device_errors_are_usage_errors(shell, run):
+    # a CUDA device that does not exist: here one past the last visible GPU (any on a
+    # machine without CUDA)
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    missing = f"cuda:{count}"
+    if count:
+        message = f"device {missing!r} does not exist: {count} CUDA device(s) visible"
+    else:
+        message = f"device {missing!r} asked for, but no CUDA device is available here"
+    cases = [
+        (f"%%memprofile --device {missing}\ndev1 = 1", message),
+        (f"%%memprofile --device cpu,{missing}\ndev2 = 1", message),
+        ("%%memprofile --device ,\ndev3 = 1", "--device needs a device: 'cpu', 'cuda' or 'cuda:N'"),
+        ("%%memprofile --device meta\ndev4 = 1", "device 'meta' is not supported"),
+        ("%%memprofile --device tpu\ndev7 = 1", "unknown device 'tpu'"),
+        ("%%memprofile --device bogus:x\ndev5 = 1", "unknown device 'bogus:x'"),
+        (f"%memprofile --device {missing} dev6 = 1", message),
+    ]
+    for cell, text in cases:
+        before = shell.user_ns.get(LAST)
+        result, out = run(cell)
+        assert isinstance(result.error_in_exec, UsageError), cell
+        lines = out.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith(f"UsageError: {text}"), (cell, out)
+        assert shell.user_ns.get(LAST) is before
+        assert not profiler_running()
+    assert not any(f"dev{i}" in shell.user_ns for i in range(1, 8))
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
 def test_cuda_without_a_gpu_is_a_usage_error(shell, run):
     result, out = run("%%memprofile --device cuda\nno_gpu = 1")
@@ -333,6 +445,59 @@ def test_syntax_error_starts_no_profile(shell, run):
     assert isinstance(result.error_in_exec, SyntaxError)
     assert "SyntaxError" in out
     assert shell.user_ns.get(LAST) is before and not profiler_running()
+
+
+# -- when our own part fails, the cell's work is kept -------------------------------------------
+def test_analysis_failure_keeps_the_cells_result(shell, run, monkeypatch):
+    from jupyter_memprof._frontends import capture
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("tables out of order")
+
+    monkeypatch.setattr(capture, "analyse", broken)
+    result, out = run("%%memprofile -o p_nota\nkept_nota = torch.empty(1000)\nkept_nota.numel()")
+    assert result.success and result.result == 1000
+    assert shell.user_ns["kept_nota"].shape == (1000,)
+    n = result.execution_count
+    assert out.splitlines() == [
+        f"Out[{n}]: 1000",
+        "%%memprofile: the code ran, but building its memory tables failed "
+        "(RuntimeError: tables out of order); _memprof holds what was built",
+    ]
+    prof = shell.user_ns["p_nota"]
+    assert prof is shell.user_ns[LAST]
+    assert prof.meta["analysis_error"] == "RuntimeError: tables out of order"
+    assert prof.meta.get("error") is None and not profiler_running()
+    # the cell's own error still wins over ours
+    result, out = run("%%memprofile -o p_nota2\nraise KeyError('mine')")
+    assert isinstance(result.error_in_exec, KeyError)
+    assert shell.user_ns["p_nota2"].meta["analysis_error"] == (
+        "RuntimeError('tables out of order')"
+    )
+    assert out.splitlines()[0] == (
+        "memory profile 'p_nota2': the memory tables could not be built "
+        "(RuntimeError('tables out of order'))"
+    )
+    assert out.rstrip().endswith("KeyError: 'mine'")
+    monkeypatch.undo()
+    assert run("%%memprofile --no-display\nafter_nota = torch.empty(10)")[0].success
+
+
+def test_html_that_cannot_be_written_keeps_the_profile_and_summary(shell, run, tmp_path):
+    target = tmp_path / "taken.html"
+    target.mkdir()  # a folder where the file should go
+    result, out = run(f"%%memprofile -o p_nohtml --html {target}\nh_nohtml = torch.empty(1000)")
+    assert result.success
+    lines = out.splitlines()
+    assert lines[0] == "memory profile 'p_nohtml'"  # the summary is still shown
+    assert lines[-1] == (
+        f"%%memprofile: could not write the report to {str(target)!r}: "
+        f"IsADirectoryError: [Errno 21] Is a directory: {str(target)!r}"
+    ), out
+    assert "report written" not in out
+    assert len(blocks_of(shell.user_ns["p_nohtml"], 4000)) == 1
+    assert target.is_dir() and list(target.iterdir()) == []  # nothing half-written
+    assert [p.name for p in tmp_path.iterdir()] == ["taken.html"]
 
 
 # -- progress ------------------------------------------------------------------------------
@@ -359,12 +524,40 @@ def test_no_progress_outside_notebooks(shell, monkeypatch):
     assert progress_for(shell) is None  # a terminal-like shell has nowhere to draw it
 
 
+@pytest.mark.parametrize("ci", [None, "true", "1"])
+def test_progress_in_a_kernel_whatever_the_ci_variable_says(monkeypatch, ci):
+    if ci is None:
+        monkeypatch.delenv("CI", raising=False)
+    else:
+        monkeypatch.setenv("CI", ci)
+    in_a_kernel = types.SimpleNamespace(kernel=object())
+    progress = progress_for(in_a_kernel)
+    assert isinstance(progress, Progress) and progress.delay == 1.0
+    # and it follows the clock it is given: hidden for a second, then shown and updated
+    now = [100.0]
+    progress._clock = lambda: now[0]
+    progress("ops", 0, 10)
+    now[0] = 100.99
+    progress("ops", 5, 10)
+    assert not progress.shown
+    now[0] = 101.0
+    progress("timeline", 7, 10)
+    assert progress.shown and progress._bar.value == 0.7
+    assert progress._text.value == "timeline 7/10 (1 s)"
+    now[0] = 104.6
+    progress("timeline", 10, 10)
+    assert progress._text.value == "timeline 10/10 (5 s)"
+    progress.close()
+    assert not progress.shown
+
+
 # -- in a real Jupyter kernel ------------------------------------------------------------
 @pytest.fixture(scope="module")
 def kernel():
     from jupyter_client.manager import start_new_kernel
 
-    env = {k: v for k, v in os.environ.items() if k != "CI"}
+    # CI set on purpose: what the kernel shows must not depend on it
+    env = dict(os.environ, CI="true")
     km, kc = start_new_kernel(kernel_name="python3", env=env)
     try:
         yield km, kc
@@ -378,13 +571,32 @@ def plain(text: str) -> str:
     return re.sub(r"\x1b\[[0-9;]*m", "", text)
 
 
-def execute(kernel, code: str, interrupt_after: float | None = None):
-    """Run code in the kernel; returns (reply content, [(msg_type, content), ...])."""
+def progress_bars(outputs) -> set[str]:
+    """Display ids of the progress bars among ``outputs``: widget views with no text form,
+    that are later replaced by nothing."""
+    shown = {
+        c["transient"]["display_id"]
+        for k, c in outputs
+        if k == "display_data"
+        and list(c["data"]) == ["application/vnd.jupyter.widget-view+json"]
+        and "display_id" in c.get("transient", {})
+    }
+    return {
+        c["transient"]["display_id"]
+        for k, c in outputs
+        if k == "update_display_data"
+        and c["transient"].get("display_id") in shown
+        and c["data"] == {"text/plain": ""}
+    }
+
+
+def execute(kernel, code: str, interrupt_on: str | None = None, with_progress: bool = False):
+    """Run code in the kernel; returns (reply content, [(msg_type, content), ...]).
+    With ``interrupt_on``, interrupt the kernel as soon as the code prints that text. Progress
+    bars (shown when an analysis takes more than a second) are left out of the outputs unless
+    ``with_progress``."""
     km, kc = kernel
     msg_id = kc.execute(code)
-    if interrupt_after is not None:
-        time.sleep(interrupt_after)
-        km.interrupt_kernel()
     outputs = []
     while True:
         msg = kc.get_iopub_msg(timeout=60)
@@ -395,8 +607,18 @@ def execute(kernel, code: str, interrupt_after: float | None = None):
             break
         if kind in ("stream", "display_data", "update_display_data", "execute_result", "error"):
             outputs.append((kind, msg["content"]))
+        if interrupt_on and kind == "stream" and interrupt_on in msg["content"]["text"]:
+            km.interrupt_kernel()
+            interrupt_on = None
     reply = kc.get_shell_msg(timeout=60)
+    while reply["msg_type"] == "kernel_info_reply":  # left over from waiting for the kernel
+        reply = kc.get_shell_msg(timeout=60)
     assert reply["parent_header"]["msg_id"] == msg_id
+    if not with_progress:
+        bars = progress_bars(outputs)
+        outputs = [
+            (k, c) for k, c in outputs if c.get("transient", {}).get("display_id") not in bars
+        ]
     return reply["content"], outputs
 
 
@@ -432,21 +654,31 @@ def test_in_a_kernel_errors_and_interrupts_fail_the_cell_cleanly(kernel):
     summary = next(c["data"]["text/html"] for k, c in outputs if k == "display_data")
     assert "&lt;b&gt;bad&lt;/b&gt;" in summary and "<b>bad</b>" not in summary
 
-    # a real interrupt from the frontend, during a loop of small allocations
+    # a real interrupt from the frontend, once the loop of small allocations has run 20 times
     loop = (
         "%%memprofile -o p_int\n"
-        "import time\n"
-        "while True:\n"
+        "import itertools, time\n"
+        "for i in itertools.count():\n"
         "    y = torch.ones(100)\n"
+        "    if i == 20:\n"
+        "        print('looping', flush=True)\n"
         "    time.sleep(0.001)"
     )
-    reply, outputs = execute(kernel, loop, interrupt_after=2.0)
+    reply, outputs = execute(kernel, loop, interrupt_on="looping")
     assert reply["status"] == "error" and reply["ename"] == "KeyboardInterrupt"
     traceback = plain("\n".join(reply["traceback"]))
-    assert "----> 4     y = torch.ones(100)" in traceback or "----> 5     time.sleep" in traceback
+    lines = dict(enumerate(loop.splitlines(), start=1))
+    arrow = re.search(r"----> (\d+) (.*)", traceback)
+    assert arrow and 3 <= int(arrow[1]) <= 7, traceback
+    assert (
+        lines[int(arrow[1])].startswith(arrow[2].strip()[:3])
+        or arrow[2].strip() in lines[int(arrow[1])]
+    ), traceback
     assert "_magic" not in traceback
-    assert any(k == "display_data" for k, _ in outputs)  # the partial profile is shown
-    check = "print(p_int.meta['error'], (p_int.allocations.size_bytes == 400).sum() > 10)"
+    summary = [c for k, c in outputs if k == "display_data" and "text/html" in c["data"]]
+    assert len(summary) == 1  # the partial profile is shown
+    assert "raised KeyboardInterrupt" in summary[0]["data"]["text/plain"]
+    check = "print(p_int.meta['error'], (p_int.allocations.size_bytes == 400).sum() >= 21)"
     reply, outputs = execute(kernel, check)
     assert outputs == [("stream", {"name": "stdout", "text": "KeyboardInterrupt True\n"})]
 
@@ -461,24 +693,74 @@ def test_in_a_kernel_progress_bar_is_a_widget_removed_when_done(kernel):
     code = (
         "import os\n"
         "from jupyter_memprof._frontends.progress import Progress, progress_for\n"
-        "print(type(progress_for(get_ipython())).__name__)\n"
-        "os.environ['CI'] = 'true'\n"
-        "print(progress_for(get_ipython()))\n"
-        "del os.environ['CI']\n"
+        "print(os.environ['CI'], type(progress_for(get_ipython())).__name__)\n"
         "bar = Progress(delay=0)\n"
         "bar('ops', 1, 2)\n"
         "bar.close()"
     )
-    reply, outputs = execute(kernel, code)
+    reply, outputs = execute(kernel, code, with_progress=True)
     assert reply["status"] == "ok"
-    assert outputs[0] == ("stream", {"name": "stdout", "text": "Progress\nNone\n"})
+    assert outputs[0] == ("stream", {"name": "stdout", "text": "true Progress\n"})
     shown = outputs[1]
     assert shown[0] == "display_data"
-    assert "application/vnd.jupyter.widget-view+json" in shown[1]["data"]
+    # the widget's view only: no text form to linger where widgets are not drawn
+    assert list(shown[1]["data"]) == ["application/vnd.jupyter.widget-view+json"]
     removed = outputs[2]
     assert removed[0] == "update_display_data"
     assert removed[1]["data"] == {"text/plain": ""}
     assert removed[1]["transient"]["display_id"] == shown[1]["transient"]["display_id"]
+    assert len(outputs) == 3
+
+
+@pytest.mark.slow
+def test_in_a_kernel_the_magic_shows_progress_while_it_analyses(kernel):
+    # no delay, so the bar shows on the first report of this quick analysis (CI is set)
+    execute(
+        kernel,
+        "%load_ext jupyter_memprof\nimport torch\nimport jupyter_memprof._frontends.progress as pr",
+    )
+    execute(kernel, "pr.DELAY_S = 0")
+    try:
+        reply, outputs = execute(
+            kernel, "%%memprofile -o p_prog\nxp = torch.empty(1000)", with_progress=True
+        )
+    finally:
+        execute(kernel, "pr.DELAY_S = 1.0")
+    assert reply["status"] == "ok"
+    kinds = [kind for kind, _ in outputs]
+    assert kinds[:3] == ["display_data", "update_display_data", "display_data"], kinds
+    bar, removed, summary = (content for _, content in outputs[:3])
+    assert list(bar["data"]) == ["application/vnd.jupyter.widget-view+json"]
+    assert removed["transient"]["display_id"] == bar["transient"]["display_id"]
+    assert removed["data"] == {"text/plain": ""}
+    assert summary["data"]["text/plain"].startswith("memory profile 'p_prog'")
+    assert "stream" not in kinds
+
+
+@pytest.mark.slow
+def test_in_a_kernel_a_dashboard_failure_leaves_the_summary(kernel):
+    execute(kernel, "%load_ext jupyter_memprof\nimport torch, jupyter_memprof")
+    reply, _ = execute(
+        kernel,
+        "_show = jupyter_memprof.Profile.show\n"
+        "def _broken(self, **kwargs):\n"
+        "    raise RuntimeError('no views today')\n"
+        "jupyter_memprof.Profile.show = _broken",
+    )
+    assert reply["status"] == "ok"
+    try:
+        reply, outputs = execute(kernel, "%%memprofile -o p_nodash\nxd = torch.empty(1000)\n7")
+    finally:
+        execute(kernel, "jupyter_memprof.Profile.show = _show")
+    assert reply["status"] == "ok"
+    assert [k for k, _ in outputs] == ["execute_result", "display_data", "stream"]
+    assert outputs[1][1]["data"]["text/plain"].startswith("memory profile 'p_nodash'")
+    assert outputs[2][1] == {
+        "name": "stderr",
+        "text": "%%memprofile: interactive view unavailable: RuntimeError: no views today\n",
+    }
+    reply, outputs = execute(kernel, "print(len(p_nodash.allocations), xd.numel())")
+    assert outputs == [("stream", {"name": "stdout", "text": "1 1000\n"})]
 
 
 # -- in JupyterLab, as a user sees it ----------------------------------------------------------
@@ -486,10 +768,12 @@ LAB_CELLS = [
     "import torch\n%load_ext jupyter_memprof",
     "%%memprofile -o prof\nx = torch.empty(1000)\nx.numel()",
     "from jupyter_memprof._frontends.progress import Progress\n"
-    "import time\n"
+    "import os, time\n"
     "bar = Progress(delay=0)\n"
     "bar('timeline', 3, 10)\n"
-    "time.sleep(3)\n"
+    "deadline = time.monotonic() + 120  # until the test has seen the bar\n"
+    "while not os.path.exists('progress-seen') and time.monotonic() < deadline:\n"
+    "    time.sleep(0.05)\n"
     "bar.close()\n"
     "print('done')",
     "%%memprofile -o bad\n"
@@ -523,6 +807,7 @@ def test_in_jupyterlab_summary_traceback_and_progress(tmp_path):
             bar = cell.nth(2).locator(".widget-hprogress")
             bar.wait_for(timeout=120_000)
             assert "timeline 3/10" in cell.nth(2).locator(".jp-OutputArea").inner_text()
+            (tmp_path / "progress-seen").touch()
             cell.nth(2).locator(".jp-OutputArea-output", has_text="done").wait_for()
             assert bar.count() == 0
             assert cell.nth(2).locator(".jp-OutputArea").inner_text().strip() == "done"

@@ -3,6 +3,8 @@ import pathlib
 import subprocess
 import sys
 
+import pytest
+
 import jupyter_memprof
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -28,8 +30,19 @@ def test_public_surface_is_small():
             "unload_ipython_extension",
         ]
     )
-    for name in jupyter_memprof.__all__:
-        assert getattr(jupyter_memprof, name) is not None
+    from jupyter_memprof._errors import CaptureError, ProfileFileError
+    from jupyter_memprof._frontends.capture import profile
+    from jupyter_memprof._profile import Profile, load
+
+    assert jupyter_memprof.profile is profile
+    assert jupyter_memprof.Profile is Profile
+    assert jupyter_memprof.load is load
+    assert jupyter_memprof.CaptureError is CaptureError and issubclass(CaptureError, ValueError)
+    assert jupyter_memprof.ProfileFileError is ProfileFileError
+    assert issubclass(ProfileFileError, ValueError)
+    assert isinstance(jupyter_memprof.__version__, str)
+    with pytest.raises(AttributeError, match="has no attribute 'nope'"):
+        jupyter_memprof.nope  # noqa: B018
 
 
 def test_import_is_light():
@@ -39,6 +52,14 @@ def test_import_is_light():
     assert out.stdout.strip() == "[]"
 
 
-def test_extension_entry_points_exist():
-    assert callable(jupyter_memprof.load_ipython_extension)
-    assert callable(jupyter_memprof.unload_ipython_extension)
+def test_extension_entry_points_register_and_remove_the_magics(ipython_shell):
+    shell = ipython_shell
+    magics = shell.magics_manager.magics
+    had = magics["cell"].get("memprofile")
+    jupyter_memprof.unload_ipython_extension(shell)
+    assert "memprofile" not in magics["cell"] and "memprofile" not in magics["line"]
+    jupyter_memprof.load_ipython_extension(shell)
+    cell, line = magics["cell"]["memprofile"], magics["line"]["memprofile"]
+    assert cell.__func__.__qualname__ == "MemprofMagics.memprofile" and line == cell
+    if had is None:  # leave the shell as it was
+        jupyter_memprof.unload_ipython_extension(shell)

@@ -12,7 +12,6 @@ failure to draw it switches it off: progress reporting never breaks a capture.
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable
 from typing import Any
@@ -24,11 +23,6 @@ DELAY_S = 1.0
 def in_kernel(shell: Any) -> bool:
     """True when ``shell`` runs in a Jupyter kernel (there is a frontend to draw widgets)."""
     return getattr(shell, "kernel", None) is not None
-
-
-def in_ci() -> bool:
-    """True on CI machines (the ``CI`` environment variable is set to anything but false)."""
-    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
 
 
 class Progress:
@@ -86,7 +80,11 @@ class Progress:
             [w.Label(value="analysing memory"), self._bar, self._text],
             layout=w.Layout(align_items="center"),
         )
-        self._handle = display(self._widget, display_id=True)
+        # The widget view alone, with no text form: a front end that cannot draw widgets
+        # (a console, a notebook saved without widget state) shows nothing rather than
+        # the widget's repr, and the removal below leaves nothing behind either.
+        bundle = {"application/vnd.jupyter.widget-view+json": self._widget.get_view_spec()}
+        self._handle = display(bundle, raw=True, display_id=True)
 
     def _update(self, stage: str, done: int, total: int, elapsed: float) -> None:
         fraction = min(max(done / total, 0.0), 1.0) if total > 0 else 0.0
@@ -118,12 +116,13 @@ class Progress:
 
 
 def progress_for(shell: Any) -> Progress | None:
-    """The progress callable to use under ``shell``: a :class:`Progress` in a notebook kernel,
-    ``None`` in terminals, plain shells and on CI (the ``CI`` environment variable)."""
-    if in_ci() or not in_kernel(shell):
+    """The progress callable to use under ``shell``: a :class:`Progress` (shown after
+    :data:`DELAY_S`) in a notebook kernel, ``None`` in terminals and plain shells, where there
+    is nothing to draw it on."""
+    if not in_kernel(shell):
         return None
     try:
         import ipywidgets  # noqa: F401
     except ImportError:
         return None
-    return Progress()
+    return Progress(delay=DELAY_S)
