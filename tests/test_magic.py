@@ -396,6 +396,9 @@ def execute(kernel, code: str, interrupt_after: float | None = None):
         if kind in ("stream", "display_data", "update_display_data", "execute_result", "error"):
             outputs.append((kind, msg["content"]))
     reply = kc.get_shell_msg(timeout=60)
+    # a slow kernel start leaves replies to start_new_kernel's repeated kernel_info requests
+    while reply["msg_type"] == "kernel_info_reply" and reply["parent_header"]["msg_id"] != msg_id:
+        reply = kc.get_shell_msg(timeout=60)
     assert reply["parent_header"]["msg_id"] == msg_id
     return reply["content"], outputs
 
