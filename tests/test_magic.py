@@ -611,7 +611,8 @@ def execute(kernel, code: str, interrupt_on: str | None = None, with_progress: b
             km.interrupt_kernel()
             interrupt_on = None
     reply = kc.get_shell_msg(timeout=60)
-    while reply["msg_type"] == "kernel_info_reply":  # left over from waiting for the kernel
+    # a slow kernel start leaves replies to start_new_kernel's repeated kernel_info requests
+    while reply["msg_type"] == "kernel_info_reply" and reply["parent_header"]["msg_id"] != msg_id:
         reply = kc.get_shell_msg(timeout=60)
     assert reply["parent_header"]["msg_id"] == msg_id
     if not with_progress:
