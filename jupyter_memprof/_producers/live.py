@@ -37,7 +37,7 @@ class ModuleHooks:
     def __init__(self) -> None:
         self.modules: list[torch.nn.Module] = []
         self.optimizers: list[torch.optim.Optimizer] = []
-        self._index: dict[torch.nn.Module, str] = {}  # module -> its annotation's name
+        self._index: dict[int, str] = {}  # id(module) -> its annotation's name
         self._local = threading.local()
         self._handles: list[Any] = []
 
@@ -61,10 +61,11 @@ class ModuleHooks:
             stack.pop().__exit__(None, None, None)
 
     def _pre(self, module, args):
+        key = id(module)  # not the module: a subclass may define __eq__ and be unhashable
         try:
-            name = self._index[module]  # modules hash by identity
+            name = self._index[key]
         except KeyError:
-            name = self._index[module] = f"{MODULE_MARKER}{len(self.modules)}"
+            name = self._index[key] = f"{MODULE_MARKER}{len(self.modules)}"
             self.modules.append(module)
         rf = annotation(name)
         rf.__enter__()
