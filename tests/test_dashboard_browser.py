@@ -385,6 +385,9 @@ FRAME_OF = """(text) => {
   return null;
 }"""
 
+# Resolves once the browser has painted the frames after the current one.
+NEXT_PAINT = "() => new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r)))"
+
 TIME_RANGE = (
     "() => { const r = Bokeh.documents[0].get_model_by_name('memprof-time');"
     " return [r.start, r.end]; }"
@@ -422,6 +425,8 @@ def test_scrolling_zooms_and_dragging_the_overview_box_pans(page):
                return [v.frame.x_range.start, v.frame.x_range.end]; } }"""
     )
     cx = ox + (((zlo + zhi) / 2) - olo) / (ohi - olo) * ow
+    # the box is hit-tested where it was last drawn: let the zoomed one be painted first
+    page.evaluate(NEXT_PAINT)
     page.mouse.move(cx, oy + oh / 2)
     page.mouse.down()
     page.mouse.move(cx + 80, oy + oh / 2, steps=8)
