@@ -231,7 +231,7 @@ def _drive(page, base: str) -> None:
     page.locator(".lm-TabBar-tab.lm-mod-current", has_text="Untitled").wait_for(timeout=30_000)
     # wait for the panel to switch (its status names the notebook it follows), then count
     panel.locator(".memprof-panel-status", has_text=re.compile(r"^Untitled")).wait_for(
-        timeout=30_000
+        state="attached", timeout=30_000
     )
     assert _wait_entries(page, 0) == []
     page.locator(".lm-DockPanel-tabBar .lm-TabBar-tab", has_text="panel.ipynb").click()
