@@ -110,7 +110,9 @@ def test_peak_lists_the_live_blocks_largest_first(mlp):
 def test_cnn_conv_workspace_is_temporary_and_bn_buffers_are_model_state():
     prof, ns = profile_scenario(scenarios.cnn_sgd)
     a = prof.allocations
-    raw = a[a["tensor_id"].isna()]
+    # blocks the profiler gave no tensor identity, other than those the session names (a
+    # .grad that no op read during the capture can be one of them)
+    raw = a[a["tensor_id"].isna() & a["name"].isna()]
     assert len(raw) > 0
     assert (raw["category"] == "temporary").all(), raw[["size_bytes", "category", "reason"]]
     ops = prof.ops.set_index("op_id")

@@ -3,6 +3,7 @@ training step (and JupyterLab runs the magic), clicks, hovers, drags and reads."
 
 from __future__ import annotations
 
+import html
 import os
 import re
 from decimal import ROUND_HALF_UP, Decimal
@@ -385,6 +386,9 @@ FRAME_OF = """(text) => {
   return null;
 }"""
 
+# Resolves once the browser has painted the frames after the current one.
+NEXT_PAINT = "() => new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r)))"
+
 TIME_RANGE = (
     "() => { const r = Bokeh.documents[0].get_model_by_name('memprof-time');"
     " return [r.start, r.end]; }"
@@ -422,6 +426,8 @@ def test_scrolling_zooms_and_dragging_the_overview_box_pans(page):
                return [v.frame.x_range.start, v.frame.x_range.end]; } }"""
     )
     cx = ox + (((zlo + zhi) / 2) - olo) / (ohi - olo) * ow
+    # the box is hit-tested where it was last drawn: let the zoomed one be painted first
+    page.evaluate(NEXT_PAINT)
     page.mouse.move(cx, oy + oh / 2)
     page.mouse.down()
     page.mouse.move(cx + 80, oy + oh / 2, steps=8)
@@ -543,8 +549,15 @@ def test_every_label_kind_shows_as_text(tmp_path):
             "() => Bokeh.documents[0].get_model_by_name('memprof-op-info')"
             ".text.includes('nn.Module')",
         )
+        # the op's details (HTML) hold the module path and the callsite escaped, and the
+        # page shows them as text
+        details = page.evaluate(
+            "() => Bokeh.documents[0].get_model_by_name('memprof-op-info').text"
+        )
+        assert html.escape(EVIL_MODULE) in details and html.escape(EVIL_FILE) in details
+        assert page.evaluate(COUNT_INJECTED) == 0
         info = text_of(page, ".memprof-optree")
-        assert EVIL_MODULE in info and f"{EVIL_FILE}:" in info, info
+        assert f"in | {EVIL_MODULE} | at | {EVIL_FILE}:" in info, info
         # the op table and the allocations' lineage show them as text as well
         assert page.locator(".memprof-optable").get_by_text(EVIL_MODULE).count() >= 1
         page.locator(".memprof-allocations .slick-row").first.locator(".slick-cell").first.click()
@@ -554,6 +567,7 @@ def test_every_label_kind_shows_as_text(tmp_path):
             ".data.relation.length > 0",
         )
         assert f"{EVIL_FILE}:" in text_of(page, ".memprof-lineage")
+        assert page.evaluate(COUNT_INJECTED) == 0
         page.locator(".memprof-optable").get_by_text(LABEL, exact=True).first.click()
         settle(
             page,

@@ -229,8 +229,11 @@ def _drive(page, base: str) -> None:
         f"() => {{ {APP}.commands.execute('notebook:create-new', {{kernelName: 'python3'}}); }}"
     )
     page.locator(".lm-TabBar-tab.lm-mod-current", has_text="Untitled").wait_for(timeout=30_000)
-    _wait_entries(page, 0)
-    assert panel.locator(".memprof-panel-status").inner_text().startswith("Untitled")
+    # wait for the panel to switch (its status names the notebook it follows), then count
+    panel.locator(".memprof-panel-status", has_text=re.compile(r"^Untitled")).wait_for(
+        state="attached", timeout=30_000
+    )
+    assert _wait_entries(page, 0) == []
     page.locator(".lm-DockPanel-tabBar .lm-TabBar-tab", has_text="panel.ipynb").click()
     assert len(_wait_entries(page, 2)) == 2
 
