@@ -11,7 +11,6 @@ import gc
 import gzip
 import json
 import os
-import warnings
 
 import numpy as np
 import pytest
@@ -68,10 +67,8 @@ def test_export_format_by_suffix():
     assert export_format("a.json") == "timeline"
     assert export_format("a.json.gz") == "timeline"
     assert export_format("A.HTML") == "html"
-    for bad in ("a.txt", "a.gz", "a.raw.json", "json", ".json", "a.parquet"):
-        if bad == "a.raw.json":  # a plain timeline named oddly is still a .json
-            assert export_format(bad) == "timeline"
-            continue
+    assert export_format("a.raw.json") == "timeline"  # torch's raw layout needs .raw.json.gz
+    for bad in ("a.txt", "a.gz", "json", ".json", "a.parquet", "a.memprof"):
         with pytest.raises(ExportError, match="must end in one of"):
             export_format(bad)
 
@@ -145,21 +142,12 @@ def test_plain_timeline_matches_torch_layout(same_trace, tmp_path):
     assert (gz_times, gz_sizes) == (times, sizes)
 
 
-def test_coalesce_is_torchs(same_trace):
-    """Our coalescing of raw rows equals torch's own, row for row, on torch's own timeline."""
+def test_coalesce_is_torchs(same_trace, tmp_path):
+    """Our coalescing of raw rows equals torch's own, row for row, on torch's own rows."""
     _, torch_tl = same_trace
-    from torch.profiler._memory_profiler import Action as TAction
-
+    torch_tl.export_memory_timeline_raw(str(tmp_path / "raw.json"), "cpu")
     times, sizes = torch_tl._coalesce_timeline("cpu")
-    raw = []
-    # rebuild torch's raw rows from its timeline exactly as export_memory_timeline_raw does
-    import tempfile
-
-    with tempfile.TemporaryDirectory() as d:
-        torch_tl.export_memory_timeline_raw(os.path.join(d, "r.json"), "cpu")
-        raw = _load(os.path.join(d, "r.json"))
-    assert TAction.DESTROY.value == 4
-    assert list(coalesce(raw)) == [times, sizes]
+    assert list(coalesce(_load(tmp_path / "raw.json"))) == [times, sizes]
 
 
 def test_trace_structure(same_trace, tmp_path):
@@ -173,6 +161,11 @@ def test_trace_structure(same_trace, tmp_path):
     for e in slices:
         assert e["dur"] >= 0 and isinstance(e["tid"], int) and e["name"]
         assert {"op_id", "kind", "phase"} <= set(e["args"])
+    # real threads (the main thread, perhaps autograd's), each named once
+    threads = {e["tid"] for e in slices}
+    assert threads == set(prof.ops["thread"]) and len(threads) <= 3
+    names = [e for e in events if e["name"] == "thread_name"]
+    assert sorted(e["tid"] for e in names) == sorted(threads)
     # properly nested per thread: a slice that starts inside another ends inside it
     by_tid: dict = {}
     for e in sorted(slices, key=lambda e: (e["tid"], e["ts"], -e["dur"])):
@@ -273,12 +266,12 @@ def test_empty_profile_exports(tmp_path):
 
 
 def test_events_in_torch_units(same_trace, tmp_path):
-    """Raw times are the profiler's own nanoseconds, as torch writes them."""
+    """Raw times are the profiler's own nanoseconds, as torch writes them; one row per event,
+    two per in-place write."""
     prof, _ = same_trace
     rows = np.array(_load(prof.export(tmp_path / "u.raw.json.gz")))
+    ev = prof.events
     timed = rows[rows[:, 0] >= 0, 0]
-    assert timed.min() >= prof.events["time_ns"].min()
-    assert timed.max() == prof.events["time_ns"].max()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        assert len(rows) >= len(prof.events)
+    assert timed.min() == ev.loc[ev["action"] != "preexisting", "time_ns"].min()
+    assert timed.max() == ev["time_ns"].max()
+    assert len(rows) == len(ev) + int((ev["action"] == "increment_version").sum())
