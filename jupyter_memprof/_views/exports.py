@@ -142,10 +142,9 @@ def coalesce(raw: list[list[int]]) -> tuple[list[int], list[list[int]]]:
     live = np.cumsum(deltas, axis=0)
     last = np.append(t_us[1:] != t_us[:-1], True)  # the last row of each run of equal times
     times = t_us[last]
+    # blocks from before the capture (time -1) count from torch's t_min: the first time
     positive = t_us[t_us > 0]
     t_min = int(positive.min()) if len(positive) else -1
-    if t_us[0] != -1:  # torch's t_min starts at the first time, then takes smaller positives
-        t_min = min(int(t_us[0]), t_min) if t_min != -1 else int(t_us[0])
     times = np.where(times < 0, t_min, times)
     return times.tolist(), live[last].tolist()
 
@@ -266,9 +265,17 @@ def _flow_events(flows: pd.DataFrame, ops: pd.DataFrame, start_ns: int, pid: int
 
 
 # -- writing ---------------------------------------------------------------------------------
+def _plain(value):
+    if hasattr(value, "item"):  # numpy scalars
+        return value.item()
+    if isinstance(value, (set, tuple)):
+        return list(value)
+    return str(value)
+
+
 def _json_writer(doc, gz: bool) -> Callable[[str], None]:
     def write(tmp: str) -> None:
-        text = json.dumps(doc, separators=(",", ":"))
+        text = json.dumps(doc, separators=(",", ":"), default=_plain)
         if gz:
             with gzip.open(tmp, "wt", encoding="utf-8", compresslevel=6) as fh:
                 fh.write(text)
