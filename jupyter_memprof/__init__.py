@@ -10,9 +10,11 @@ __all__ = [
     "CaptureError",
     "Profile",
     "ProfileFileError",
+    "ProfileSet",
     "__version__",
     "load",
     "load_ipython_extension",
+    "load_many",
     "profile",
     "unload_ipython_extension",
 ]
@@ -36,6 +38,10 @@ def __getattr__(name: str):
         from ._profile import load
 
         return load
+    if name in ("load_many", "ProfileSet"):
+        from ._frontends import ranks
+
+        return getattr(ranks, name)
     raise AttributeError(f"module 'jupyter_memprof' has no attribute {name!r}")
 
 

@@ -40,6 +40,23 @@ def _check_replace(
     )
 
 
+def check_target(
+    path: str | os.PathLike,
+    *,
+    what: str = "file written by jupyter_memprof",
+    overwrite: bool = False,
+    is_own_kind: Callable[[str], bool] | None = None,
+) -> str:
+    """Raise what :func:`atomic_write` would raise before writing ``path`` (a missing folder, a
+    folder in the way, a file not ours to replace); returns the absolute path. For writers of
+    several files that must refuse before writing any."""
+    path = _target(path)
+    if os.path.isdir(path):
+        raise IsADirectoryError(f"cannot write {path}: it is a folder")
+    _check_replace(path, what, overwrite, is_own_kind)
+    return path
+
+
 def atomic_write(
     path: str | os.PathLike,
     write: Callable[[str], None],

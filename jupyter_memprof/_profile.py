@@ -153,12 +153,41 @@ class Profile:
 
         return write_html(self, path)
 
+    def export(
+        self, path: str | os.PathLike, *, device: str | None = None, overwrite: bool = False
+    ) -> str | list[str]:
+        """Write the profile for other tools, the format chosen by the file name:
+        ``*.raw.json.gz`` and ``*.json`` (``*.json.gz``) as torch's memory-timeline export
+        writes them, ``*.trace.json[.gz]`` (Chrome trace events, for Perfetto), ``*.html``
+        (the dashboard). ``{rank}`` in the path becomes ``meta["rank"]`` (0 outside
+        ``torch.distributed``). Returns the path written (a list when the torch formats
+        write one file per device; see :mod:`_views.exports`)."""
+        from ._views.exports import export
+
+        return export(self, self._expand(path), device=device, overwrite=overwrite)
+
     # -- persistence --------------------------------------------------------------------
-    def save(self, path: str | os.PathLike) -> str:
-        """Save every table and the metadata losslessly (a zip of JSON; no pickle)."""
+    def save(self, path: str | os.PathLike, format: str = "zip", *, overwrite: bool = False) -> str:
+        """Save every table and the metadata losslessly, no pickle: ``format="zip"`` (one
+        file, a zip of JSON) or ``"parquet"`` (a folder: one Parquet file per table and
+        ``meta.json``). ``{rank}`` in the path becomes ``meta["rank"]`` (0 outside
+        ``torch.distributed``). :func:`load` reads both."""
+        path = self._expand(path)
+        if format == "parquet":
+            from ._parquet import write_folder
+
+            return write_folder(self.tables, self.meta, path, overwrite=overwrite)
+        if format != "zip":
+            raise ValueError(f"unknown format {format!r}: use 'zip' or 'parquet'")
         from ._storage import write
 
         return write(self.tables, self.meta, path)
+
+    def _expand(self, path: str | os.PathLike) -> str:
+        path = os.path.expanduser(os.fspath(path))
+        if "{rank}" in path:
+            path = path.replace("{rank}", str(int(self.meta.get("rank") or 0)))
+        return path
 
     # -- display ------------------------------------------------------------------------
     def __repr__(self) -> str:
@@ -173,7 +202,8 @@ class Profile:
 
 
 def load(path: str | os.PathLike) -> Profile:
-    """Load a profile written by :meth:`Profile.save` (never executes code from the file)."""
+    """Load a profile written by :meth:`Profile.save`, a zip file or a Parquet folder (never
+    executes code from the file)."""
     from ._storage import read
 
     tables, meta = read(path)

@@ -76,8 +76,13 @@ def write(tables: dict[str, pd.DataFrame], meta: dict, path: str | os.PathLike) 
 
 
 def read(path: str | os.PathLike) -> tuple[dict[str, pd.DataFrame], dict]:
-    """Read the tables and meta written by :func:`write` (never executes code from the file)."""
+    """Read the tables and meta written by :func:`write` (never executes code from the file),
+    or, for a folder, by :func:`jupyter_memprof._parquet.write_folder`."""
     path = os.fspath(path)
+    if os.path.isdir(path):
+        from ._parquet import read_folder
+
+        return read_folder(path)
     try:
         with zipfile.ZipFile(path) as z:
             meta = json.loads(z.read("meta.json"))

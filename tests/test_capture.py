@@ -2,9 +2,9 @@
 
 import gc
 import os
-import time
 import pathlib
 import re
+import time
 
 import pandas as pd
 import pytest

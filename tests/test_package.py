@@ -23,9 +23,11 @@ def test_public_surface_is_small():
             "CaptureError",
             "Profile",
             "ProfileFileError",
+            "ProfileSet",
             "__version__",
             "load",
             "load_ipython_extension",
+            "load_many",
             "profile",
             "unload_ipython_extension",
         ]

@@ -9,6 +9,10 @@ that decides a block wins, and its name is the ``reason`` column.
    ``gradient`` (".grad of a parameter"). These are exact.
 2. Autograd's own bookkeeping: the tensor an ``AccumulateGrad`` node stores or adds into is
    a ``gradient`` ("accumulated into .grad"), even when nothing names it.
+   Distributed data parallel: a block that a collective reduces across ranks during
+   backward (``c10d::allreduce_``, reduce-scatter) is a gradient bucket: DDP's reducer
+   copies the gradients into it, all-reduces it and copies it back into ``.grad``
+   (``gradient``, "gradient bucket, reduced across ranks in backward").
    Activation checkpointing: forward work replayed inside an autograd node (module calls
    during backward) makes ``activation`` ("recomputed in backward (checkpointing)").
 3. Short lives: a block freed inside the data-flow op that allocated it is ``temporary``
@@ -140,6 +144,22 @@ def categorise(tables: dict[str, pd.DataFrame]) -> tuple[pd.DataFrame, pd.DataFr
                 acc[(acc["mutated"].to_numpy()) | ~has_mut]["alloc_id"].dropna().astype("int64")
             )
             decide(np.isin(alloc_ids, target.to_numpy()), C.GRADIENT, "accumulated into .grad")
+
+    # gradient buckets: what a collective reduces across ranks during backward
+    if not uses.empty:
+        u_ops = uses["op_id"].to_numpy()
+        u_name = op_names[u_ops].astype(str)
+        reduced = (
+            np.char.startswith(u_name, "c10d::")
+            & (np.char.find(u_name, "reduce") >= 0)
+            & (op_phase[u_ops] == Phase.BACKWARD.value)
+        )
+        bucket = uses["alloc_id"][reduced].dropna().astype("int64").to_numpy()
+        decide(
+            np.isin(alloc_ids, bucket),
+            C.GRADIENT,
+            "gradient bucket, reduced across ranks in backward",
+        )
 
     # forward work replayed inside backward (activation checkpointing) makes activations,
     # even though the autograd node that replays it frees them before it returns

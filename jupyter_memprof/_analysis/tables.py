@@ -324,6 +324,9 @@ def build_allocations(
             "size": "free_size",
         }
     ).drop_duplicates(["allocation_id", "device"])
+    # nullable before the outer merge: float64 would round absolute nanoseconds (~256 ns)
+    a = a.astype({"alloc_ns": "Int64"})
+    f = f.astype({"free_ns": "Int64"})
     blocks = a.merge(
         f[["allocation_id", "device", "free_ns", "free_op_id", "free_size", "tensor_id", "ptr"]],
         on=["allocation_id", "device"],

@@ -125,9 +125,18 @@ class profile(contextlib.AbstractContextManager):  # lower case: reads like a fu
             with_stack=self.with_stack,
             error=error,
             captured_at=self._start_ns,
+            **distributed_meta(),
         )
         _session.add(prof)
         return prof
+
+
+def distributed_meta() -> dict:
+    """``rank`` and ``world_size`` when ``torch.distributed`` is initialised, else nothing."""
+    dist = torch.distributed
+    if not (dist.is_available() and dist.is_initialized()):
+        return {}
+    return {"rank": dist.get_rank(), "world_size": dist.get_world_size()}
 
 
 def build_tables(recorder: Recorder, progress: Progress | None = None) -> tuple[dict, dict]:

@@ -243,10 +243,10 @@ def read_trace(kineto_results, namer: FrameNamer | None = None) -> Trace:
             op_id = len(ops)
             start = ev.start_time_ns
             end = ev.end_time_ns
-            tid = ev.start_tid
-            st = open_ops.get(tid)
+            thread = ev.start_tid
+            st = open_ops.get(thread)
             if st is None:
-                st = open_ops[tid] = []
+                st = open_ops[thread] = []
             while st and st[-1][0] <= start:
                 st.pop()
             if st:
@@ -320,7 +320,7 @@ def read_trace(kineto_results, namer: FrameNamer | None = None) -> Trace:
                         kind,
                         start,
                         end,
-                        tid,
+                        thread,
                         seq if seq is not None and seq >= 0 else NO_ID,
                         backward,
                         optimizer,

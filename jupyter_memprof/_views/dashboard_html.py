@@ -23,6 +23,7 @@ from bokeh.embed.elements import div_for_render_item
 from bokeh.embed.util import OutputDocumentFor, standalone_docs_json_and_render_items
 from bokeh.resources import INLINE
 
+from .._io import atomic_write, check_target
 from .dashboard_js import source
 
 _PAGE = """<!DOCTYPE html>
@@ -112,17 +113,34 @@ def load_bokehjs_in_notebook(force: bool = False) -> bool:
     return True
 
 
-def write_html(prof, path) -> str:
+def _is_dashboard_page(path: str) -> bool:
+    try:
+        with open(path, "rb") as fh:
+            return b'id="memprof-status"' in fh.read(4096)
+    except OSError:
+        return False
+
+
+def write_html(prof, path, *, overwrite: bool = False) -> str:
     """Write the dashboard as one standalone, interactive HTML file; returns the path.
 
     BokehJS is inlined (no CDN, nothing fetched), so the file works offline and without a
-    kernel; all linking (selection, lineage, time filter) runs in the page.
+    kernel; all linking (selection, lineage, time filter) runs in the page. The file is
+    written atomically; an existing file is replaced when it is such a dashboard page, or
+    with ``overwrite=True``.
     """
     from .dashboard import build
 
     path = os.fspath(path)
+    check_target(path, what="jupyter_memprof dashboard", overwrite=overwrite,
+                 is_own_kind=_is_dashboard_page)  # fmt: skip
     built = build(prof)
     page = standalone_html(built.layout, f"jupyter_memprof: {prof.label}")
-    with open(path, "w", encoding="utf-8") as fh:
-        fh.write(page)
+
+    def write(tmp: str) -> None:
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.write(page)
+
+    atomic_write(path, write, what="jupyter_memprof dashboard", overwrite=overwrite,
+                 is_own_kind=_is_dashboard_page)  # fmt: skip
     return path

@@ -1,0 +1,147 @@
+"""One profile per rank: a real two-process DDP step on the CPU, saved, loaded, compared."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+import jupyter_memprof
+from jupyter_memprof._analysis import schema as S
+from jupyter_memprof._frontends.ranks import ProfileSet
+from jupyter_memprof._profile import Profile
+
+HERE = os.path.dirname(__file__)
+WORLD = 2
+TIMEOUT_S = 240
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def ddp_run(tmp_path_factory):
+    """Spawn two gloo ranks that each profile one DDP step and save ``rank{rank}``."""
+    out = tmp_path_factory.mktemp("ddp")
+    port = _free_port()
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(sys.path)}
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                os.path.join(HERE, "_ddp_worker.py"),
+                str(r),
+                str(WORLD),
+                str(port),
+                str(out),
+            ],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )  # fmt: skip
+        for r in range(WORLD)
+    ]
+    logs = []
+    try:
+        for p in procs:
+            logs.append(p.communicate(timeout=TIMEOUT_S)[0])
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    for p, log in zip(procs, logs):
+        assert p.returncode == 0, log[-3000:]
+    return out
+
+
+def test_each_rank_records_its_rank(ddp_run):
+    for r in range(WORLD):
+        meta = jupyter_memprof.load(ddp_run / f"rank{r}").meta
+        assert (meta["rank"], meta["world_size"]) == (r, WORLD)
+
+
+def test_load_many_concatenates_by_rank(ddp_run):
+    ps = jupyter_memprof.load_many(str(ddp_run / "rank*"))
+    assert isinstance(ps, ProfileSet) and ps.ranks == [0, 1] and len(ps) == 2
+    for name, schema in S.TABLES.items():
+        table = getattr(ps, name)
+        assert list(table.columns) == ["rank", *schema]
+        assert table["rank"].dtype == "int64"
+        parts = [getattr(ps[r], name) for r in ps.ranks]
+        assert len(table) == sum(map(len, parts))
+        for col, dtype in schema.items():
+            if not (isinstance(dtype, str) and dtype in ("category", "object")):
+                assert str(table[col].dtype) == str(parts[0][col].dtype), (name, col)
+    a = ps.allocations
+    back = a[a["rank"] == 1].drop(columns="rank").reset_index(drop=True)
+    back["device"] = back["device"].cat.remove_unused_categories()
+    pd.testing.assert_frame_equal(back, ps[1].allocations, check_categorical=False)
+    # "{rank}" reads as a glob, a list of paths works, and the order comes from meta
+    same = jupyter_memprof.load_many(str(ddp_run / "rank{rank}"))
+    assert same.ranks == [0, 1]
+    rev = jupyter_memprof.load_many([ddp_run / "rank1", ddp_run / "rank0"])
+    assert rev.ranks == [0, 1] and rev[1].meta["rank"] == 1
+
+
+def test_ranks_agree_on_parameters_and_buckets_hold_gradients(ddp_run):
+    ps = jupyter_memprof.load_many(str(ddp_run / "rank*"))
+    by_cat = ps.peak_by("category")
+    assert list(by_cat.index) == [0, 1] and by_cat.index.name == "rank"
+    params = 64 * 256 + 256 + 256 * 32 + 32
+    assert (by_cat["parameter"] == params * 4).all()
+    peaks = ps.peaks()
+    for r in ps.ranks:
+        prof = ps[r]
+        unknown = by_cat.loc[r].get("unknown", 0)
+        assert unknown <= 0.01 * peaks.loc[peaks["rank"] == r, "peak_bytes"].item()
+        a = prof.allocations
+        # DDP's gradient bucket (one: these parameters fit DDP's first bucket): the reducer
+        # writes every gradient into it during backward, all-reduces it and copies it back
+        # into .grad; it is a gradient
+        buckets = a[a["reason"] == "gradient bucket, reduced across ranks in backward"]
+        assert len(buckets) == 1, a[["size_bytes", "category", "reason", "name"]]
+        assert (buckets["category"] == "gradient").all()
+        assert int(buckets["size_bytes"].sum()) == params * 4
+        grads = a[a["reason"] == ".grad of a parameter"]
+        assert int(grads["size_bytes"].sum()) == params * 4
+
+
+def test_duckdb_over_the_parquet_folders(ddp_run):
+    """The README's query: bytes at each rank's peak, by category, straight from the files."""
+    duckdb = pytest.importorskip("duckdb")
+    query = open(os.path.join(HERE, "..", "README.md"), encoding="utf-8").read()
+    sql = query.split("```sql\n", 1)[1].split("```", 1)[0]
+    run = str(ddp_run)
+    con = duckdb.connect()
+    got = con.execute(sql.replace("run/", run + "/")).df()
+    ps = jupyter_memprof.load_many(f"{run}/rank*")
+    expected = ps.peak_by("category")
+    assert sorted(got["rank"].unique().tolist()) == [0, 1]
+    for row in got.itertuples():
+        assert expected.loc[row.rank, row.category] == row.bytes
+
+
+def test_profile_set_without_ranks_uses_file_order(mlp_adam_profile, tmp_path):
+    prof, _ = mlp_adam_profile
+    a = prof.save(tmp_path / "a.memprof")
+    b = Profile(**prof.tables, meta=dict(prof.meta)).save(tmp_path / "b", format="parquet")
+    ps = jupyter_memprof.load_many([a, b])
+    assert ps.ranks == [0, 1]
+    wide = ps.peak_by("category")
+    assert (wide.loc[0] == wide.loc[1]).all()
+    assert wide.loc[0].to_dict() == {k: int(v) for k, v in prof.peak_by("category").items()}
+    with pytest.raises(FileNotFoundError, match="no saved profiles match"):
+        jupyter_memprof.load_many(str(tmp_path / "nothing*"))
+    with pytest.raises(KeyError, match="no profile of rank 5"):
+        ps[5]
+    with pytest.raises(ValueError, match="ranks must be distinct"):
+        ProfileSet([prof, prof], [0, 0])
