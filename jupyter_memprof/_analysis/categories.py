@@ -34,6 +34,31 @@ that decides a block wins, and its name is the ``reason`` column.
 Versions: an ``input`` written in place by a forward op becomes an ``activation`` from that
 version on ("input written in place by forward"); every other version keeps the category of
 the tensor. A block's category is the category of its last version.
+
+Modules: every block also gets the module it belongs to (``module``) and why
+(``module_reason``), first rule wins:
+
+1. the module holding it, from the live session: its parameters and buffers ("holds it as a
+   parameter", "holds it as a buffer"), their gradients ("holds its parameter (.grad)") and
+   the optimizer state of those parameters ("holds its parameter (optimizer state)");
+2. the module the allocating op ran in ("allocated inside it"); backward ops count for the
+   module of the forward op they differentiate ("allocated by its backward");
+3. work of the optimizer: a block made inside ``optimizer.step()`` belongs to the module
+   whose block of the same size and device the same op read (``_foreach_sqrt`` of every
+   ``exp_avg_sq`` makes one block per parameter, in argument order: the k-th new block of a
+   size goes with the k-th block of that size the op read); when no size matches and every
+   block the op read belongs to one module, to that module ("optimizer work on its
+   parameters");
+4. work outside every module on a model's data (the loss on its output, in-place writes
+   through views whose backward nodes have no forward op): a data-flow node outside every
+   module belongs to the root module (``model``) of the blocks it reads, the one holding
+   most of the bytes read when they belong to several; a backward node first takes the
+   module its forward node got ("computed outside any module from its blocks");
+5. none: data of no module (the batch, your own tensors) and work that reads none of a
+   model's blocks.
+
+A parameter held by a notebook variable and by no module is its own owner (its module is
+the variable's name), so its gradient, its optimizer state and the work on it count there.
 """
 
 from __future__ import annotations
@@ -56,19 +81,23 @@ _ROLE_PRIORITY = {"parameter": 0, "buffer": 1, "optimizer_state": 2, "gradient":
 
 
 def block_names(names: pd.DataFrame) -> pd.DataFrame:
-    """One (name, role) per block: model roles beat plain variables; the end of the capture
-    beats its start."""
+    """One (name, role, module) per block: model roles beat plain variables; the end of the
+    capture beats its start."""
     n = names.dropna(subset=["alloc_id"])
     if n.empty:
         return pd.DataFrame(
-            {"name": pd.Series([], dtype=S.STRING), "role": pd.Series([], dtype=object)}
+            {
+                "name": pd.Series([], dtype=S.STRING),
+                "role": pd.Series([], dtype=object),
+                "module": pd.Series([], dtype=S.STRING),
+            }
         )
     n = n.assign(
         _p=n["role"].astype(object).map(_ROLE_PRIORITY),
         _w=(n["when"].astype(object) == "end").map({True: 0, False: 1}),
     )
     n = n.sort_values(["alloc_id", "_p", "_w"]).drop_duplicates("alloc_id")
-    return n.set_index(n["alloc_id"].astype("int64"))[["name", "role"]].assign(
+    return n.set_index(n["alloc_id"].astype("int64"))[["name", "role", "module"]].assign(
         role=lambda d: d["role"].astype(object)
     )
 
@@ -248,4 +277,134 @@ def categorise(tables: dict[str, pd.DataFrame]) -> tuple[pd.DataFrame, pd.DataFr
     allocs["name"] = pd.array(
         pd.Series(bn["name"]).reindex(alloc_ids).to_numpy(dtype=object), dtype=S.STRING
     )
+    module, module_why = _modules(
+        ops, allocs, uses, tables["flows"], bn, role, alloc_phase, alloc_node
+    )
+    allocs["module"] = pd.array(module, dtype=S.STRING)
+    allocs["module_reason"] = pd.array(module_why, dtype=S.STRING)
     return allocs, versions
+
+
+_OWNER_REASONS = {
+    Role.PARAMETER.value: "holds it as a parameter",
+    Role.BUFFER.value: "holds it as a buffer",
+    Role.GRADIENT.value: "holds its parameter (.grad)",
+    Role.OPTIMIZER_STATE.value: "holds its parameter (optimizer state)",
+}
+
+
+def _modules(
+    ops: pd.DataFrame,
+    allocs: pd.DataFrame,
+    uses: pd.DataFrame,
+    flows: pd.DataFrame,
+    bn: pd.DataFrame,
+    role: np.ndarray,
+    alloc_phase: np.ndarray,
+    alloc_node: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """The module each block belongs to, and why (the rules in the module docstring)."""
+    n = len(allocs)
+    alloc_ids = allocs["alloc_id"].to_numpy()
+    module = np.full(n, None, dtype=object)
+    why = np.full(n, None, dtype=object)
+
+    # 1. the owner the live session names
+    owner = pd.Series(bn["module"].astype(object)).reindex(alloc_ids).to_numpy(dtype=object)
+    for r, reason in _OWNER_REASONS.items():
+        m = (role == r) & pd.notna(owner)
+        module[m] = owner[m]
+        why[m] = reason
+
+    # 2. the module the allocating op ran in
+    alloc_op = allocs["alloc_op_id"].to_numpy(dtype=np.int64, na_value=-1)
+    if len(ops):
+        op_module = ops["module"].to_numpy(dtype=object, na_value=None)
+        m = (module == None) & (alloc_op >= 0)  # noqa: E711 - elementwise
+        m[m] = pd.notna(op_module[alloc_op[m]])
+        module[m] = op_module[alloc_op[m]]
+        bwd = alloc_phase == Phase.BACKWARD.value
+        why[m & bwd] = "allocated by its backward"
+        why[m & ~bwd] = "allocated inside it"
+
+    unowned = (module == None) & (alloc_node >= 0)  # noqa: E711 - elementwise
+    if not unowned.any() or uses.empty:
+        return module, why
+    size = allocs["size_bytes"].to_numpy()
+    device = allocs["device"].to_numpy(dtype=object)
+    u_node = uses["op_id"].to_numpy()
+    u_alloc = uses["alloc_id"].to_numpy(dtype=np.int64, na_value=-1)
+    keep = u_alloc >= 0
+    order = np.argsort(u_node[keep], kind="stable")
+    nodes_read, starts = np.unique(u_node[keep][order], return_index=True)
+    blocks_read = np.split(u_alloc[keep][order], starts[1:]) if len(starts) else []
+    reads = dict(zip(nodes_read.tolist(), blocks_read))
+
+    def owned_reads(node: int) -> list[int]:
+        return [a for a in reads.get(node, ()) if module[a] is not None]
+
+    # 3. the optimizer's work on a module's parameters
+    pending = unowned & (alloc_phase == Phase.OPTIMIZER.value)
+    if pending.any():
+        rows = np.flatnonzero(pending)
+        for node, group in pd.Series(rows).groupby(alloc_node[rows], sort=True):
+            read = owned_reads(node)
+            if not read:
+                continue
+            by_size: dict[tuple, list[str]] = {}
+            for a in read:
+                by_size.setdefault((size[a], device[a]), []).append(module[a])
+            only = {module[a] for a in read}
+            taken: dict[tuple, int] = {}
+            for b in group.to_numpy():
+                key = (size[b], device[b])
+                cands = by_size.get(key)
+                if cands:
+                    k = taken.get(key, 0)
+                    taken[key] = k + 1
+                    module[b] = cands[k % len(cands)]
+                elif len(only) == 1:
+                    module[b] = next(iter(only))
+                else:
+                    continue
+                why[b] = "optimizer work on its parameters"
+
+    # 4. work outside every module on a model's blocks: the root module of what it reads
+    pending = (module == None) & (alloc_node >= 0) & (alloc_phase != Phase.OPTIMIZER.value)  # noqa: E711
+    if not pending.any():
+        return module, why
+    op_node = ops["node_id"].to_numpy(dtype=np.int64, na_value=-1)
+    fwd_node_of = {}
+    if not flows.empty:
+        fwd_node_of = dict(
+            zip(
+                op_node[flows["backward_op_id"].to_numpy()].tolist(),
+                op_node[flows["forward_op_id"].to_numpy()].tolist(),
+            )
+        )
+    node_module: dict[int, str | None] = {}
+
+    def from_reads(node: int) -> str | None:
+        if node in node_module:
+            return node_module[node]
+        weight: dict[str, int] = {}
+        for a in owned_reads(node):
+            root = str(module[a]).split(".", 1)[0]
+            weight[root] = weight.get(root, 0) + int(size[a])
+        node_module[node] = max(weight, key=weight.get) if weight else None
+        return node_module[node]
+
+    rows = np.flatnonzero(pending)
+    for node, group in pd.Series(rows).groupby(alloc_node[rows], sort=True):
+        found = None
+        fwd = fwd_node_of.get(node, -1)
+        if fwd >= 0:
+            found = from_reads(fwd)
+        if found is None:
+            found = from_reads(node)
+        node_module[node] = found
+        if found is not None:
+            idx = group.to_numpy()
+            module[idx] = found
+            why[idx] = "computed outside any module from its blocks"
+    return module, why
