@@ -11,6 +11,8 @@ __all__ = [
     "Profile",
     "ProfileFileError",
     "__version__",
+    "compare",
+    "diff",
     "load",
     "load_ipython_extension",
     "profile",
@@ -36,6 +38,14 @@ def __getattr__(name: str):
         from ._profile import load
 
         return load
+    if name == "diff":
+        from ._profile import diff
+
+        return diff
+    if name == "compare":
+        from ._views.compare import compare
+
+        return compare
     raise AttributeError(f"module 'jupyter_memprof' has no attribute {name!r}")
 
 

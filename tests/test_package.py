@@ -22,6 +22,8 @@ def test_public_surface_is_small():
             "Profile",
             "ProfileFileError",
             "__version__",
+            "compare",
+            "diff",
             "load",
             "load_ipython_extension",
             "profile",
