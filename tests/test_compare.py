@@ -74,3 +74,36 @@ def test_compare_takes_saved_files(pair, tmp_path):
     assert c.diff().equals(jupyter_memprof.diff(a, b))
     with pytest.raises(TypeError, match="must be a Profile or the path"):
         jupyter_memprof.compare(a, None)
+
+
+def test_the_panel_asks_the_kernel_to_compare_two_profiles(pair):
+    from jupyter_memprof._frontends import comm, session
+
+    a, b = pair
+    sa, sb = session.add(a), session.add(b)
+    try:
+        reply = comm._compare_reply({"type": "compare", "sids": [sa, sb]})
+        assert reply == {
+            "type": "compare",
+            "sids": [sa, sb],
+            "summary": jupyter_memprof.compare(a, b).summary,
+        }
+        for bad in ([sa], [sa, sa], [sa, "x"], [sa, True], None):
+            reply = comm._compare_reply({"type": "compare", "sids": bad})
+            assert reply == {"type": "error", "message": "compare needs two different profile ids"}
+        gone = comm._compare_reply({"type": "compare", "sids": [sa, 10**9]})
+        assert gone["type"] == "error" and "no profile" in gone["message"]
+    finally:
+        session.release(sa)
+        session.release(sb)
+
+
+def test_the_notebook_widget_is_the_bokeh_view(pair):
+    from jupyter_bokeh import BokehModel
+
+    a, b = pair
+    widget = jupyter_memprof.compare(a, b).show()
+    try:
+        assert isinstance(widget, BokehModel)
+    finally:
+        widget.close()

@@ -280,3 +280,28 @@ def test_files_saved_before_module_columns_still_load(batches, tmp_path):
         loaded.allocations.drop(columns=["module", "module_reason"]),
         a.allocations.drop(columns=["module", "module_reason"]),
     )
+
+
+def test_names_are_the_same_from_the_magic_and_from_profile(ipython_shell):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 2))
+    x = torch.randn(4, 8)
+    ip = ipython_shell
+    ip.run_cell("%load_ext jupyter_memprof")
+    try:
+        ip.user_ns.update(model=model, x=x)
+        result = ip.run_cell("%%memprofile -o magic_prof --no-display\nmodel(x).sum().backward()")
+        assert result.success
+        from_magic = ip.user_ns.pop("magic_prof")
+    finally:
+        ip.run_cell("%unload_ext jupyter_memprof")
+        for k in ("model", "x"):
+            ip.user_ns.pop(k, None)
+    with jupyter_memprof.profile(namespace={"model": model, "x": x}) as from_script:
+        model(x).sum().backward()
+    for prof in (from_magic, from_script):
+        names = set(prof.allocations["name"].dropna())
+        assert {"model.0.weight", "model.2.bias", "model.0.weight.grad"} <= names, names
+        assert set(prof.ops.loc[prof.ops["kind"] == "module", "module"]) == {
+            "model", "model.0", "model.1", "model.2",
+        }  # fmt: skip

@@ -332,16 +332,16 @@ def _modules(
         return module, why
     size = allocs["size_bytes"].to_numpy()
     device = allocs["device"].to_numpy(dtype=object)
-    u_node = uses["op_id"].to_numpy()
     u_alloc = uses["alloc_id"].to_numpy(dtype=np.int64, na_value=-1)
     keep = u_alloc >= 0
-    order = np.argsort(u_node[keep], kind="stable")
-    nodes_read, starts = np.unique(u_node[keep][order], return_index=True)
-    blocks_read = np.split(u_alloc[keep][order], starts[1:]) if len(starts) else []
-    reads = dict(zip(nodes_read.tolist(), blocks_read))
+    u_node = uses["op_id"].to_numpy()[keep]
+    order = np.argsort(u_node, kind="stable")
+    u_node, u_alloc = u_node[order], u_alloc[keep][order]
 
     def owned_reads(node: int) -> list[int]:
-        return [a for a in reads.get(node, ()) if module[a] is not None]
+        """The blocks data-flow node ``node`` read that already have a module."""
+        lo, hi = np.searchsorted(u_node, [node, node + 1])
+        return [a for a in u_alloc[lo:hi].tolist() if module[a] is not None]
 
     # 3. the optimizer's work on a module's parameters
     pending = unowned & (alloc_phase == Phase.OPTIMIZER.value)
