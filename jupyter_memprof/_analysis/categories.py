@@ -338,23 +338,45 @@ def _modules(
     order = np.argsort(u_node, kind="stable")
     u_node, u_alloc = u_node[order], u_alloc[keep][order]
 
-    def owned_reads(node: int) -> list[int]:
-        """The blocks data-flow node ``node`` read that already have a module."""
-        lo, hi = np.searchsorted(u_node, [node, node + 1])
-        return [a for a in u_alloc[lo:hi].tolist() if module[a] is not None]
+    def owned_reads(nodes: np.ndarray) -> pd.DataFrame:
+        """(node, block, module, root, size) for every block one of ``nodes`` read that
+        already has a module."""
+        sel = np.isin(u_node, nodes)
+        n, a = u_node[sel], u_alloc[sel]
+        m = module[a]
+        ok = pd.notna(m)
+        n, a, m = n[ok], a[ok], m[ok]
+        root = np.array([str(x).split(".", 1)[0] for x in m], dtype=object)
+        return pd.DataFrame({"node": n, "block": a, "module": m, "root": root, "size": size[a]})
 
-    # 3. the optimizer's work on a module's parameters
-    pending = unowned & (alloc_phase == Phase.OPTIMIZER.value)
-    if pending.any():
+    # 3. the optimizer's work on a module's parameters. Passes: each one settles the nodes
+    # whose inputs got their modules in the pass before (sqrt of the state, then the
+    # division by that sqrt, ...).
+    opt = alloc_phase == Phase.OPTIMIZER.value
+    for _ in range(_PASSES):
+        pending = (module == None) & opt & (alloc_node >= 0)  # noqa: E711
+        if not pending.any():
+            break
         rows = np.flatnonzero(pending)
-        for node, group in pd.Series(rows).groupby(alloc_node[rows], sort=True):
-            read = owned_reads(node)
-            if not read:
-                continue
-            by_size: dict[tuple, list[str]] = {}
-            for a in read:
-                by_size.setdefault((size[a], device[a]), []).append(module[a])
-            only = {module[a] for a in read}
+        reads = owned_reads(np.unique(alloc_node[rows]))
+        if reads.empty:
+            break
+        per_node = reads.groupby("node")["module"].agg(["nunique", "first"])
+        # one module read: that module (a for-loop optimizer reads one parameter per op)
+        single = per_node.loc[per_node["nunique"] == 1, "first"]
+        hit = rows[np.isin(alloc_node[rows], single.index.to_numpy())]
+        module[hit] = single.reindex(alloc_node[hit]).to_numpy()
+        why[hit] = "optimizer work on its parameters"
+        # several modules (foreach ops): the k-th new block of a size goes with the k-th
+        # block of that size and device the op read
+        multi = per_node.index[per_node["nunique"] > 1]
+        rest = rows[np.isin(alloc_node[rows], multi.to_numpy())]
+        by_node = dict(list(reads[reads["node"].isin(multi)].groupby("node")))
+        for node, group in pd.Series(rest).groupby(alloc_node[rest], sort=True):
+            r = by_node[node]
+            by_size: dict[tuple, list] = {}
+            for a, m in zip(r["block"].to_numpy(), r["module"].to_numpy()):
+                by_size.setdefault((size[a], device[a]), []).append(m)
             taken: dict[tuple, int] = {}
             for b in group.to_numpy():
                 key = (size[b], device[b])
@@ -363,48 +385,45 @@ def _modules(
                     k = taken.get(key, 0)
                     taken[key] = k + 1
                     module[b] = cands[k % len(cands)]
-                elif len(only) == 1:
-                    module[b] = next(iter(only))
-                else:
-                    continue
-                why[b] = "optimizer work on its parameters"
+                    why[b] = "optimizer work on its parameters"
+        if len(hit) == 0 and not pd.notna(module[rest]).any():
+            break
 
     # 4. work outside every module on a model's blocks: the root module of what it reads
-    pending = (module == None) & (alloc_node >= 0) & (alloc_phase != Phase.OPTIMIZER.value)  # noqa: E711
-    if not pending.any():
-        return module, why
-    op_node = ops["node_id"].to_numpy(dtype=np.int64, na_value=-1)
-    fwd_node_of = {}
+    # (a backward node first takes its forward node's), in passes as above
+    fwd_of = pd.Series(dtype="int64")
     if not flows.empty:
-        fwd_node_of = dict(
-            zip(
-                op_node[flows["backward_op_id"].to_numpy()].tolist(),
-                op_node[flows["forward_op_id"].to_numpy()].tolist(),
-            )
+        op_node = ops["node_id"].to_numpy(dtype=np.int64, na_value=-1)
+        fwd_of = pd.Series(
+            op_node[flows["forward_op_id"].to_numpy()],
+            index=op_node[flows["backward_op_id"].to_numpy()],
         )
-    node_module: dict[int, str | None] = {}
-
-    def from_reads(node: int) -> str | None:
-        if node in node_module:
-            return node_module[node]
-        weight: dict[str, int] = {}
-        for a in owned_reads(node):
-            root = str(module[a]).split(".", 1)[0]
-            weight[root] = weight.get(root, 0) + int(size[a])
-        node_module[node] = max(weight, key=weight.get) if weight else None
-        return node_module[node]
-
-    rows = np.flatnonzero(pending)
-    for node, group in pd.Series(rows).groupby(alloc_node[rows], sort=True):
-        found = None
-        fwd = fwd_node_of.get(node, -1)
-        if fwd >= 0:
-            found = from_reads(fwd)
-        if found is None:
-            found = from_reads(node)
-        node_module[node] = found
-        if found is not None:
-            idx = group.to_numpy()
-            module[idx] = found
-            why[idx] = "computed outside any module from its blocks"
+        fwd_of = fwd_of[~fwd_of.index.duplicated()]
+    for _ in range(_PASSES):
+        pending = (module == None) & ~opt & (alloc_node >= 0)  # noqa: E711
+        if not pending.any():
+            break
+        rows = np.flatnonzero(pending)
+        nodes = np.unique(alloc_node[rows])
+        fwd = fwd_of.reindex(nodes).to_numpy(dtype="float64")
+        reads = owned_reads(np.concatenate([nodes, fwd[~np.isnan(fwd)].astype(np.int64)]))
+        if reads.empty:
+            break
+        weight = reads.groupby(["node", "root"])["size"].sum().reset_index()
+        weight = weight.sort_values(["node", "size"], ascending=[True, False], kind="stable")
+        root_of = weight.drop_duplicates("node").set_index("node")["root"]
+        own = root_of.reindex(nodes).to_numpy(dtype=object)
+        via_fwd = root_of.reindex(pd.Series(fwd).fillna(-1).astype(np.int64)).to_numpy(dtype=object)
+        found = np.where(pd.notna(via_fwd), via_fwd, own)
+        node_root = pd.Series(found, index=nodes)
+        got = node_root.reindex(alloc_node[rows]).to_numpy(dtype=object)
+        ok = pd.notna(got)
+        if not ok.any():
+            break
+        module[rows[ok]] = got[ok]
+        why[rows[ok]] = "computed outside any module from its blocks"
     return module, why
+
+
+#: Rounds of rules 3 and 4 (each follows one more step of a chain of ops outside modules).
+_PASSES = 8
