@@ -1,7 +1,7 @@
 """What the live session knows: modules and optimizers that ran, and names for tensors.
 
-The profiler sees storages and pointers; users think in ``fc1.weight`` and
-``opt.state[fc1.weight].exp_avg``. During a capture, global hooks remember every
+The profiler sees storages and pointers; users think in ``model.fc1.weight`` and
+``opt.state[model.fc1.weight].exp_avg``. During a capture, global hooks remember every
 ``nn.Module`` that is called and every optimizer that steps. Before and after the capture we
 read parameters, buffers, gradients, optimizer state and the user's tensor variables straight
 from those objects (and from the notebook namespace) into plain rows of the ``names`` table:
