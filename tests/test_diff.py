@@ -305,3 +305,12 @@ def test_names_are_the_same_from_the_magic_and_from_profile(ipython_shell):
         assert set(prof.ops.loc[prof.ops["kind"] == "module", "module"]) == {
             "model", "model.0", "model.1", "model.2",
         }  # fmt: skip
+
+
+def test_the_dashboard_lists_a_parameter_under_its_module(mlp_adam_profile):
+    from jupyter_memprof._views.dashboard import build
+
+    prof, _ = mlp_adam_profile
+    data = build(prof).allocs.data
+    row = list(data["name"]).index("model.fc1.weight")
+    assert data["module"][row] == "model.fc1"
