@@ -12,6 +12,8 @@ __all__ = [
     "ProfileFileError",
     "ProfileSet",
     "__version__",
+    "compare",
+    "diff",
     "load",
     "load_ipython_extension",
     "load_many",
@@ -42,6 +44,14 @@ def __getattr__(name: str):
         from ._frontends import ranks
 
         return getattr(ranks, name)
+    if name == "diff":
+        from ._profile import diff
+
+        return diff
+    if name == "compare":
+        from ._views.compare import compare
+
+        return compare
     raise AttributeError(f"module 'jupyter_memprof' has no attribute {name!r}")
 
 

@@ -208,3 +208,28 @@ def load(path: str | os.PathLike) -> Profile:
 
     tables, meta = read(path)
     return Profile(**tables, meta=meta)
+
+
+def _as_profile(p: Profile | str | os.PathLike, which: str) -> Profile:
+    if isinstance(p, Profile):
+        return p
+    if isinstance(p, (str, os.PathLike)):
+        return load(p)
+    raise TypeError(f"{which} must be a Profile or the path of a saved one, not {type(p).__name__}")
+
+
+def diff(
+    a: Profile | str | os.PathLike,
+    b: Profile | str | os.PathLike,
+    by: str = "category",
+    *,
+    device: str | None = None,
+):
+    """Bytes live at the peak of ``a`` and of ``b`` per ``by`` (``"category"``,
+    ``"module"``, ``"op"`` or ``"name"``): a DataFrame indexed by the key with columns
+    ``a``, ``b``, ``delta`` (b - a) and ``ratio`` (b / a), largest change first; ``.attrs``
+    holds both peaks and a one-line ``summary``. ``a`` and ``b`` may be saved files."""
+    from ._analysis.diff import diff as _diff
+
+    pa, pb = _as_profile(a, "a"), _as_profile(b, "b")
+    return _diff(pa.tables, pb.tables, by, device=device, labels=(pa.label, pb.label))

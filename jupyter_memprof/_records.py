@@ -106,6 +106,9 @@ class NameRow(NamedTuple):
     ptr: int  # storage data pointer (matched to blocks by the analysis)
     size_bytes: int
     when: str  # "start" or "end"
+    #: path of the module holding the tensor (for a gradient or optimizer state: the module
+    #: holding its parameter); None for tensors of no module
+    module: str | None = None
 
 
 class Capture(NamedTuple):

@@ -48,6 +48,9 @@ def _table_to_json(df: pd.DataFrame) -> str:
 def _table_from_json(text: str, schema: dict, name: str) -> pd.DataFrame:
     doc = json.loads(text)
     data = doc["data"]
+    for col in S.ADDED_COLUMNS.get(name, ()):
+        if col not in data and isinstance(doc.get("rows"), int):
+            data[col] = [None] * doc["rows"]
     missing = [c for c in schema if c not in data]
     if missing:
         raise ProfileFileError(f"table {name!r} in the file lacks columns {missing}")

@@ -151,10 +151,10 @@ def test_model_step_tables(mlp_adam_profile):
     ops, a = prof.ops, prof.allocations
     # modules with dotted paths, ops nested under them
     linear = ops[ops["name"] == "nn.Module: Linear"]
-    assert sorted(linear["module"]) == ["fc1", "fc2"]
+    assert sorted(linear["module"]) == ["model.fc1", "model.fc2"]
     addmm = ops[(ops["name"] == "aten::addmm") & (ops["phase"] == "forward")]
-    assert sorted(addmm["module"]) == ["fc1", "fc2"]
-    fc1_addmm = addmm[addmm["module"] == "fc1"].iloc[0]
+    assert sorted(addmm["module"]) == ["model.fc1", "model.fc2"]
+    fc1_addmm = addmm[addmm["module"] == "model.fc1"].iloc[0]
     assert fc1_addmm["flops"] == 2 * 32 * 64 * 128
     assert fc1_addmm["input_shapes"][1] == [32, 64]
     parent = ops.set_index("op_id").loc[fc1_addmm["parent_id"]]
@@ -164,7 +164,7 @@ def test_model_step_tables(mlp_adam_profile):
     assert fc1_addmm["self_alloc_bytes"] == 32 * 128 * 4
     assert parent["total_alloc_bytes"] >= fc1_addmm["total_alloc_bytes"]
     # blocks from before the capture (parameters, the batch) have no alloc time
-    w = a[a["name"] == "fc1.weight"].iloc[0]
+    w = a[a["name"] == "model.fc1.weight"].iloc[0]
     assert pd.isna(w["alloc_ns"]) and w["size_bytes"] == 128 * 64 * 4
     assert a[a["name"] == "x"].iloc[0]["size_bytes"] == 32 * 64 * 4
     # phases
@@ -219,7 +219,11 @@ def test_no_stack_capture_still_has_modules_but_no_callsites(mlp_adam_profile):
     with jupyter_memprof.profile(with_stack=False, namespace=ns) as prof:
         model(x)
     assert prof.ops["callsite"].isna().all()
-    assert set(prof.ops.loc[prof.ops["kind"] == "module", "module"]) == {"model", "fc1", "fc2"}
+    assert set(prof.ops.loc[prof.ops["kind"] == "module", "module"]) == {
+        "model",
+        "model.fc1",
+        "model.fc2",
+    }
 
 
 def test_cuda_on_a_machine_without_it_is_a_clear_error():

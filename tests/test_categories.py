@@ -26,7 +26,7 @@ def test_parameters_gradients_and_adam_state_are_exact(mlp):
     prof, ns = mlp
     model, opt = ns["model"], ns["opt"]
     a = prof.allocations
-    named = dict(model.named_parameters())
+    named = {f"model.{n}": p for n, p in model.named_parameters()}
     for name, p in named.items():
         rows = a[a["name"] == name]
         assert len(rows) == 1, name
@@ -72,7 +72,7 @@ def test_saved_activation_and_its_lineage(mlp):
         "aten::clamp_min",
         "aten::relu",
     )
-    assert first["phase"] == "forward" and first["module"] == "1"
+    assert first["phase"] == "forward" and first["module"] == "model.1"
     used = lin[lin["relation"] == "used_in_backward"]
     assert "autograd::engine::evaluate_function: ReluBackward0" in {
         ops.loc[ops.loc[i, "parent_id"], "name"]
@@ -97,7 +97,7 @@ def test_peak_lists_the_live_blocks_largest_first(mlp):
     assert pk["size_bytes"].is_monotonic_decreasing
     assert {"op_name", "module", "callsite", "category", "name"} <= set(pk.columns)
     # parameters and Adam state are alive at the peak
-    assert set(dict(ns["model"].named_parameters())) <= set(pk["name"].dropna())
+    assert {f"model.{n}" for n, _ in ns["model"].named_parameters()} <= set(pk["name"].dropna())
     assert (pk["category"] != "unknown").all()
     by_cat = pk.groupby("category", observed=True)["size_bytes"].sum()
     n_params = sum(p.numel() for p in ns["model"].parameters())
@@ -119,7 +119,7 @@ def test_cnn_conv_workspace_is_temporary_and_bn_buffers_are_model_state():
     assert {"aten::mkldnn_convolution", "aten::convolution_backward"} & set(
         ops.loc[raw["alloc_op_id"].dropna(), "name"]
     )
-    bn = a[a["name"] == "bn1.running_mean"].iloc[0]
+    bn = a[a["name"] == "model.bn1.running_mean"].iloc[0]
     assert bn["category"] == "parameter" and bn["reason"] == "module buffer"
     mom = a[a["name"].fillna("").str.endswith(".momentum_buffer")]
     assert len(mom) == len(list(ns["model"].parameters()))
@@ -154,7 +154,7 @@ def test_foreach_intermediates_in_optimizer_step_are_temporary():
 def test_transformer_adamw_has_no_unknown_and_exact_state():
     prof, ns = profile_scenario(scenarios.transformer_adamw)
     a = prof.allocations
-    for name, _ in ns["model"].named_parameters():
+    for name in (f"model.{n}" for n, _ in ns["model"].named_parameters()):
         assert a.loc[a["name"] == name, "category"].unique().tolist() == ["parameter"], name
         assert a.loc[a["name"] == f"{name}.grad", "category"].unique().tolist() == ["gradient"], (
             name
@@ -202,10 +202,10 @@ def test_inplace_writes_through_views_make_versions():
 def test_embedding_adagrad_state_and_gradient():
     prof, ns = profile_scenario(scenarios.embedding_adagrad)
     a = prof.allocations
-    emb = a[a["name"] == "emb.weight"].iloc[0]
+    emb = a[a["name"] == "model.emb.weight"].iloc[0]
     assert emb["category"] == "parameter" and emb["size_bytes"] == 5000 * 64 * 4
-    assert a.loc[a["name"] == "emb.weight.grad", "category"].unique().tolist() == ["gradient"]
-    assert a.loc[a["name"] == "opt.state[emb.weight].sum", "category"].tolist() == [
+    assert a.loc[a["name"] == "model.emb.weight.grad", "category"].unique().tolist() == ["gradient"]
+    assert a.loc[a["name"] == "opt.state[model.emb.weight].sum", "category"].tolist() == [
         "optimizer_state"
     ]
     assert a.loc[a["name"] == "tokens", "category"].unique().tolist() == ["input"]
@@ -236,7 +236,7 @@ def test_peak_by_groups_the_peak(mlp):
     n_params = sum(p.numel() for p in ns["model"].parameters())
     assert by_cat["parameter"] == n_params * 4
     by_name = prof.peak_by("name")
-    assert by_name["0.weight"] == 256 * 512 * 4
+    assert by_name["model.0.weight"] == 256 * 512 * 4
     assert prof.peak_by("module").sum() == by_cat.sum()
     with pytest.raises(ValueError, match="choose one of"):
         prof.peak_by("colour")

@@ -203,6 +203,23 @@ def _drive(page, base: str) -> None:
     )
     assert counts == [1, 2, 3, 4]
 
+    # Ctrl-click two profiles, then Compare: the kernel draws the comparison in a tab, and
+    # releasing either profile closes it.
+    compare = panel.locator(".memprof-compare-button")
+    assert compare.is_disabled()
+    for e in entries:
+        panel.locator(f'.memprof-entry[data-sid="{e["sid"]}"]').click(modifiers=["Control"])
+    assert compare.is_enabled()
+    compare.click()
+    cmp_tab = page.locator(".memprof-compare-tab")
+    cmp_tab.wait_for(timeout=30_000)
+    current = page.locator(".lm-TabBar-tab.lm-mod-current", has_text="Memory: bs32 vs bs1024")
+    assert current.count() == 1
+    cmp_tab.locator(".memprof-compare-table").first.wait_for(timeout=120_000)
+    # the headline (Bokeh draws inside shadow roots, which text locators pierce)
+    cmp_tab.get_by_text(re.compile(r"^peak \+\S+ MiB \(\+")).first.wait_for(timeout=30_000)
+    screenshot(page, "labextension-compare.png")
+
     # Labels are text, never markup; jupyter_memprof.profile() is announced like the magic.
     _run_new_cell(page, MARKUP_CELL, "notebook:run-cell")
     entries = _wait_entries(page, 3)
@@ -214,6 +231,7 @@ def _drive(page, base: str) -> None:
     entries = _wait_entries(page, 2)
     assert [e["label"] for e in entries] == ['<b id="memprof-markup">bold</b>', "bs1024"]
     tab.wait_for(state="detached", timeout=10_000)
+    cmp_tab.wait_for(state="detached", timeout=10_000)
 
     # After a page reload the panel finds the kernel's profiles again.
     page.reload()

@@ -25,6 +25,8 @@ def test_public_surface_is_small():
             "ProfileFileError",
             "ProfileSet",
             "__version__",
+            "compare",
+            "diff",
             "load",
             "load_ipython_extension",
             "load_many",

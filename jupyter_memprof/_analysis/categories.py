@@ -38,6 +38,31 @@ that decides a block wins, and its name is the ``reason`` column.
 Versions: an ``input`` written in place by a forward op becomes an ``activation`` from that
 version on ("input written in place by forward"); every other version keeps the category of
 the tensor. A block's category is the category of its last version.
+
+Modules: every block also gets the module it belongs to (``module``) and why
+(``module_reason``), first rule wins:
+
+1. the module holding it, from the live session: its parameters and buffers ("holds it as a
+   parameter", "holds it as a buffer"), their gradients ("holds its parameter (.grad)") and
+   the optimizer state of those parameters ("holds its parameter (optimizer state)");
+2. the module the allocating op ran in ("allocated inside it"); backward ops count for the
+   module of the forward op they differentiate ("allocated by its backward");
+3. work of the optimizer: a block made inside ``optimizer.step()`` belongs to the module
+   whose block of the same size and device the same op read (``_foreach_sqrt`` of every
+   ``exp_avg_sq`` makes one block per parameter, in argument order: the k-th new block of a
+   size goes with the k-th block of that size the op read); when no size matches and every
+   block the op read belongs to one module, to that module ("optimizer work on its
+   parameters");
+4. work outside every module on a model's data (the loss on its output, in-place writes
+   through views whose backward nodes have no forward op): a data-flow node outside every
+   module belongs to the root module (``model``) of the blocks it reads, the one holding
+   most of the bytes read when they belong to several; a backward node first takes the
+   module its forward node got ("computed outside any module from its blocks");
+5. none: data of no module (the batch, your own tensors) and work that reads none of a
+   model's blocks.
+
+A parameter held by a notebook variable and by no module is its own owner (its module is
+the variable's name), so its gradient, its optimizer state and the work on it count there.
 """
 
 from __future__ import annotations
@@ -60,19 +85,23 @@ _ROLE_PRIORITY = {"parameter": 0, "buffer": 1, "optimizer_state": 2, "gradient":
 
 
 def block_names(names: pd.DataFrame) -> pd.DataFrame:
-    """One (name, role) per block: model roles beat plain variables; the end of the capture
-    beats its start."""
+    """One (name, role, module) per block: model roles beat plain variables; the end of the
+    capture beats its start."""
     n = names.dropna(subset=["alloc_id"])
     if n.empty:
         return pd.DataFrame(
-            {"name": pd.Series([], dtype=S.STRING), "role": pd.Series([], dtype=object)}
+            {
+                "name": pd.Series([], dtype=S.STRING),
+                "role": pd.Series([], dtype=object),
+                "module": pd.Series([], dtype=S.STRING),
+            }
         )
     n = n.assign(
         _p=n["role"].astype(object).map(_ROLE_PRIORITY),
         _w=(n["when"].astype(object) == "end").map({True: 0, False: 1}),
     )
     n = n.sort_values(["alloc_id", "_p", "_w"]).drop_duplicates("alloc_id")
-    return n.set_index(n["alloc_id"].astype("int64"))[["name", "role"]].assign(
+    return n.set_index(n["alloc_id"].astype("int64"))[["name", "role", "module"]].assign(
         role=lambda d: d["role"].astype(object)
     )
 
@@ -268,4 +297,153 @@ def categorise(tables: dict[str, pd.DataFrame]) -> tuple[pd.DataFrame, pd.DataFr
     allocs["name"] = pd.array(
         pd.Series(bn["name"]).reindex(alloc_ids).to_numpy(dtype=object), dtype=S.STRING
     )
+    module, module_why = _modules(
+        ops, allocs, uses, tables["flows"], bn, role, alloc_phase, alloc_node
+    )
+    allocs["module"] = pd.array(module, dtype=S.STRING)
+    allocs["module_reason"] = pd.array(module_why, dtype=S.STRING)
     return allocs, versions
+
+
+_OWNER_REASONS = {
+    Role.PARAMETER.value: "holds it as a parameter",
+    Role.BUFFER.value: "holds it as a buffer",
+    Role.GRADIENT.value: "holds its parameter (.grad)",
+    Role.OPTIMIZER_STATE.value: "holds its parameter (optimizer state)",
+}
+
+
+def _modules(
+    ops: pd.DataFrame,
+    allocs: pd.DataFrame,
+    uses: pd.DataFrame,
+    flows: pd.DataFrame,
+    bn: pd.DataFrame,
+    role: np.ndarray,
+    alloc_phase: np.ndarray,
+    alloc_node: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """The module each block belongs to, and why (the rules in the module docstring)."""
+    n = len(allocs)
+    alloc_ids = allocs["alloc_id"].to_numpy()
+    module = np.full(n, None, dtype=object)
+    why = np.full(n, None, dtype=object)
+
+    # 1. the owner the live session names
+    owner = pd.Series(bn["module"].astype(object)).reindex(alloc_ids).to_numpy(dtype=object)
+    for r, reason in _OWNER_REASONS.items():
+        m = (role == r) & pd.notna(owner)
+        module[m] = owner[m]
+        why[m] = reason
+
+    # 2. the module the allocating op ran in
+    alloc_op = allocs["alloc_op_id"].to_numpy(dtype=np.int64, na_value=-1)
+    if len(ops):
+        op_module = ops["module"].to_numpy(dtype=object, na_value=None)
+        m = (module == None) & (alloc_op >= 0)  # noqa: E711 - elementwise
+        m[m] = pd.notna(op_module[alloc_op[m]])
+        module[m] = op_module[alloc_op[m]]
+        bwd = alloc_phase == Phase.BACKWARD.value
+        why[m & bwd] = "allocated by its backward"
+        why[m & ~bwd] = "allocated inside it"
+
+    unowned = (module == None) & (alloc_node >= 0)  # noqa: E711 - elementwise
+    if not unowned.any() or uses.empty:
+        return module, why
+    size = allocs["size_bytes"].to_numpy()
+    device = allocs["device"].to_numpy(dtype=object)
+    u_alloc = uses["alloc_id"].to_numpy(dtype=np.int64, na_value=-1)
+    keep = u_alloc >= 0
+    u_node = uses["op_id"].to_numpy()[keep]
+    order = np.argsort(u_node, kind="stable")
+    u_node, u_alloc = u_node[order], u_alloc[keep][order]
+
+    def owned_reads(nodes: np.ndarray) -> pd.DataFrame:
+        """(node, block, module, root, size) for every block one of ``nodes`` read that
+        already has a module."""
+        sel = np.isin(u_node, nodes)
+        n, a = u_node[sel], u_alloc[sel]
+        m = module[a]
+        ok = pd.notna(m)
+        n, a, m = n[ok], a[ok], m[ok]
+        root = np.array([str(x).split(".", 1)[0] for x in m], dtype=object)
+        return pd.DataFrame({"node": n, "block": a, "module": m, "root": root, "size": size[a]})
+
+    # 3. the optimizer's work on a module's parameters. Passes: each one settles the nodes
+    # whose inputs got their modules in the pass before (sqrt of the state, then the
+    # division by that sqrt, ...).
+    opt = alloc_phase == Phase.OPTIMIZER.value
+    for _ in range(_PASSES):
+        pending = (module == None) & opt & (alloc_node >= 0)  # noqa: E711
+        if not pending.any():
+            break
+        rows = np.flatnonzero(pending)
+        reads = owned_reads(np.unique(alloc_node[rows]))
+        if reads.empty:
+            break
+        per_node = reads.groupby("node")["module"].agg(["nunique", "first"])
+        # one module read: that module (a for-loop optimizer reads one parameter per op)
+        single = per_node.loc[per_node["nunique"] == 1, "first"]
+        hit = rows[np.isin(alloc_node[rows], single.index.to_numpy())]
+        module[hit] = single.reindex(alloc_node[hit]).to_numpy()
+        why[hit] = "optimizer work on its parameters"
+        # several modules (foreach ops): the k-th new block of a size goes with the k-th
+        # block of that size and device the op read
+        multi = per_node.index[per_node["nunique"] > 1]
+        rest = rows[np.isin(alloc_node[rows], multi.to_numpy())]
+        by_node = dict(list(reads[reads["node"].isin(multi)].groupby("node")))
+        for node, group in pd.Series(rest).groupby(alloc_node[rest], sort=True):
+            r = by_node[node]
+            by_size: dict[tuple, list] = {}
+            for a, m in zip(r["block"].to_numpy(), r["module"].to_numpy()):
+                by_size.setdefault((size[a], device[a]), []).append(m)
+            taken: dict[tuple, int] = {}
+            for b in group.to_numpy():
+                key = (size[b], device[b])
+                cands = by_size.get(key)
+                if cands:
+                    k = taken.get(key, 0)
+                    taken[key] = k + 1
+                    module[b] = cands[k % len(cands)]
+                    why[b] = "optimizer work on its parameters"
+        if len(hit) == 0 and not pd.notna(module[rest]).any():
+            break
+
+    # 4. work outside every module on a model's blocks: the root module of what it reads
+    # (a backward node first takes its forward node's), in passes as above
+    fwd_of = pd.Series(dtype="int64")
+    if not flows.empty:
+        op_node = ops["node_id"].to_numpy(dtype=np.int64, na_value=-1)
+        fwd_of = pd.Series(
+            op_node[flows["forward_op_id"].to_numpy()],
+            index=op_node[flows["backward_op_id"].to_numpy()],
+        )
+        fwd_of = fwd_of[~fwd_of.index.duplicated()]
+    for _ in range(_PASSES):
+        pending = (module == None) & ~opt & (alloc_node >= 0)  # noqa: E711
+        if not pending.any():
+            break
+        rows = np.flatnonzero(pending)
+        nodes = np.unique(alloc_node[rows])
+        fwd = fwd_of.reindex(nodes).to_numpy(dtype="float64")
+        reads = owned_reads(np.concatenate([nodes, fwd[~np.isnan(fwd)].astype(np.int64)]))
+        if reads.empty:
+            break
+        weight = reads.groupby(["node", "root"])["size"].sum().reset_index()
+        weight = weight.sort_values(["node", "size"], ascending=[True, False], kind="stable")
+        root_of = weight.drop_duplicates("node").set_index("node")["root"]
+        own = root_of.reindex(nodes).to_numpy(dtype=object)
+        via_fwd = root_of.reindex(pd.Series(fwd).fillna(-1).astype(np.int64)).to_numpy(dtype=object)
+        found = np.where(pd.notna(via_fwd), via_fwd, own)
+        node_root = pd.Series(found, index=nodes)
+        got = node_root.reindex(alloc_node[rows]).to_numpy(dtype=object)
+        ok = pd.notna(got)
+        if not ok.any():
+            break
+        module[rows[ok]] = got[ok]
+        why[rows[ok]] = "computed outside any module from its blocks"
+    return module, why
+
+
+#: Rounds of rules 3 and 4 (each follows one more step of a chain of ops outside modules).
+_PASSES = 8

@@ -14,7 +14,6 @@ from .timeline import totals
 PEAK_COLUMNS = {
     **S.ALLOCATIONS,
     "op_name": S.OPEN_CATEGORY,
-    "module": S.STRING,
     "callsite": S.STRING,
     "phase": S.PHASE_DTYPE,
 }
@@ -46,16 +45,19 @@ def live_after(tables: dict[str, pd.DataFrame], event: int) -> np.ndarray:
 
 
 def with_op_context(tables: dict[str, pd.DataFrame], blocks: pd.DataFrame) -> pd.DataFrame:
-    """Add the allocating op's name, module, callsite and phase to allocation rows."""
+    """Add the allocating op's name, callsite and phase to allocation rows (their ``module``
+    is the block's own: see :mod:`.categories`)."""
     out = blocks.copy()
     for col, values in op_context(tables["ops"], blocks["alloc_op_id"]).items():
-        out[col] = values
+        if col in PEAK_COLUMNS and col not in S.ALLOCATIONS:
+            out[col] = values
     return S.conform(out, PEAK_COLUMNS, name="peak")
 
 
 def peak(tables: dict[str, pd.DataFrame], device: str | None = None) -> pd.DataFrame:
     """The blocks live at the peak of ``device`` (default: the device with the highest peak),
-    largest first, with the op, module and callsite that allocated them.
+    largest first, with the module they belong to and the op and callsite that allocated
+    them.
 
     ``.attrs``: ``peak_bytes``, ``peak_ns`` and ``device``. With no memory events the table is
     empty and ``peak_bytes`` is 0.
@@ -89,17 +91,17 @@ def peak(tables: dict[str, pd.DataFrame], device: str | None = None) -> pd.DataF
     return out
 
 
-_GROUPS = {"category": "category", "module": "module", "op": "op_name", "name": "name"}
+GROUPS = {"category": "category", "module": "module", "op": "op_name", "name": "name"}
 
 
 def peak_by(
     tables: dict[str, pd.DataFrame], by: str = "category", device: str | None = None
 ) -> pd.Series:
     """Bytes live at the peak, grouped; blocks with no value for ``by`` count under "(none)"."""
-    if by not in _GROUPS:
-        raise ValueError(f"peak_by(by={by!r}): choose one of {sorted(_GROUPS)}")
+    if by not in GROUPS:
+        raise ValueError(f"peak_by(by={by!r}): choose one of {sorted(GROUPS)}")
     p = peak(tables, device)
-    key = p[_GROUPS[by]].astype(object).where(p[_GROUPS[by]].notna(), "(none)")
+    key = p[GROUPS[by]].astype(object).where(p[GROUPS[by]].notna(), "(none)")
     out = p["size_bytes"].groupby(key.to_numpy()).sum().sort_values(ascending=False)
     out.name = "size_bytes"
     out.index.name = by

@@ -63,6 +63,9 @@ ALLOCATIONS = {
     "category": CATEGORY_DTYPE,
     "reason": STRING,
     "name": STRING,
+    # extension: the module the block belongs to, and why (see _analysis/categories.py)
+    "module": STRING,
+    "module_reason": STRING,
 }
 
 VERSIONS = {
@@ -124,6 +127,8 @@ NAMES = {
     "size_bytes": "int64",
     "when": _cat(["start", "end"]),
     "alloc_id": "Int64",
+    # the module holding the tensor (of its parameter, for gradients and optimizer state)
+    "module": STRING,
 }
 
 LINEAGE = {
@@ -147,6 +152,14 @@ TABLES: dict[str, dict] = {
     "flows": FLOWS,
     "uses": USES,
     "names": NAMES,
+}
+
+
+#: Columns added after files of format 1 were first written: a saved table without them
+#: loads with them missing (NA).
+ADDED_COLUMNS: dict[str, tuple[str, ...]] = {
+    "allocations": ("module", "module_reason"),
+    "names": ("module",),
 }
 
 

@@ -384,6 +384,8 @@ def build_allocations(
             "category": pd.Categorical([None] * len(blocks), dtype=S.CATEGORY_DTYPE),
             "reason": pd.array([None] * len(blocks), dtype=S.STRING),
             "name": pd.array([None] * len(blocks), dtype=S.STRING),
+            "module": pd.array([None] * len(blocks), dtype=S.STRING),
+            "module_reason": pd.array([None] * len(blocks), dtype=S.STRING),
         }
     )
     return S.conform(out, S.ALLOCATIONS, name="allocations")
@@ -500,7 +502,7 @@ def build_versions(
 def names_table(rows: list) -> pd.DataFrame:
     if not rows:
         return S.empty(S.NAMES)
-    name, role, device, ptr, size, when = zip(*rows)
+    name, role, device, ptr, size, when, module = zip(*rows)
     return pd.DataFrame(
         {
             "name": pd.array(name, dtype=S.STRING),
@@ -510,6 +512,7 @@ def names_table(rows: list) -> pd.DataFrame:
             "size_bytes": np.asarray(size, dtype=np.int64),
             "when": list(when),
             "alloc_id": pd.array([None] * len(name), dtype="Int64"),
+            "module": pd.array(module, dtype=S.STRING),
         }
     )
 

@@ -8,8 +8,11 @@ The panel (``labextension/``) and the kernel talk over comms with the target nam
   itself so a panel that is already watching this kernel hears about it at once. A front end
   without the panel closes that comm straight away.
 - The panel asks for the list (``{"type": "list"}``) whenever it gets a comm, asks to release a
-  profile (``{"type": "release", "sid": n}``) and says when a dashboard tab closes
-  (``{"type": "hide", "sid": n}``).
+  profile (``{"type": "release", "sid": n}``), says when a dashboard tab closes
+  (``{"type": "hide", "sid": n}``) and asks to compare two profiles
+  (``{"type": "compare", "sids": [a, b]}``; the kernel answers with the same message plus the
+  comparison's headline ``summary``, and the panel then opens a tab running
+  :func:`show_comparison`).
 - The kernel sends ``{"type": "list", "profiles": [...]}``, ``{"type": "added", "profile": {...}}``
   for every profile registered with :mod:`_session` (``%%memprofile`` or
   ``jupyter_memprof.profile()``) and ``{"type": "released", "sid": n}``.
@@ -90,6 +93,24 @@ def show(sid: int) -> None:
     display(widget)
 
 
+def show_comparison(sid_a: int, sid_b: int) -> None:
+    """Display the comparison of profiles ``sid_a`` and ``sid_b`` here (what the panel's
+    comparison tab executes); it is closed when either profile is released."""
+    from IPython.display import display
+
+    from .._views.compare import compare
+
+    try:
+        a, b = _session.get(int(sid_a)), _session.get(int(sid_b))
+    except KeyError as e:
+        print(e.args[0], file=sys.stderr)
+        return
+    widget = compare(a, b).show()
+    for sid in (int(sid_a), int(sid_b)):
+        _shown.setdefault(sid, []).append(widget)
+    display(widget)
+
+
 # -- comms -------------------------------------------------------------------------------------
 def _on_open(comm, open_msg) -> None:
     """A panel opened a comm to this kernel."""
@@ -132,6 +153,8 @@ def _on_msg(comm, msg) -> None:
         sid = _sid(data)
         if sid is not None:
             _close_shown(sid)
+    elif kind == "compare":
+        comm.send(_compare_reply(data))
     else:
         comm.send({"type": "error", "message": f"unknown request {kind!r}"})
 
@@ -141,6 +164,31 @@ def _sid(data: dict) -> int | None:
         return int(data["sid"])
     except (KeyError, TypeError, ValueError):
         return None
+
+
+def _compare_reply(data: dict) -> dict:
+    """The answer to ``{"type": "compare", "sids": [a, b]}``: the request with the headline
+    of the comparison, or an error naming what is wrong."""
+    sids = data.get("sids")
+    if (
+        not isinstance(sids, list)
+        or len(sids) != 2
+        or not all(isinstance(s, int) and not isinstance(s, bool) for s in sids)
+        or sids[0] == sids[1]
+    ):
+        return {"type": "error", "message": "compare needs two different profile ids"}
+    try:
+        a, b = (_session.get(s) for s in sids)
+    except KeyError as e:
+        return {"type": "error", "message": str(e.args[0])}
+    try:
+        from .._views.compare import compare
+
+        summary = compare(a, b).summary
+    except Exception as e:  # a profile whose peak cannot be computed: say why, keep serving
+        log.warning("comparing profiles %s failed", sids, exc_info=True)
+        return {"type": "error", "message": f"comparing failed: {type(e).__name__}: {e}"}
+    return {"type": "compare", "sids": list(sids), "summary": summary}
 
 
 def _on_registry(action: str, sid: int, profile: Profile | None) -> None:

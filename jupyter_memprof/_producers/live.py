@@ -1,7 +1,7 @@
 """What the live session knows: modules and optimizers that ran, and names for tensors.
 
-The profiler sees storages and pointers; users think in ``fc1.weight`` and
-``opt.state[fc1.weight].exp_avg``. During a capture, global hooks remember every
+The profiler sees storages and pointers; users think in ``model.fc1.weight`` and
+``opt.state[model.fc1.weight].exp_avg``. During a capture, global hooks remember every
 ``nn.Module`` that is called and every optimizer that steps. Before and after the capture we
 read parameters, buffers, gradients, optimizer state and the user's tensor variables straight
 from those objects (and from the notebook namespace) into plain rows of the ``names`` table:
@@ -103,7 +103,25 @@ def _storage(t: torch.Tensor) -> tuple[str, int, int] | None:
 
 
 class SessionNames:
-    """Module paths and tensor names from the namespace and the hooked objects."""
+    """Module paths and tensor names from the namespace and the hooked objects.
+
+    Naming rules (the same in every table):
+
+    - a *root* is a module held by a notebook variable and not inside another such module,
+      named by the variable (``model``); a module that ran but sits in no variable is a root
+      named by its class (``Sequential``, then ``Sequential_2``, ... so two roots never share
+      a name);
+    - every module path starts with its root's name: ``model.encoder.layers.0.linear1``;
+    - a parameter or buffer is named by the path of the module that holds it plus its own
+      name (``model.0.weight``); its gradient adds ``.grad``; optimizer state is
+      ``opt.state[model.0.weight].exp_avg``;
+    - an ``nn.Parameter`` held directly by a variable (no module) is named by the variable.
+
+    Each name row also carries the *owner*: the path of the module that holds the parameter
+    or buffer (for gradients and optimizer state, the module of their parameter). A
+    parameter held by a variable and by no module is its own owner (``w1``), so a model
+    written with bare parameters still gets its bytes attributed.
+    """
 
     def __init__(self, namespace: dict | None, hooks: ModuleHooks | None):
         items = _public(namespace)
@@ -115,48 +133,68 @@ class SessionNames:
         opts = hooks.optimizers if hooks else []
         self.roots = self._roots(called)
         self.paths = self._paths()
-        self.param_names = self._param_names()
+        self.param_names, self.owners = self._param_names()
         self.optimizers = self._optimizers(opts)
 
     def _roots(self, called: list[torch.nn.Module]) -> list[tuple[str, torch.nn.Module]]:
-        """Root modules with a display name: notebook variables first, then modules that ran
-        and are not inside any other known module (named by class)."""
+        """Root modules with a display name: notebook variables holding a module that no
+        other variable's module contains, then modules that ran and are inside no known
+        module (named by class, numbered from the second on)."""
+        contents = {id(m): {id(s) for s in m.modules()} for _, m in self.var_modules}
         roots: list[tuple[str, torch.nn.Module]] = []
-        inside: set[int] = set()
+        taken: set[int] = set()
         for name, m in self.var_modules:
+            if id(m) in taken:  # the same module under a second name
+                continue
+            if any(id(m) in inner and id(m) != oid for oid, inner in contents.items()):
+                continue  # a part of another variable's module
+            roots.append((name, m))
+            taken.add(id(m))
+        inside: set[int] = set()
+        for _, m in roots:
+            inside |= contents[id(m)]
+        used = {name for name, _ in roots}
+        for m in called:  # call order: outer modules are called before their children
             if id(m) in inside:
                 continue
+            base = name = type(m).__name__
+            k = 1
+            while name in used:
+                k += 1
+                name = f"{base}_{k}"
+            used.add(name)
             roots.append((name, m))
             inside.update(id(s) for s in m.modules())
-        for m in called:  # call order: outer modules are called before their children
-            if id(m) not in inside:
-                roots.append((type(m).__name__, m))
-                inside.update(id(s) for s in m.modules())
         return roots
 
     def _paths(self) -> dict[int, str]:
         paths: dict[int, str] = {}
         for root_name, root in self.roots:
             for sub_name, sub in root.named_modules(remove_duplicate=False):
-                paths.setdefault(id(sub), sub_name or root_name)
+                paths.setdefault(id(sub), f"{root_name}.{sub_name}" if sub_name else root_name)
         return paths
 
     def module_path(self, module: torch.nn.Module) -> str:
         return self.paths.get(id(module)) or type(module).__name__
 
-    def _param_names(self) -> dict[int, str]:
-        """id(parameter) -> ``fc1.weight`` (the path in its root module; prefixed with the
-        root's name when several roots hold parameters)."""
-        with_params = [(n, r) for n, r in self.roots if next(r.parameters(), None) is not None]
-        prefix = len(with_params) > 1
+    def _param_names(self) -> tuple[dict[int, str], dict[int, str]]:
+        """id(parameter) -> ``model.fc1.weight``, and id(parameter or buffer) -> the path of
+        the module holding it (the first path when a tensor is shared)."""
         names: dict[int, str] = {}
-        for root_name, root in with_params:
-            for pname, p in root.named_parameters(remove_duplicate=False):
-                names.setdefault(id(p), f"{root_name}.{pname}" if prefix else pname)
+        owners: dict[int, str] = {}
+        for _, root in self.roots:
+            for sub in root.modules():
+                path = self.paths[id(sub)]
+                for pname, p in sub.named_parameters(recurse=False):
+                    names.setdefault(id(p), f"{path}.{pname}")
+                    owners.setdefault(id(p), path)
+                for b in sub.buffers(recurse=False):
+                    owners.setdefault(id(b), path)
         for var, t in self.var_tensors:
             if isinstance(t, torch.nn.Parameter):
                 names.setdefault(id(t), var)
-        return names
+                owners.setdefault(id(t), var)  # a parameter of no module stands for itself
+        return names, owners
 
     def _optimizers(self, hooked: list) -> list[tuple[str, torch.optim.Optimizer]]:
         out = list(self.var_optimizers)
@@ -171,45 +209,47 @@ class SessionNames:
         """Read every named tensor's storage now."""
         rows: list[NameRow] = []
 
-        def add(name: str, role: Role, t: Any) -> None:
+        def add(name: str, role: Role, t: Any, owner: str | None) -> None:
             if isinstance(t, torch.Tensor):
                 st = _storage(t)
                 if st is not None and st[1]:
-                    rows.append(NameRow(name, role, st[0], st[1], st[2], when))
+                    rows.append(NameRow(name, role, st[0], st[1], st[2], when, owner))
 
         seen_params: set[int] = set()
-        for root_name, root in self.roots:
-            many = len(self.roots) > 1
-            for pname, p in root.named_parameters(remove_duplicate=True):
-                if id(p) in seen_params:
-                    continue
-                seen_params.add(id(p))
-                name = self.param_names.get(id(p), pname)
-                add(name, Role.PARAMETER, p)
-                if p.grad is not None:
-                    add(f"{name}.grad", Role.GRADIENT, p.grad)
-            for bname, b in root.named_buffers():
-                add(f"{root_name}.{bname}" if many else bname, Role.BUFFER, b)
+
+        def add_param(name: str, p: torch.Tensor) -> None:
+            seen_params.add(id(p))
+            owner = self.owners.get(id(p))
+            add(name, Role.PARAMETER, p, owner)
+            if p.grad is not None:
+                add(f"{name}.grad", Role.GRADIENT, p.grad, owner)
+
+        seen_buffers: set[int] = set()
+        for _, root in self.roots:
+            for sub in root.modules():
+                path = self.paths[id(sub)]
+                for pname, p in sub.named_parameters(recurse=False):
+                    if id(p) not in seen_params:
+                        add_param(self.param_names.get(id(p), f"{path}.{pname}"), p)
+                for bname, b in sub.named_buffers(recurse=False):
+                    if id(b) not in seen_buffers:
+                        seen_buffers.add(id(b))
+                        add(f"{path}.{bname}", Role.BUFFER, b, self.owners.get(id(b)))
         for var, t in self.var_tensors:
             if isinstance(t, torch.nn.Parameter):
                 if id(t) not in seen_params:
-                    seen_params.add(id(t))
-                    add(var, Role.PARAMETER, t)
-                    if t.grad is not None:
-                        add(f"{var}.grad", Role.GRADIENT, t.grad)
+                    add_param(var, t)
             else:
-                add(var, Role.VARIABLE, t)
+                add(var, Role.VARIABLE, t, None)
         for opt_name, opt in self.optimizers:
             index = 0
             for group in opt.param_groups:
                 for p in group["params"]:
-                    pname = self.param_names.get(id(p), f"param{index}")
+                    pname = self.param_names.get(id(p), f"{opt_name}.param{index}")
                     index += 1
                     if id(p) not in seen_params:
-                        seen_params.add(id(p))
-                        add(pname, Role.PARAMETER, p)
-                        if p.grad is not None:
-                            add(f"{pname}.grad", Role.GRADIENT, p.grad)
+                        add_param(pname, p)
+                    owner = self.owners.get(id(p))
                     for key, value in opt.state.get(p, {}).items():
-                        add(f"{opt_name}.state[{pname}].{key}", Role.OPTIMIZER_STATE, value)
+                        add(f"{opt_name}.state[{pname}].{key}", Role.OPTIMIZER_STATE, value, owner)
         return rows

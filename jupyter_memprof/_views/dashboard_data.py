@@ -431,6 +431,10 @@ def allocation_columns(prof, sel: Allocations, ops: Ops, win: Window) -> dict[st
         op_name[known] = _str(o.loc[ids, "name"].astype("object").to_numpy())
         op_module[known] = _str(o.loc[ids, "module"].to_numpy())
         thread[known] = o.loc[ids, "thread"].to_numpy(dtype=np.int64)
+    if "module" in a.columns:  # the block's own module (a parameter's holder...), else its op's
+        own = a["module"].astype(object).to_numpy()
+        has = pd.notna(own)
+        op_module[has] = _str(own[has])
     t_alloc = win.ms(a["alloc_ns"])
     t_free = win.ms(a["free_ns"])
     x0 = np.where(np.isnan(t_alloc), 0.0, t_alloc)

@@ -23,17 +23,49 @@ export function showCode(sid: number): string {
   return `__import__('jupyter_memprof._frontends.comm', fromlist=['show']).show(${sid})`;
 }
 
+/** The kernel code of a comparison tab (profile `a` against profile `b`). */
+export function compareCode(a: number, b: number): string {
+  if (!Number.isInteger(a) || !Number.isInteger(b)) {
+    throw new Error(`not profile ids: ${a}, ${b}`);
+  }
+  return (
+    "__import__('jupyter_memprof._frontends.comm', fromlist=['show_comparison'])" +
+    `.show_comparison(${a}, ${b})`
+  );
+}
+
+/** What a comparison tab shows: profile `info` (a) against `other` (b). */
+export interface ICompareWith {
+  other: IProfileInfo;
+  summary: string;
+}
+
 export class DashboardWidget extends MainAreaWidget<Panel> {
-  constructor(notebook: NotebookPanel, link: ProfileLink, info: IProfileInfo) {
+  constructor(
+    notebook: NotebookPanel,
+    link: ProfileLink,
+    info: IProfileInfo,
+    compare: ICompareWith | null = null
+  ) {
     const content = new Panel();
     content.addClass('memprof-dashboard');
     super({ content });
     this.sid = info.sid;
+    this.sids = compare ? [info.sid, compare.other.sid] : [info.sid];
     this.link = link;
-    this.id = `jupyter-memprof-dashboard-${link.kernel.id}-${info.sid}`;
-    this.addClass('memprof-dashboard-tab');
-    this.title.label = `Memory: ${info.label}`;
-    this.title.caption = `Memory profile "${info.label}" in ${notebook.title.label}`;
+    this._code = compare ? compareCode(info.sid, compare.other.sid) : showCode(info.sid);
+    this._compare = compare !== null;
+    if (compare) {
+      this.id = `jupyter-memprof-compare-${link.kernel.id}-${info.sid}-${compare.other.sid}`;
+      this.addClass('memprof-compare-tab');
+      this.title.label = `Memory: ${info.label} vs ${compare.other.label}`;
+      this.title.caption = `${compare.summary}\nin ${notebook.title.label}`;
+    } else {
+      this.id = `jupyter-memprof-dashboard-${link.kernel.id}-${info.sid}`;
+      this.title.label = `Memory: ${info.label}`;
+      this.addClass('memprof-dashboard-tab');
+      this.title.caption = `Memory profile "${info.label}" in ${notebook.title.label}`;
+    }
     this.title.closable = true;
 
     this._status = new Panel();
@@ -54,13 +86,17 @@ export class DashboardWidget extends MainAreaWidget<Panel> {
   }
 
   readonly sid: number;
+  /** The profiles shown: one for a dashboard, two for a comparison. */
+  readonly sids: number[];
   readonly link: ProfileLink;
 
   dispose(): void {
     if (this.isDisposed) {
       return;
     }
-    if (!this.link.isDisposed && this.link.connected) {
+    // A comparison's widgets are closed by the kernel when either profile is released;
+    // hiding a profile here would also close its dashboard in another tab.
+    if (!this._compare && !this.link.isDisposed && this.link.connected) {
       this.link.hide(this.sid);
     }
     super.dispose();
@@ -69,7 +105,7 @@ export class DashboardWidget extends MainAreaWidget<Panel> {
   private async _run(): Promise<void> {
     const kernel = this.link.kernel;
     const future = kernel.requestExecute({
-      code: showCode(this.sid),
+      code: this._code,
       silent: false,
       store_history: false,
       stop_on_error: false,
@@ -97,4 +133,6 @@ export class DashboardWidget extends MainAreaWidget<Panel> {
 
   private _output: OutputArea;
   private _status: Panel;
+  private _code: string;
+  private _compare: boolean;
 }

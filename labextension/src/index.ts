@@ -80,7 +80,24 @@ const plugin: JupyterFrontEndPlugin<void> = {
       }
     };
     links.created.connect((_, link) => {
-      link.released.connect((l, sid) => closeWhere(d => d.link === l && d.sid === sid));
+      link.released.connect((l, sid) => closeWhere(d => d.link === l && d.sids.includes(sid)));
+      // The kernel accepted a comparison: open it in a tab (one per pair).
+      link.compared.connect((l, { sids, summary }) => {
+        const notebook = panel.notebook;
+        const [a, b] = sids.map(s => l.profiles.find(p => p.sid === s));
+        if (!notebook || panel.link !== l || !a || !b) {
+          return;
+        }
+        const k = `${l.kernel.id}:${a.sid}:${b.sid}`;
+        let view = dashboards.get(k);
+        if (!view || view.isDisposed) {
+          view = new DashboardWidget(notebook, l, a, { other: b, summary });
+          dashboards.set(k, view);
+          view.disposed.connect(() => dashboards.delete(k));
+          app.shell.add(view, 'main', { mode: 'split-right' });
+        }
+        app.shell.activateById(view.id);
+      });
       link.reset.connect(l => closeWhere(d => d.link === l));
     });
 

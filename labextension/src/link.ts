@@ -41,7 +41,14 @@ type KernelData =
   | { type: 'list'; profiles: IProfileInfo[] }
   | { type: 'added'; profile: IProfileInfo }
   | { type: 'released'; sid: number }
+  | { type: 'compare'; sids: [number, number]; summary: string }
   | { type: 'error'; message: string };
+
+/** The kernel's answer to a compare request: the two profiles and the headline. */
+export interface IComparison {
+  sids: [number, number];
+  summary: string;
+}
 
 export class ProfileLink implements IDisposable {
   constructor(kernel: Kernel.IKernelConnection) {
@@ -91,6 +98,16 @@ export class ProfileLink implements IDisposable {
   /** Tell the kernel a dashboard of `sid` was closed, so it can close its widgets. */
   hide(sid: number): void {
     this._send({ type: 'hide', sid });
+  }
+
+  /** Ask the kernel to compare two profiles; `compared` answers. */
+  compare(a: number, b: number): void {
+    this._send({ type: 'compare', sids: [a, b] });
+  }
+
+  /** The kernel accepted a compare request (its headline included). */
+  get compared(): ISignal<this, IComparison> {
+    return this._compared;
   }
 
   /**
@@ -166,7 +183,7 @@ export class ProfileLink implements IDisposable {
     this._changed.emit();
   }
 
-  private _send(data: { type: string; sid: number }): void {
+  private _send(data: { type: string; sid?: number; sids?: number[] }): void {
     if (this._comm && !this._comm.isDisposed) {
       this._comm.send(data);
     }
@@ -190,6 +207,9 @@ export class ProfileLink implements IDisposable {
         this._profiles = this._profiles.filter(p => p.sid !== data.sid);
         this._released.emit(data.sid);
         break;
+      case 'compare':
+        this._compared.emit({ sids: data.sids, summary: data.summary });
+        return;
       case 'error':
         console.warn(`jupyter_memprof: ${data.message}`);
         return;
@@ -215,6 +235,7 @@ export class ProfileLink implements IDisposable {
   private _changed = new Signal<this, void>(this);
   private _released = new Signal<this, number>(this);
   private _reset = new Signal<this, void>(this);
+  private _compared = new Signal<this, IComparison>(this);
 }
 
 /** One link per kernel connection, created on demand, dropped with the connection. */

@@ -28,6 +28,18 @@ export class ProfilesPanel extends Widget {
     const h = document.createElement('h2');
     h.textContent = 'Memory profiles';
     header.appendChild(h);
+    this._compare = document.createElement('button');
+    this._compare.className = 'memprof-compare-button';
+    this._compare.textContent = 'Compare';
+    this._compare.title = 'Ctrl/Cmd-click two profiles, then compare them in a tab';
+    this._compare.addEventListener('click', () => {
+      if (this._selection.length === MAX_SELECTED) {
+        // the older profile is a, the newer b
+        const [a, b] = [...this._selection].sort((x, y) => x - y);
+        this._link?.compare(a, b);
+      }
+    });
+    header.appendChild(this._compare);
     this._status = document.createElement('div');
     this._status.className = 'memprof-panel-status';
     header.appendChild(this._status);
@@ -139,6 +151,7 @@ export class ProfilesPanel extends Widget {
       this._status.textContent = `${this._notebook.title.label}: ${n} profile${n === 1 ? '' : 's'}`;
     }
 
+    this._compare.disabled = !(link?.connected && this._selection.length === MAX_SELECTED);
     const largest = Math.max(0, ...profiles.map(p => p.peak_bytes ?? 0));
     this._list.replaceChildren(...profiles.map(p => this._entry(p, largest)));
   }
@@ -236,6 +249,7 @@ export class ProfilesPanel extends Widget {
   private _link: ProfileLink | null = null;
   private _selection: number[] = [];
   private _status: HTMLDivElement;
+  private _compare: HTMLButtonElement;
   private _list: HTMLUListElement;
   private _openRequested = new Signal<this, IProfileInfo>(this);
 }

@@ -1,0 +1,219 @@
+"""What changed between two profiles: bytes live at each peak, grouped and subtracted.
+
+A pure function of two profiles' tables. For a key (``category``, ``module``, ``op`` or
+``name``) it takes the blocks live at each profile's own peak (:func:`.peak.peak`), sums
+their bytes per key and returns one row per key: ``a``, ``b``, ``delta`` (b - a) and
+``ratio`` (b / a; ``inf`` for keys only ``b`` has, 0 for keys only ``a`` has), largest
+change first. Keys present in neither peak do not appear.
+
+The result is a :class:`Diff`, an ordinary DataFrame that prints for people (sizes with
+units, a headline first). The headline names the change of the peak and its biggest
+cause: the category that moved most in the peak's direction and, inside it, the module, or
+the family of numbered modules (``model.encoder.layers.*``), that holds most of that change.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+import re
+
+import numpy as np
+import pandas as pd
+
+from .._units import format_bytes
+from .peak import GROUPS, peak
+
+BY = tuple(GROUPS)
+NONE = "(none)"
+
+#: A module (or family) is named as the main cause when it holds this share of the change.
+MOSTLY = 0.5
+
+
+class Diff(pd.DataFrame):
+    """The result of :func:`diff`: a DataFrame indexed by the key, with integer columns
+    ``a``, ``b``, ``delta`` and a float ``ratio``. ``.attrs``: ``by``, ``peak_a``,
+    ``peak_b``, ``device_a``, ``device_b``, ``label_a``, ``label_b``, ``summary``.
+
+    It prints sizes with units; derived frames (``d.head()``, ``d.loc[...]``) are plain
+    DataFrames with the same numbers.
+    """
+
+    @property
+    def _constructor(self):
+        return pd.DataFrame
+
+    def text(self, rows: int | None = 30) -> str:
+        """The table for a terminal: the headline, then one line per key."""
+        return diff_text(self, rows)
+
+    def __repr__(self) -> str:
+        return self.text()
+
+    def _repr_html_(self) -> str:
+        shown = _formatted(self, 50)
+        head = html.escape(str(self.attrs.get("summary", "")))
+        labels = html.escape(_labels_line(self))
+        return f"<div><p><b>{head}</b><br>{labels}</p>{shown.to_html(escape=True)}</div>"
+
+
+def _ratio(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(a > 0, b / np.where(a > 0, a, 1), np.where(b > 0, np.inf, np.nan))
+
+
+def _grouped(blocks: pd.DataFrame, by: str) -> pd.Series:
+    col = blocks[GROUPS[by]].astype(object)
+    key = col.where(col.notna(), NONE)
+    return blocks["size_bytes"].groupby(key.to_numpy()).sum()
+
+
+def family(module: str) -> str:
+    """``model.encoder.layers.3.linear1`` -> ``model.encoder.layers.*``: the path up to its
+    first numbered part, which stands for every sibling (unchanged when nothing is numbered)."""
+    parts = module.split(".")
+    for i, p in enumerate(parts):
+        if i and p.isdigit():
+            return ".".join([*parts[:i], "*"])
+    return module
+
+
+def _main_module(pa: pd.DataFrame, pb: pd.DataFrame, category: str, sign: int) -> str | None:
+    """The module, or family of modules, holding most of ``category``'s change at the peak."""
+    sa = _grouped(pa[pa["category"].astype(object) == category], "module")
+    sb = _grouped(pb[pb["category"].astype(object) == category], "module")
+    d = sb.sub(sa, fill_value=0) * sign
+    d = d[d > 0]
+    total = d.sum()
+    if total <= 0:
+        return None
+    top = d.idxmax()
+    if d[top] >= MOSTLY * total:
+        return f"mostly {top}"
+    fam = d.groupby([family(str(k)) if k != NONE else NONE for k in d.index]).sum()
+    top = fam.idxmax()
+    return f"{'mostly' if fam[top] >= MOSTLY * total else 'most in'} {top}"
+
+
+def summary_line(pa: pd.DataFrame, pb: pd.DataFrame) -> str:
+    """``peak +6.1 MiB (+48%): activation +5.9 MiB, mostly model.encoder.layers.*``."""
+    a, b = int(pa.attrs.get("peak_bytes") or 0), int(pb.attrs.get("peak_bytes") or 0)
+    change = b - a
+    if change == 0:
+        line = f"peak unchanged ({format_bytes(a)})"
+    else:
+        pct = f" ({change / a:+.0%})" if a else ""
+        line = f"peak {_signed(change)}{pct}"
+    sa, sb = _grouped(pa, "category"), _grouped(pb, "category")
+    d = sb.sub(sa, fill_value=0)
+    sign = 1 if change >= 0 else -1
+    moved = d[d * sign > 0]
+    if moved.empty:
+        return line
+    top = moved.abs().idxmax()
+    cause = f"{top} {_signed(int(moved[top]))}"
+    where = _main_module(pa, pb, top, sign)
+    return f"{line}: {cause}" + (f", {where}" if where else "")
+
+
+def diff(
+    tables_a: dict[str, pd.DataFrame],
+    tables_b: dict[str, pd.DataFrame],
+    by: str = "category",
+    *,
+    device: str | None = None,
+    labels: tuple[str, str] = ("a", "b"),
+) -> Diff:
+    """Bytes live at the peak of ``a`` and of ``b``, per ``by`` key, and how they changed.
+
+    ``device`` picks the device in both (default: each profile's device with the highest
+    peak).
+    """
+    if by not in GROUPS:
+        raise ValueError(f"diff(by={by!r}): choose one of {', '.join(BY)}")
+    pa, pb = peak(tables_a, device), peak(tables_b, device)
+    sa, sb = _grouped(pa, by), _grouped(pb, by)
+    keys = sa.index.union(sb.index)
+    a = sa.reindex(keys, fill_value=0).to_numpy(dtype=np.int64)
+    b = sb.reindex(keys, fill_value=0).to_numpy(dtype=np.int64)
+    out = pd.DataFrame(
+        {"a": a, "b": b, "delta": b - a, "ratio": _ratio(a, b)},
+        index=pd.Index([str(k) for k in keys], dtype=object, name=by),
+    )
+    order = np.lexsort((out.index.to_numpy(dtype=str), -np.abs(out["delta"].to_numpy())))
+    out = Diff(out.iloc[order])
+    out.attrs.update(
+        by=by,
+        peak_a=int(pa.attrs.get("peak_bytes") or 0),
+        peak_b=int(pb.attrs.get("peak_bytes") or 0),
+        device_a=pa.attrs.get("device"),
+        device_b=pb.attrs.get("device"),
+        label_a=str(labels[0]),
+        label_b=str(labels[1]),
+        summary=summary_line(pa, pb),
+    )
+    return out
+
+
+# -- text ------------------------------------------------------------------------------------
+def _signed(n: int) -> str:
+    return ("+" if n > 0 else "") + format_bytes(n) if n else "0 B"
+
+
+def _ratio_text(r: float) -> str:
+    if r is None or (isinstance(r, float) and math.isnan(r)):
+        return ""
+    if math.isinf(r):
+        return "new"
+    if r == 0:
+        return "gone"
+    return f"{r:.2f}x"
+
+
+def _formatted(d: pd.DataFrame, rows: int | None) -> pd.DataFrame:
+    shown = d if rows is None else d.head(rows)
+    return pd.DataFrame(
+        {
+            "a": [format_bytes(v) for v in shown["a"]],
+            "b": [format_bytes(v) for v in shown["b"]],
+            "delta": [_signed(int(v)) for v in shown["delta"]],
+            "ratio": [_ratio_text(v) for v in shown["ratio"]],
+        },
+        index=shown.index,
+    )
+
+
+def _labels_line(d: pd.DataFrame) -> str:
+    at = d.attrs
+    return (
+        f"a = {at.get('label_a', 'a')} (peak {format_bytes(at.get('peak_a', 0))}), "
+        f"b = {at.get('label_b', 'b')} (peak {format_bytes(at.get('peak_b', 0))})"
+    )
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def diff_text(d: pd.DataFrame, rows: int | None = 30) -> str:
+    """A :class:`Diff` for a terminal: headline, the two profiles, then aligned rows."""
+    lines = [str(d.attrs.get("summary", "")), _labels_line(d)]
+    if d.empty:
+        return "\n".join([*lines, "(nothing live at either peak)"])
+    shown = _formatted(d, rows)
+    keys = [_CONTROL.sub("?", str(k)) for k in shown.index]
+    head = [str(d.index.name or "key"), "a", "b", "delta", "ratio"]
+    cols = [keys, *(shown[c].tolist() for c in ("a", "b", "delta", "ratio"))]
+    widths = [max(len(h), *(len(v) for v in col)) for h, col in zip(head, cols)]
+    width0 = min(widths[0], 60)
+
+    def fmt(values: list[str]) -> str:
+        first = values[0] if len(values[0]) <= width0 else values[0][: width0 - 1] + "…"
+        rest = [v.rjust(w) for v, w in zip(values[1:], widths[1:])]
+        return "  ".join([first.ljust(width0), *rest]).rstrip()
+
+    lines.append(fmt(head))
+    lines += [fmt([c[i] for c in cols]) for i in range(len(keys))]
+    if rows is not None and len(d) > rows:
+        lines.append(f"... {len(d) - rows} more rows")
+    return "\n".join(lines)

@@ -1,0 +1,354 @@
+"""Two profiles side by side: both timelines on one time axis and one byte scale, and the diff.
+
+Each profile's timeline starts at the start of its profiled code (time 0), so the same step
+lines up; both charts share the x range (zooming one zooms the other) and the y range (the
+larger peak sets it). Below them, :func:`jupyter_memprof.diff` of the two peaks by category,
+module or op. A click on a row highlights that key in both charts: a category stands out
+from the others, and for every key a black line traces its live bytes over time.
+
+All linking runs in the browser (CustomJS from ``js/compare.js``), so the notebook widget and
+the standalone HTML file behave the same. Nothing here is analysis: the numbers come from
+the tables, :func:`.._analysis.diff.diff` and the dashboard's timeline data.
+"""
+
+from __future__ import annotations
+
+import html
+import os
+from dataclasses import dataclass
+from importlib import resources
+
+import numpy as np
+import pandas as pd
+from bokeh.layouts import column, row
+from bokeh.models import (
+    ColumnDataSource,
+    CustomJS,
+    DataTable,
+    Div,
+    Legend,
+    LegendItem,
+    Range1d,
+    Select,
+    Span,
+    TableColumn,
+)
+from bokeh.plotting import figure
+
+from .._analysis.diff import Diff
+from .._analysis.diff import diff as diff_tables
+from .._io import atomic_write
+from .._units import format_bytes
+from . import dashboard_data as dd
+from .dashboard import _bytes_axis
+
+#: Keys per grouping that get a highlight series (the largest changes).
+HIGHLIGHT_KEYS = 40
+#: Points per highlight series (thinned like the timelines, peaks kept).
+HIGHLIGHT_POINTS = 600
+#: Diff rows per grouping shown in the table.
+TABLE_ROWS = 200
+GROUPINGS = ("category", "module", "op")
+
+
+def _is_our_html(path: str) -> bool:
+    """A page this package wrote (its title starts with ``jupyter_memprof:``)."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            head = fh.read(2048)
+    except OSError:
+        return False
+    return head.startswith("<!DOCTYPE html>") and "<title>jupyter_memprof:" in head
+
+
+def _script() -> str:
+    return resources.files(__package__).joinpath("js", "compare.js").read_text(encoding="utf-8")
+
+
+def _key_series(prof, by: str, keys: list[str], device: str, fr: dd.Frame) -> dict:
+    """Live bytes over time of the blocks of each key (module or allocating op), thinned."""
+    a = prof.allocations
+    if by == "module":
+        key = a["module"].astype(object)
+    else:
+        ops = prof.ops
+        op = a["alloc_op_id"].to_numpy(dtype=np.int64, na_value=-1)
+        names = ops["name"].astype(object).to_numpy() if len(ops) else np.array([], dtype=object)
+        key = pd.Series(np.where(op >= 0, names[np.maximum(op, 0)] if len(ops) else None, None))
+    key = key.where(key.notna(), "(none)").to_numpy(dtype=object)
+    ev = prof.events
+    ev = ev[ev["device"].astype(object) == device]
+    act = ev["action"].astype(object).to_numpy()
+    sign = np.where(act == "destroy", -1, np.where(act == "increment_version", 0, 1))
+    ev_key = key[ev["alloc_id"].to_numpy()]
+    t = fr.ms(ev["time_ns"])
+    size = ev["size_bytes"].to_numpy() * sign
+    out = {}
+    for k in keys:
+        m = (ev_key == k) & (sign != 0)
+        if not m.any():
+            out[k] = {"t": [0.0, fr.end_ms], "y": [0.0, 0.0]}
+            continue
+        live = np.cumsum(size[m]).astype("float64")
+        tt = t[m]
+        keep = dd.m4_indices(live, HIGHLIGHT_POINTS)
+        tt, live = tt[keep], live[keep]
+        out[k] = {
+            "t": [0.0, *tt.tolist(), fr.end_ms],
+            "y": [0.0, *live.tolist(), float(live[-1])],
+        }
+    return out
+
+
+def _category_series(tl: dd.Timeline, keys: list[str]) -> dict:
+    out = {}
+    for k in keys:
+        col = tl.columns.get(f"b_{k}")
+        if col is None:
+            out[k] = {"t": [float(tl.columns["t"][0]), float(tl.columns["t"][-1])], "y": [0.0, 0.0]}
+        else:
+            out[k] = {"t": list(map(float, tl.columns["t"])), "y": list(map(float, col))}
+    return out
+
+
+def _table_columns(d: pd.DataFrame) -> dict[str, list]:
+    d = d.head(TABLE_ROWS)
+    ratio = []
+    for r in d["ratio"]:
+        if np.isnan(r):
+            ratio.append("")
+        elif np.isinf(r):
+            ratio.append("new")
+        elif r == 0:
+            ratio.append("gone")
+        else:
+            ratio.append(f"{r:.2f}x")
+    return {
+        "key": [str(k) for k in d.index],
+        "a": [format_bytes(v) for v in d["a"]],
+        "b": [format_bytes(v) for v in d["b"]],
+        "delta": [("+" if v > 0 else "") + format_bytes(v) for v in d["delta"]],
+        "ratio": ratio,
+        "delta_bytes": [int(v) for v in d["delta"]],
+    }
+
+
+@dataclass
+class Built:
+    layout: object
+    rows: ColumnDataSource
+    by: Select
+
+
+class Comparison:
+    """Two profiles compared: ``.diff(by)``, ``.summary``, ``.to_html(path)``, and in a
+    notebook an interactive view (both timelines, the diff table; click a row to highlight
+    it in both)."""
+
+    def __init__(self, a, b, *, device: str | None = None):
+        self.a, self.b = a, b
+        self.device = device
+        self._diffs: dict[str, Diff] = {}
+
+    def diff(self, by: str = "category") -> Diff:
+        """:func:`jupyter_memprof.diff` of the two profiles (cached)."""
+        if by not in self._diffs:
+            self._diffs[by] = diff_tables(
+                self.a.tables,
+                self.b.tables,
+                by,
+                device=self.device,
+                labels=(self.a.label, self.b.label),
+            )
+        return self._diffs[by]
+
+    @property
+    def summary(self) -> str:
+        """``peak +6.1 MiB (+48%): activation +5.9 MiB, mostly model.encoder.layers.*``"""
+        return str(self.diff("category").attrs["summary"])
+
+    # -- views -------------------------------------------------------------------------------
+    def build(self) -> Built:
+        return build(self)
+
+    def to_html(self, path: str | os.PathLike) -> str:
+        """Write the comparison as one standalone interactive HTML file; returns the path."""
+        from .dashboard_html import standalone_html
+
+        page = standalone_html(
+            self.build().layout, f"jupyter_memprof: {self.a.label} vs {self.b.label}"
+        )
+
+        def write(tmp: str) -> None:
+            with open(tmp, "w", encoding="utf-8") as fh:
+                fh.write(page)
+
+        return atomic_write(path, write, what="HTML report", is_own_kind=_is_our_html)
+
+    def show(self):
+        """The comparison as a notebook widget."""
+        from .dashboard_html import load_bokehjs_in_notebook
+        from .dashboard_widget import _BokehView
+
+        load_bokehjs_in_notebook()
+        return _BokehView(self.build().layout)
+
+    def _ipython_display_(self) -> None:
+        from IPython.display import display
+
+        display(self.show())
+
+    def __repr__(self) -> str:
+        return self.diff("category").text()
+
+
+def _timeline_figure(
+    side: str, title: str, tl: dd.Timeline, x_range, y_range, hl: ColumnDataSource
+):
+    src = ColumnDataSource(dict(tl.columns), name=f"memprof-compare-timeline-{side}")
+    dd.stack(src.data, tl.categories, tl.categories)
+    p = figure(
+        height=260,
+        sizing_mode="stretch_width",
+        x_range=x_range,
+        y_range=y_range,
+        tools="xpan,xwheel_zoom,reset,save",
+        active_scroll="xwheel_zoom",
+        title=title,
+        css_classes=[f"memprof-compare-timeline-{side}"],
+    )
+    p.xaxis.axis_label = "ms since the start of the profiled code"
+    _bytes_axis(p.yaxis[0])
+    areas = {
+        c: p.varea_step(
+            x="t",
+            y1=f"lo_{c}",
+            y2=f"hi_{c}",
+            step_mode="after",
+            source=src,
+            fill_color=dd.CATEGORY_COLORS[c],
+            fill_alpha=0.85,
+        )
+        for c in tl.categories
+    }
+    p.step(x="t", y="total", source=src, mode="after", line_color="#333333", line_width=1)
+    line = p.step(x="t", y="y", source=hl, mode="after", line_color="#000000", line_width=3)
+    items = [LegendItem(label=c, renderers=[r]) for c, r in areas.items()]
+    items.append(LegendItem(label="clicked row (its own bytes)", renderers=[line]))
+    p.add_layout(Legend(items=items, location="top_left"), "right")
+    if tl.peak_ms is not None:
+        p.add_layout(
+            Span(location=tl.peak_ms, dimension="height", line_color="#000000", line_dash="dashed")
+        )
+    return p, areas
+
+
+def build(cmp: Comparison) -> Built:
+    """The Bokeh layout of a comparison."""
+    a, b = cmp.a, cmp.b
+    da = cmp.diff("category")
+    dev_a = da.attrs.get("device_a") or (dd.devices(a) or ["cpu"])[0]
+    dev_b = da.attrs.get("device_b") or (dd.devices(b) or ["cpu"])[0]
+    fa, fb = dd.frame(a), dd.frame(b)
+    tla, tlb = dd.timeline(a, dev_a, fa), dd.timeline(b, dev_b, fb)
+    end = max(fa.end_ms, fb.end_ms, 1e-3)
+    top = max(tla.peak_bytes, tlb.peak_bytes, 1)
+    x_range = Range1d(0, end, bounds=(0, end))
+    y_range = Range1d(0, top * 1.1)
+    hl_a = ColumnDataSource({"t": [], "y": []}, name="memprof-compare-hl-a")
+    hl_b = ColumnDataSource({"t": [], "y": []}, name="memprof-compare-hl-b")
+
+    def title(p, tl, dev):
+        return f"{p.label} ({dev}): peak {format_bytes(tl.peak_bytes)}"
+
+    pa, areas_a = _timeline_figure("a", "a = " + title(a, tla, dev_a), tla, x_range, y_range, hl_a)
+    pb, areas_b = _timeline_figure("b", "b = " + title(b, tlb, dev_b), tlb, x_range, y_range, hl_b)
+
+    tables, series = {}, {}
+    for by in GROUPINGS:
+        d = cmp.diff(by)
+        tables[by] = _table_columns(d)
+        keys = [str(k) for k in d.index[:HIGHLIGHT_KEYS]]
+        if by == "category":
+            sa, sb = _category_series(tla, keys), _category_series(tlb, keys)
+        else:
+            sa = _key_series(a, by, keys, dev_a, fa)
+            sb = _key_series(b, by, keys, dev_b, fb)
+        series[by] = {k: {"a": sa[k], "b": sb[k]} for k in keys}
+
+    rows = ColumnDataSource(dict(tables["category"]), name="memprof-compare-rows")
+    cols = [
+        TableColumn(field="key", title="key", width=320),
+        TableColumn(field="a", title="a", width=90),
+        TableColumn(field="b", title="b", width=90),
+        TableColumn(field="delta", title="delta", width=90),
+        TableColumn(field="ratio", title="ratio", width=70),
+    ]
+    table = DataTable(
+        source=rows,
+        columns=cols,
+        height=260,
+        sizing_mode="stretch_width",
+        index_position=None,
+        selectable=True,
+        css_classes=["memprof-compare-table"],
+    )
+    by = Select(
+        title="group the peaks by",
+        value="category",
+        options=list(GROUPINGS),
+        width=200,
+        name="memprof-compare-by",
+        css_classes=["memprof-compare-by"],
+    )
+    status = Div(
+        text="Click a row to highlight it in both timelines.",
+        css_classes=["memprof-compare-status"],
+    )
+    code = _script()
+    common = dict(
+        rows=rows,
+        by=by,
+        tables=tables,
+        series=series,
+        hl_a=hl_a,
+        hl_b=hl_b,
+        areas_a=areas_a,
+        areas_b=areas_b,
+        status=status,
+    )
+    rows.selected.js_on_change("indices", CustomJS(args=dict(mode="select", **common), code=code))
+    by.js_on_change("value", CustomJS(args=dict(mode="by", **common), code=code))
+
+    head = Div(
+        text=(
+            f"<b>{html.escape(cmp.summary)}</b><br>"
+            f"<span>a = {html.escape(a.label)} (peak {format_bytes(da.attrs['peak_a'])}), "
+            f"b = {html.escape(b.label)} (peak {format_bytes(da.attrs['peak_b'])})</span>"
+        ),
+        css_classes=["memprof-compare-summary"],
+        sizing_mode="stretch_width",
+    )
+    layout = column(
+        head,
+        pa,
+        pb,
+        row(by, status),
+        table,
+        sizing_mode="stretch_width",
+        css_classes=["memprof-compare"],
+    )
+    return Built(layout, rows, by)
+
+
+def compare(a, b, *, device: str | None = None) -> Comparison:
+    """Compare two profiles (or saved files): both timelines on one time axis, aligned at the
+    start of the profiled code, and one byte scale, with the diff of their peaks; a click on
+    a row highlights that category, module or op in both. ``.to_html(path)`` writes it as
+    one standalone file; in a notebook it shows as a widget."""
+    from .._profile import _as_profile
+
+    return Comparison(_as_profile(a, "a"), _as_profile(b, "b"), device=device)
+
+
+__all__ = ["Comparison", "compare"]
