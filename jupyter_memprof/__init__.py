@@ -10,7 +10,9 @@ __all__ = [
     "CaptureError",
     "Profile",
     "ProfileFileError",
+    "EstimateError",
     "__version__",
+    "estimate",
     "load",
     "load_ipython_extension",
     "profile",
@@ -28,7 +30,11 @@ def __getattr__(name: str):
         from ._profile import Profile
 
         return Profile
-    if name in ("CaptureError", "ProfileFileError"):
+    if name == "estimate":
+        from ._frontends.estimate import estimate
+
+        return estimate
+    if name in ("CaptureError", "EstimateError", "ProfileFileError"):
         from . import _errors
 
         return getattr(_errors, name)

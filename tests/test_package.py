@@ -19,9 +19,11 @@ def test_public_surface_is_small():
     assert sorted(jupyter_memprof.__all__) == sorted(
         [
             "CaptureError",
+            "EstimateError",
             "Profile",
             "ProfileFileError",
             "__version__",
+            "estimate",
             "load",
             "load_ipython_extension",
             "profile",

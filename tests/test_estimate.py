@@ -1,0 +1,219 @@
+"""Estimate mode: fake runs of real programs against real captures of the same step."""
+
+from __future__ import annotations
+
+import gc
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import jupyter_memprof
+from jupyter_memprof import EstimateError, estimate
+from jupyter_memprof._producers.fake_recorder import cuda_rounded
+
+
+def classification_step(model, opt, x, y):
+    opt.zero_grad()
+    F.cross_entropy(model(x), y).backward()
+    opt.step()
+
+
+def _mlp(seed: int = 0):
+    torch.manual_seed(seed)
+    model = nn.Sequential(
+        nn.Linear(256, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 10)
+    )
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    x, y = torch.randn(64, 256), torch.randint(0, 10, (64,))
+    return model, opt, x, y
+
+
+def _snapshot(model, opt):
+    return (
+        {k: v.detach().clone() for k, v in model.state_dict().items()},
+        {n: (None if p.grad is None else p.grad.clone()) for n, p in model.named_parameters()},
+        {
+            i: {k: (v.clone() if torch.is_tensor(v) else v) for k, v in s.items()}
+            for i, s in enumerate(opt.state.values())
+        },
+    )
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, (tuple, list)):
+        return len(a) == len(b) and all(_same(x, z) for x, z in zip(a, b))
+    if torch.is_tensor(a):
+        return torch.is_tensor(b) and torch.equal(a, b)
+    return a == b
+
+
+@pytest.fixture(scope="module")
+def warm_mlp():
+    model, opt, x, y = _mlp()
+    classification_step(model, opt, x, y)
+    return model, opt, x, y
+
+
+@pytest.fixture(scope="module")
+def mlp_estimate(warm_mlp):
+    model, opt, x, y = warm_mlp
+    return estimate(classification_step, model, opt, x, y)
+
+
+@pytest.fixture(scope="module")
+def mlp_real(warm_mlp):
+    model, opt, x, y = warm_mlp
+    state = _snapshot(model, opt)
+    gc.collect()
+    with jupyter_memprof.profile(namespace={"model": model, "opt": opt, "x": x, "y": y}) as prof:
+        classification_step(model, opt, x, y)
+    # put the step back so that other tests see the warmed-up state they expect
+    model.load_state_dict(state[0])
+    return prof
+
+
+def _bytes_by_role(prof, role: str) -> int:
+    n = prof.names
+    rows = n[(n["role"] == role) & (n["when"] == "end")]
+    return int(rows["size_bytes"].sum())
+
+
+def test_mlp_adam_exact_state_bytes(mlp_estimate, warm_mlp):
+    model = warm_mlp[0]
+    params = sum(p.numel() * p.element_size() for p in model.parameters())
+    prof = mlp_estimate
+    assert prof.meta["estimate"] is True
+    assert _bytes_by_role(prof, "parameter") == params
+    assert _bytes_by_role(prof, "gradient") == params
+    # exp_avg + exp_avg_sq per parameter, plus one float32 step counter per parameter
+    steps = 4 * len(list(model.parameters()))
+    assert _bytes_by_role(prof, "optimizer_state") == 2 * params + steps
+    by = prof.peak_by("category")
+    assert by["parameter"] == params
+    assert by["optimizer_state"] == 2 * params + steps
+
+
+def test_mlp_adam_peak_matches_real_capture(mlp_estimate, mlp_real):
+    est, real = mlp_estimate.peak().attrs["peak_bytes"], mlp_real.peak().attrs["peak_bytes"]
+    assert abs(est - real) / real < 0.02, (est, real)
+    e, r = mlp_estimate.peak_by("category"), mlp_real.peak_by("category")
+    for cat in ("parameter", "optimizer_state", "gradient"):
+        assert e[cat] == r[cat], cat
+
+
+def test_estimate_is_a_profile_with_the_usual_tables(mlp_estimate):
+    prof = mlp_estimate
+    assert set(prof.tables) == set(jupyter_memprof.Profile.empty().tables)
+    ops = prof.ops
+    assert {"module", "op", "backward", "optimizer"} <= set(ops["kind"].astype(str))
+    assert {"forward", "backward", "optimizer"} <= set(ops["phase"].astype(str))
+    # forward -> backward links, e.g. addmm -> AddmmBackward0
+    flows = prof.flows.merge(ops[["op_id", "name"]], left_on="backward_op_id", right_on="op_id")
+    assert flows["name"].astype(str).str.contains("AddmmBackward0").any()
+    # the clock counts positions in the run: monotonic, starting near 0
+    assert prof.events["time_ns"].is_monotonic_increasing
+    assert prof.meta["clock"] == "op sequence"
+    assert "test_estimate.py" in str(ops["callsite"].dropna().iloc[0])
+    # lineage of the largest activation works like on a real capture
+    acts = prof.allocations[prof.allocations["category"] == "activation"]
+    story = prof.lineage(int(acts.sort_values("size_bytes").iloc[-1]["alloc_id"]))
+    assert {"allocated", "freed"} <= set(story["relation"].astype(str))
+
+
+def test_real_objects_are_untouched():
+    model, opt, x, y = _mlp(1)
+    classification_step(model, opt, x, y)
+    before = _snapshot(model, opt)
+    x_before = x.clone()
+    estimate(classification_step, model, opt, x, y, device="cuda:0")
+    after = _snapshot(model, opt)
+    assert _same(before, after)
+    assert torch.equal(x, x_before)
+    assert all(type(p) is nn.Parameter for p in model.parameters())
+    assert opt.state[next(model.parameters())]["step"].item() == 1.0
+
+
+# -- CUDA on a machine without it ----------------------------------------------------------
+def test_cuda_estimate_without_cuda_rounds_to_512(warm_mlp):
+    model, opt, x, y = warm_mlp
+    prof = estimate(classification_step, model, opt, x, y, device="cuda:0")
+    assert prof.meta["device"] == "cuda:0"
+    assert prof.meta["simulated_cuda"] is (not torch.cuda.is_available())
+    assert set(prof.allocations["device"].astype(str)) == {"cuda:0"}
+    assert (prof.allocations["size_bytes"] % 512 == 0).all()
+    params = sum(cuda_rounded(p.numel() * p.element_size()) for p in model.parameters())
+    assert _bytes_by_role(prof, "parameter") == params
+    assert _bytes_by_role(prof, "gradient") == params
+    # float32 step counters: 4 bytes each, one 512-byte block each on CUDA
+    steps = 512 * len(list(model.parameters()))
+    assert _bytes_by_role(prof, "optimizer_state") == 2 * params + steps
+    assert "estimate" in repr(prof)
+
+
+def test_cuda_factories_and_moves_inside_the_step():
+    def step(n):
+        w = torch.randn(n, n, device="cuda", requires_grad=True)
+        x = torch.ones(8, n).cuda()
+        y = x.to("cuda:0") @ w
+        y.sum().backward()
+        return w.grad
+
+    prof = estimate(step, 64, device="cuda")
+    a = prof.allocations
+    assert set(a["device"].astype(str)) == {"cuda:0"}
+    # w (16 KiB), w.grad (16 KiB) and the 8x64 activations (2 KiB) were all seen
+    assert (a["size_bytes"] == 64 * 64 * 4).sum() >= 2
+
+
+# -- bad input -----------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"device": "tpu"}, "unknown device 'tpu'"),
+        ({"device": "mps"}, "not supported"),
+        ({"device": 3}, "device must be a string"),
+        ({"limit": "lots"}, "limit: not a size in bytes"),
+        ({"limit": 0}, "more than 0 bytes"),
+    ],
+)
+def test_bad_device_or_limit_fails_before_running(kwargs, message):
+    ran = []
+    with pytest.raises(EstimateError, match=message):
+        estimate(lambda: ran.append(1), **kwargs)
+    assert ran == []
+
+
+def test_data_dependent_ops_name_the_op_and_the_line(warm_mlp):
+    model = warm_mlp[0]
+
+    def uses_item(model, x):
+        loss = model(x).sum()
+        if loss.item() > 0:  # the line the error names
+            loss.backward()
+
+    def uses_nonzero(x):
+        return x.nonzero()
+
+    x = torch.randn(4, 256)
+    with pytest.raises(EstimateError) as err:
+        estimate(uses_item, model, x)
+    text = str(err.value)
+    assert "aten::_local_scalar_dense" in text and "in uses_item" in text
+    assert "\n" not in text
+    with pytest.raises(EstimateError, match=r"aten::nonzero .* in uses_nonzero"):
+        estimate(uses_nonzero, x)
+    assert model[0].weight.grad is not None  # untouched: still the warm-up gradient
+
+
+def test_a_real_tensor_the_step_reads_is_named():
+    w = torch.randn(4, 4)
+
+    def step(x):
+        return x @ w  # `w` was not passed to estimate()
+
+    with pytest.raises(EstimateError, match=r"aten::mm got a real tensor \(shape \[4, 4\]\)"):
+        estimate(step, torch.randn(2, 4))
