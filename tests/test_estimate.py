@@ -217,3 +217,84 @@ def test_a_real_tensor_the_step_reads_is_named():
 
     with pytest.raises(EstimateError, match=r"aten::mm got a real tensor \(shape \[4, 4\]\)"):
         estimate(step, torch.randn(2, 4))
+
+
+# -- limit, summary and views ----------------------------------------------------------------
+@pytest.fixture(scope="module")
+def oom_estimate():
+    model, opt, x, y = _mlp(2)  # a fresh Adam: its state is created inside the step
+    return estimate(classification_step, model, opt, x, y, device="cuda:0", limit="4MiB")
+
+
+def test_limit_names_where_the_step_runs_out_of_memory(oom_estimate):
+    prof = oom_estimate
+    oom = prof.meta["oom"]
+    assert oom["device"] == "cuda:0" and oom["limit"] == 4 * 2**20
+    assert oom["bytes"] > oom["limit"]
+    # the live bytes just before the crossing allocation were within the limit
+    assert oom["bytes"] - oom["size_bytes"] <= oom["limit"]
+    assert oom["phase"] == "optimizer" and oom["op_name"].startswith("aten::")
+    assert "in classification_step" in oom["callsite"]
+    assert sum(oom["live_by_category"].values()) == oom["bytes"]
+    lines = repr(prof).splitlines()
+    assert lines[0] == "memory estimate 'estimate of classification_step'"
+    assert lines[1].startswith("  OUT OF MEMORY: ") and "during optimizer" in lines[1]
+    assert "computed on the CPU path" in lines[-1] or torch.cuda.is_available()
+    html = prof._repr_html_()
+    assert "memprof-summary-oom" in html and "memory estimate" in html
+
+
+def test_a_step_that_fits_says_so(warm_mlp):
+    prof = estimate(classification_step, *warm_mlp, limit=10**9)
+    assert prof.meta["oom"] is None
+    assert repr(prof).splitlines()[1] == "  fits in the limit of 953.7 MiB"
+
+
+def test_dashboard_marks_the_limit_and_the_oom_moment(oom_estimate):
+    from bokeh.models import Axis, Span
+
+    from jupyter_memprof._views.dashboard import build
+
+    layout = build(oom_estimate).layout
+    limit = list(layout.select({"name": "memprof-limit-cuda:0", "type": Span}))
+    oom = list(layout.select({"name": "memprof-oom-cuda:0", "type": Span}))
+    assert limit[0].location == 4 * 2**20 and limit[0].dimension == "width"
+    # the OOM line sits at the crossing's position on the fake clock (1 "ms" per record)
+    assert oom[0].location == oom_estimate.meta["oom"]["time_ns"] / 1e6
+    labels = {a.axis_label for a in layout.select({"type": Axis})}
+    assert "position in the run (op sequence): an estimate" in labels
+
+
+def test_save_and_load_keep_the_estimate(oom_estimate, tmp_path):
+    loaded = jupyter_memprof.load(oom_estimate.save(tmp_path / "est.memprof"))
+    assert loaded.meta["estimate"] is True
+    assert loaded.meta["oom"] == oom_estimate.meta["oom"]
+    assert loaded.peak().attrs["peak_bytes"] == oom_estimate.peak().attrs["peak_bytes"]
+
+
+@pytest.mark.browser
+def test_estimate_dashboard_renders_and_says_estimate(oom_estimate, tmp_path):
+    from _browser import chromium_page
+    from test_dashboard_browser import DEEP_TEXT
+
+    path = oom_estimate.to_html(tmp_path / "estimate.html")
+    with chromium_page(viewport=(1400, 1800)) as page:
+        errors: list[str] = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.goto(f"file://{path}")
+        page.wait_for_function(
+            "window.memprofReady !== undefined || window.memprofError !== undefined",
+            timeout=30_000,
+        )
+        assert page.evaluate("window.memprofError") is None
+        head = page.locator(".memprof-summary").first.evaluate(DEEP_TEXT)
+        assert "memory estimate" in head and "OUT OF MEMORY" in head
+        labels = page.evaluate(
+            """() => { const out = [];
+                 for (const m of Bokeh.documents[0].all_models) if (m.type === "Label") out.push(m.text);
+                 return out; }"""
+        )
+        assert "limit 4.00 MiB" in labels
+        assert any(t.startswith("out of memory at #") for t in labels), labels
+        assert page.locator(".memprof-timeline canvas").count() >= 1
+        assert errors == []

@@ -56,6 +56,6 @@ def first_over(
         "alloc_id": int(ev["alloc_id"]),
         "size_bytes": int(ev["size_bytes"]),
         "op_id": None if pd.isna(op_id) else int(op_id),
-        **{k: (None if v[0] is None else str(v[0])) for k, v in ctx.items()},
+        **{k: (None if v[0] is None or pd.isna(v[0]) else str(v[0])) for k, v in ctx.items()},
         "live_by_category": {str(k): int(v) for k, v in by_cat.items() if v > 0},
     }

@@ -20,9 +20,9 @@ What a fake run offers, and how each record is made from it:
   storage lives). Storages that existed before the run (the fake copies of the user's
   objects) are reported as pre-existing. Fake storages have no address (``data_ptr()`` is
   0): each gets a synthetic, never reused address, used for its blocks and its names alike.
-- **time**: a fake run has no meaningful duration. The clock is a counter that advances by
-  one at every record (op start, op end, allocation, free): ``*_ns`` columns hold positions
-  in the run, monotonic, not nanoseconds.
+- **time**: a fake run has no meaningful duration. The clock is a counter that advances at
+  every record (op start, op end, allocation, free) by :data:`CLOCK_STEP_NS`, so ``*_ns``
+  columns are monotonic and a view that shows milliseconds shows the position in the run.
 """
 
 from __future__ import annotations
@@ -47,6 +47,8 @@ from .._records import MODULE_MARKER, NO_ID, MemoryRecord, OpRecord, TensorRef, 
 from .._vocab import OpKind
 from .torch_profiler import FrameNamer
 
+#: How far the fake clock advances per record (views in milliseconds then count records).
+CLOCK_STEP_NS = 1_000_000
 #: CUDA's caching allocator hands out multiples of this many bytes.
 CUDA_BLOCK = 512
 _BASE_ADDRESS = 0x7F0000000000
@@ -97,7 +99,7 @@ class FakeRecorder:
 
     # -- clock and ops --------------------------------------------------------------------
     def tick(self) -> int:
-        self._clock += 1
+        self._clock += CLOCK_STEP_NS
         return self._clock
 
     def open(self, name: str, kind: OpKind, seq: int = NO_ID, module_index: int = NO_ID) -> int:
