@@ -298,3 +298,101 @@ def test_estimate_dashboard_renders_and_says_estimate(oom_estimate, tmp_path):
         assert any(t.startswith("out of memory at #") for t in labels), labels
         assert page.locator(".memprof-timeline canvas").count() >= 1
         assert errors == []
+
+
+# -- %%memprofile --estimate -----------------------------------------------------------------
+@pytest.fixture(scope="module")
+def shell():
+    from IPython.testing import globalipapp
+
+    ip = globalipapp.get_ipython()
+    ip.run_cell("%load_ext jupyter_memprof", store_history=True)
+    ip.run_cell("import torch, torch.nn.functional as F", store_history=True)
+    yield ip
+    ip.run_cell("%unload_ext jupyter_memprof", store_history=True)
+
+
+@pytest.fixture
+def run(shell, capsys):
+    def run_cell(source: str):
+        capsys.readouterr()
+        result = shell.run_cell(source, store_history=True)
+        captured = capsys.readouterr()
+        return result, captured.out + captured.err
+
+    return run_cell
+
+
+def _fake_in(ns: dict) -> list[str]:
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    from jupyter_memprof._producers.fake_copy import _walk
+
+    out = []
+    for k, v in ns.items():
+        for x in (v, *_walk(v)):
+            if isinstance(x, FakeTensor) or (
+                isinstance(x, nn.Module) and any(isinstance(p, FakeTensor) for p in x.parameters())
+            ):
+                out.append(k)
+    return out
+
+
+def test_magic_estimate_binds_fakes_and_restores_the_namespace(shell, run):
+    model, opt, x, y = _mlp(3)
+    classification_step(model, opt, x, y)
+    ns = shell.user_ns
+    ns.update(est_model=model, est_opt=opt, est_x=x, est_y=y, est_kept="real", est_n=1)
+    ns["est_step"] = None
+    run(
+        "def est_step():\n"
+        "    est_opt.zero_grad()\n"
+        "    F.cross_entropy(est_model(est_x), est_y).backward()\n"
+        "    est_opt.step()\n"
+    )
+    before = _snapshot(model, opt)
+    result, out = run(
+        "%%memprofile --estimate --device cuda:0 --limit 24GiB -o est_prof --no-display\n"
+        "est_step()\n"
+        "est_new = est_model(est_x)\n"
+        "est_n = 2\n"
+        "est_kept = est_x\n"
+    )
+    assert result.error_in_exec is None, out
+    prof = ns["est_prof"]
+    assert prof.meta["estimate"] is True and prof.meta["device"] == "cuda:0"
+    assert prof.meta["oom"] is None and prof.meta["limit"] == 24 * 2**30
+    assert prof.label.endswith("(estimate)")
+    # the notebook function saw the fakes too: the step's gradients are named
+    names = set(prof.names["name"].dropna())
+    assert "est_model.0.weight.grad" in names or "0.weight.grad" in names, names
+    # every name is bound as before the cell; nothing fake is left; nothing real changed
+    assert "est_new" not in ns
+    assert ns["est_n"] == 1 and ns["est_kept"] == "real" and ns["est_model"] is model
+    assert _fake_in(ns) == []
+    assert _same(before, _snapshot(model, opt))
+
+
+def test_magic_estimate_bad_input_is_one_line(shell, run):
+    ns = shell.user_ns
+    ns["est_t"] = torch.randn(4, 4)
+    for cell, message in [
+        ("%%memprofile --estimate --device tpu\nest_bad = 1", "unknown device 'tpu'"),
+        ("%%memprofile --estimate --limit lots\nest_bad = 1", "limit: not a size in bytes"),
+        ("%%memprofile --limit 1GiB\nest_bad = 1", "--limit needs --estimate"),
+        (
+            "%%memprofile --estimate --device cpu,cuda\nest_bad = 1",
+            "--estimate takes one --device",
+        ),
+        (
+            "%%memprofile --estimate --no-display\nest_bad = est_t.nonzero()",
+            "aten::nonzero needs tensor values",
+        ),
+    ]:
+        result, out = run(cell)
+        lines = out.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("UsageError: "), out
+        assert message in lines[0], out
+        assert "est_bad" not in ns
+    assert "In[" in lines[0]  # the data-dependent op names the cell's line
+    assert _fake_in(ns) == []

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import sys
 import time
+import types
 from collections.abc import Callable
 from typing import Any
 
@@ -18,6 +19,7 @@ from .._analysis.limit import first_over
 from .._analysis.pipeline import analyse, paused_gc
 from .._errors import EstimateError
 from .._producers.fake import FakeRun, plan
+from .._producers.fake_copy import holds_torch
 from .._profile import Profile
 from .._units import parse_bytes
 from . import session as _session
@@ -171,3 +173,78 @@ def run_estimate(
     )
     _session.add(prof)
     return prof
+
+
+# -- the magic's estimate: a cell on fake copies of the notebook's objects -------------------
+def names_read(codes: list, namespace: dict, depth: int = 3) -> list[str]:
+    """Global names the code objects use, and the names the notebook's own functions they
+    call use in turn (``depth`` levels): the variables an estimated cell needs as fakes."""
+    seen: set[str] = set()
+    order: list[str] = []
+    done: set[int] = set()
+    todo = [(c, 0) for c in codes]
+    while todo:
+        code, level = todo.pop()
+        if id(code) in done:
+            continue
+        done.add(id(code))
+        for name in code.co_names:
+            if name in seen or name not in namespace:
+                continue
+            seen.add(name)
+            order.append(name)
+            fn = namespace[name]
+            if level < depth and isinstance(fn, types.FunctionType):
+                if fn.__globals__ is namespace:
+                    todo.append((fn.__code__, level + 1))
+        todo.extend((c, level) for c in code.co_consts if isinstance(c, types.CodeType))
+    return order
+
+
+def estimate_cell(shell, code, *, device: str | None, limit: int | None, label: str) -> Profile:
+    """Run a compiled cell (``magic._Code``) on fake copies of the tensors, modules and
+    optimizers it reads from the notebook.
+
+    While the cell runs, those names are bound to the fake copies in the notebook namespace
+    itself, so notebook functions the cell calls see them too. Afterwards every name is bound
+    exactly as before the cell: names the cell assigned or deleted are restored, since
+    what it computed is fake. Nothing real is changed.
+    """
+    ns = shell.user_ns
+    wanted = names_read([c for c, _ in code.codes], ns)
+    real = {k: ns[k] for k in wanted if holds_torch(ns[k])}
+    before = dict(ns)
+
+    def run_cell(fakes: dict) -> None:
+        ns.update(fakes)
+        code.run(None)
+
+    try:
+        return run_estimate(
+            run_cell, (real,), {}, device=device, limit=limit, names=real, label=label
+        )
+    finally:
+        _restore(ns, before)
+        real.clear()
+
+
+def _restore(ns: dict, before: dict) -> None:
+    """Bind every name as in ``before``: the cell's own bindings go (IPython's ``_``-prefixed
+    bookkeeping stays, unless it holds a fake object)."""
+    for key in list(ns):
+        old = before.get(key, _MISSING)
+        value = ns[key]
+        if value is old:
+            continue
+        if key.startswith("_") and not holds_torch(value):
+            continue  # In/Out history, _i3 and friends
+        if old is _MISSING:
+            del ns[key]
+        else:
+            ns[key] = old
+    for key, old in before.items():
+        if key not in ns:
+            ns[key] = old
+
+
+_MISSING = object()
