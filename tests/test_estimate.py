@@ -396,3 +396,151 @@ def test_magic_estimate_bad_input_is_one_line(shell, run):
         assert "est_bad" not in ns
     assert "In[" in lines[0]  # the data-dependent op names the cell's line
     assert _fake_in(ns) == []
+
+
+# -- the programs estimate mode must handle, each against a real capture ---------------------
+class _Square(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x * x
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return 2 * x * g
+
+
+class _Tied(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(1000, 64)
+        self.out = nn.Linear(64, 1000, bias=False)
+        self.out.weight = self.emb.weight
+
+    def forward(self, t):
+        return self.out(self.emb(t))
+
+
+class _Checkpointed(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.blocks = nn.ModuleList(nn.Sequential(nn.Linear(128, 128), nn.ReLU()) for _ in range(4))
+        self.head = nn.Linear(128, 10)
+
+    def forward(self, x):
+        for b in self.blocks:
+            x = torch.utils.checkpoint.checkpoint(b, x, use_reentrant=False)
+        return self.head(x)
+
+
+class _Custom(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Linear(128, 256), nn.Linear(256, 10)
+
+    def forward(self, x):
+        return self.b(_Square.apply(self.a(x)))
+
+
+def _small(frozen: bool = False):
+    m = nn.Sequential(nn.Linear(128, 256), nn.ReLU(), nn.Linear(256, 10))
+    if frozen:
+        m[0].requires_grad_(False)
+    return m
+
+
+def _accumulate_and_clip(m, o, x, y):
+    o.zero_grad(set_to_none=False)
+    for xb, yb in zip(x.chunk(2), y.chunk(2)):
+        F.cross_entropy(m(xb), yb).backward()
+    torch.nn.utils.clip_grad_norm_(m.parameters(), 1.0)
+    o.step()
+
+
+def _autocast(m, o, x, y):
+    o.zero_grad()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss = F.cross_entropy(m(x), y)
+    loss.backward()
+    o.step()
+
+
+def _lm(m, o, t):
+    o.zero_grad()
+    F.cross_entropy(m(t).flatten(0, 1), t.flatten()).backward()
+    o.step()
+
+
+def _build_copy_and_step(x):
+    """nn.TransformerEncoder deep-copies its layer; an EMA copy deep-copies the model."""
+    import copy
+
+    enc = nn.TransformerEncoder(nn.TransformerEncoderLayer(64, 4, 128, batch_first=True), 2)
+    ema = copy.deepcopy(enc)
+    opt = torch.optim.AdamW(enc.parameters())
+    enc(x).sum().backward()
+    opt.step()
+    with torch.no_grad():
+        for pe, p in zip(ema.parameters(), enc.parameters()):
+            pe.mul_(0.9).add_(p, alpha=0.1)
+
+
+def _case(name):
+    torch.manual_seed(0)
+    x, y = torch.randn(32, 128), torch.randint(0, 10, (32,))
+    if name == "frozen":
+        m = _small(frozen=True)
+        o = torch.optim.Adam([p for p in m.parameters() if p.requires_grad])
+        return classification_step, (m, o, x, y)
+    if name == "tied":
+        m = _Tied()
+        return _lm, (m, torch.optim.AdamW(m.parameters()), torch.randint(0, 1000, (8, 16)))
+    if name == "checkpointing":
+        m = _Checkpointed()
+        o = torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9)
+        return classification_step, (m, o, torch.randn(64, 128), y.repeat(2))
+    if name == "custom_function":
+        m = _Custom()
+        return classification_step, (m, torch.optim.Adam(m.parameters()), x, y)
+    if name == "accumulation_and_clipping":
+        m = _small()
+        return _accumulate_and_clip, (m, torch.optim.Adam(m.parameters()), x, y)
+    if name == "autocast":
+        m = _small()
+        return _autocast, (m, torch.optim.Adam(m.parameters()), x, y)
+    if name == "deepcopy":
+        return _build_copy_and_step, (torch.randn(4, 16, 64),)
+    raise KeyError(name)
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "frozen",
+        "tied",
+        "checkpointing",
+        "custom_function",
+        "accumulation_and_clipping",
+        "autocast",
+        "deepcopy",
+    ],
+)
+def test_estimate_matches_the_real_step(name):
+    fn, args = _case(name)
+    fn(*args)  # warm up: optimizer state and gradients exist
+    models = [a for a in args if isinstance(a, nn.Module)]
+    before = [{k: v.clone() for k, v in m.state_dict().items()} for m in models]
+    est = estimate(fn, *args)
+    assert all(_same(b, {k: v for k, v in m.state_dict().items()}) for b, m in zip(before, models))
+    gc.collect()
+    with jupyter_memprof.profile(namespace={"args": list(args)}) as real:
+        fn(*args)
+    pe, pr = est.peak().attrs["peak_bytes"], real.peak().attrs["peak_bytes"]
+    assert abs(pe - pr) / pr < 0.02, (pe, pr)
+    if models:  # parameters, gradients and optimizer state: exact
+        names = est.names
+        for role in ("parameter", "gradient", "optimizer_state"):
+            e = names[(names["role"] == role) & (names["when"] == "end")]["size_bytes"].sum()
+            r = real.names[(real.names["role"] == role) & (real.names["when"] == "end")]
+            assert e == r["size_bytes"].sum(), role
