@@ -544,3 +544,29 @@ def test_estimate_matches_the_real_step(name):
             e = names[(names["role"] == role) & (names["when"] == "end")]["size_bytes"].sum()
             r = real.names[(real.names["role"] == role) & (real.names["when"] == "end")]
             assert e == r["size_bytes"].sum(), role
+
+
+def test_containers_and_kwargs_are_copied_and_user_errors_propagate():
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    seen = {}
+
+    def step(batch, *, cfg):
+        seen["types"] = (type(batch["x"]), type(batch["pair"][1]), type(cfg[0]))
+        return batch["x"].sum() + batch["pair"][1].sum() + cfg[0].sum()
+
+    batch = {"x": torch.ones(16, 16), "pair": (1, torch.ones(8))}
+    prof = estimate(step, batch, cfg=[torch.ones(4)])
+    assert seen["types"] == (FakeTensor, FakeTensor, FakeTensor)
+    assert type(batch["x"]) is torch.Tensor and batch["x"].sum().item() == 256
+    pre = prof.allocations[prof.allocations["alloc_ns"].isna()]
+    assert sorted(pre["size_bytes"]) == [16, 32, 1024]  # the three tensors passed in
+
+    def broken(x):
+        raise KeyError("user bug")
+
+    with pytest.raises(KeyError, match="user bug"):
+        estimate(broken, torch.ones(2))
+    # nothing of the fake run is left active
+    t = torch.ones(2) * 2
+    assert type(t) is torch.Tensor and t.sum().item() == 4.0
