@@ -321,6 +321,15 @@ class MemprofMagics(Magics):
         As a line magic, it profiles one statement and returns its value::
 
             %memprofile -o prof loss = model(x).sum()
+
+        With --estimate the cell does not run for real: it runs on fake tensors (shapes,
+        no data) and the profile is an estimate, on any device (--device cuda:0 needs no
+        GPU), optionally against a --limit. The notebook names it reads are bound to fake
+        copies while it runs; afterwards every name is bound as before the cell, so names
+        the cell assigns are not kept::
+
+            %%memprofile --estimate --device cuda:0 --limit 24GiB -o est
+            train_step()
         """
         shell = self.shell
         parser = self.memprofile.parser
