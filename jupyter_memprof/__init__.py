@@ -10,10 +10,12 @@ __all__ = [
     "CaptureError",
     "Profile",
     "ProfileFileError",
+    "EstimateError",
     "ProfileSet",
     "__version__",
     "compare",
     "diff",
+    "estimate",
     "load",
     "load_ipython_extension",
     "load_many",
@@ -32,7 +34,11 @@ def __getattr__(name: str):
         from ._profile import Profile
 
         return Profile
-    if name in ("CaptureError", "ProfileFileError"):
+    if name == "estimate":
+        from ._frontends.estimate import estimate
+
+        return estimate
+    if name in ("CaptureError", "EstimateError", "ProfileFileError"):
         from . import _errors
 
         return getattr(_errors, name)

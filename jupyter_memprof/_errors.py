@@ -9,3 +9,8 @@ class CaptureError(ValueError):
 
 class ProfileFileError(ValueError):
     """The file is not a saved jupyter_memprof profile (or is damaged)."""
+
+
+class EstimateError(ValueError):
+    """Estimate mode cannot do what was asked (bad device or limit, an op a fake run cannot
+    do, a real tensor it did not copy)."""

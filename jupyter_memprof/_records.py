@@ -12,7 +12,7 @@ Producers today:
 - :mod:`jupyter_memprof._producers.torch_profiler` reads the event tree of
   ``torch.profiler.profile`` (the only module that touches ``torch._C``);
 - estimate mode runs the code on fake tensors and records the same things through a
-  dispatch mode (see docs/architecture.md).
+  dispatch mode (:mod:`jupyter_memprof._producers.fake`; see docs/estimate.md).
 
 Rules every producer keeps (the analysis relies on them):
 

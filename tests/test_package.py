@@ -21,12 +21,14 @@ def test_public_surface_is_small():
     assert sorted(jupyter_memprof.__all__) == sorted(
         [
             "CaptureError",
+            "EstimateError",
             "Profile",
             "ProfileFileError",
             "ProfileSet",
             "__version__",
             "compare",
             "diff",
+            "estimate",
             "load",
             "load_ipython_extension",
             "load_many",

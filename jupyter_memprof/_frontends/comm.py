@@ -256,6 +256,7 @@ def _info(sid: int, prof: Profile) -> dict[str, Any]:
         "taken_ms": int(captured_at) // 1_000_000 if captured_at else None,
         "counts": {name: len(getattr(prof, name)) for name in ("ops", "allocations", "events")},
         "error": meta.get("error"),
+        "estimate": bool(meta.get("estimate")),
     }
     _infos[sid] = info
     return info

@@ -51,7 +51,9 @@ class _Code:
     body's line numbers are the ones the user sees in the cell.
     """
 
-    def __init__(self, shell, source: str, *, header: str | None, statement: bool) -> None:
+    def __init__(
+        self, shell, source: str, *, header: str | None, statement: bool, display: bool = True
+    ) -> None:
         self.shell = shell
         transformed = shell.transform_cell(source)
         lead = "" if header is None else header + "\n"
@@ -65,7 +67,7 @@ class _Code:
             plan = [(nodes[-1], "eval")] if len(nodes) == 1 and _is_expr(nodes[0]) else None
             plan = plan or [(node, "exec") for node in nodes]
         else:
-            quiet = DisplayHook.semicolon_at_end_of_expression(transformed)
+            quiet = not display or DisplayHook.semicolon_at_end_of_expression(transformed)
             plan = _interactive_plan(nodes, "none" if quiet else shell.ast_node_interactivity)
         flags = getattr(ast, "PyCF_ALLOW_TOP_LEVEL_AWAIT", 0) if shell.autoawait else 0
         self.codes = []
@@ -285,6 +287,22 @@ class MemprofMagics(Magics):
         help="Also write the interactive report to PATH as one standalone HTML file.",
     )
     @magic_arguments.argument(
+        "--estimate",
+        action="store_true",
+        help="Estimate the cell's memory without running it for real: the cell runs on "
+        "fake tensors (no compute, no memory). The notebook names it reads (and that the "
+        "notebook functions it calls read) are bound to fake copies while it runs; "
+        "afterwards every name is bound as before the cell, so names the cell assigns are "
+        "not kept (they would hold fake tensors). With --device cuda[:N] it works without a "
+        "GPU.",
+    )
+    @magic_arguments.argument(
+        "--limit",
+        metavar="SIZE",
+        help="With --estimate: a memory limit such as 24GiB; the profile then says where "
+        "the cell would run out of memory.",
+    )
+    @magic_arguments.argument(
         "--label",
         metavar="TEXT",
         help="Name shown in summaries and the Memory profiles panel "
@@ -313,6 +331,15 @@ class MemprofMagics(Magics):
         As a line magic, it profiles one statement and returns its value::
 
             %memprofile -o prof loss = model(x).sum()
+
+        With --estimate the cell does not run for real: it runs on fake tensors (shapes,
+        no data) and the profile is an estimate, on any device (--device cuda:0 needs no
+        GPU), optionally against a --limit. The notebook names it reads are bound to fake
+        copies while it runs; afterwards every name is bound as before the cell, so names
+        the cell assigns are not kept::
+
+            %%memprofile --estimate --device cuda:0 --limit 24GiB -o est
+            train_step()
         """
         shell = self.shell
         parser = self.memprofile.parser
@@ -331,20 +358,30 @@ class MemprofMagics(Magics):
             source, header = cell, f"%%{_MAGIC} {line}".rstrip()
             local_ns = None
         args.label, args.html = _unquote(args.label), _unquote(args.html)
+        args.limit = _unquote(args.limit)
 
         if args.output is not None and (
             not args.output.isidentifier() or keyword.iskeyword(args.output)
         ):
             raise UsageError(f"-o needs a Python variable name, not {args.output!r}")
-        devices = _devices(args.device)
+        if args.estimate:
+            estimate_options = _estimate_options(args, name)
+        elif args.limit is not None:
+            raise UsageError("--limit needs --estimate (a limit for an estimated cell)")
+        else:
+            devices = _devices(args.device)
         if args.html is not None:
             folder = os.path.dirname(os.path.abspath(os.path.expanduser(args.html)))
             if not os.path.isdir(folder):
                 raise UsageError(f"--html: the folder {folder!r} does not exist")
 
-        code = _Code(shell, source, header=header, statement=cell is None)
+        code = _Code(
+            shell, source, header=header, statement=cell is None, display=not args.estimate
+        )
         code.check_runnable()
         label = args.label or args.output or f"In[{code.number}]"
+        if args.estimate:
+            return self._estimate(code, args, name, label, local_ns, **estimate_options)
 
         from .._errors import CaptureError
         from .capture import profile
@@ -402,6 +439,43 @@ class MemprofMagics(Magics):
         if raised is not None:
             raise raised
         return value
+
+    def _estimate(self, code, args, name: str, label: str, local_ns, *, device, limit):
+        """``--estimate``: run the cell on fake copies and show the estimate."""
+        from .._errors import EstimateError
+        from .estimate import estimate_cell
+
+        shell = self.shell
+        if args.label is None:
+            label = f"{label} (estimate)"
+        try:
+            prof = estimate_cell(shell, code, device=device, limit=limit, label=label)
+        except EstimateError as err:
+            raise UsageError(f"{name} --estimate: {err}") from None
+        shell.user_ns[LAST] = prof
+        if args.output:
+            shell.user_ns[args.output] = prof
+        if args.html is not None:
+            _write_html(prof, args.html, name)
+        if not args.no_display:
+            _show(shell, prof, name)
+
+
+def _estimate_options(args, name: str) -> dict:
+    """--device and --limit of an estimate, checked before anything runs."""
+    from .._errors import EstimateError
+    from .estimate import check_device, check_limit
+
+    wanted = [p.strip() for d in args.device or [] for p in d.split(",") if p.strip()]
+    if len(wanted) > 1:
+        raise UsageError(f"{name} --estimate takes one --device, not {', '.join(wanted)}")
+    try:
+        return {
+            "device": check_device(wanted[0] if wanted else None),
+            "limit": check_limit(args.limit),
+        }
+    except EstimateError as err:
+        raise UsageError(f"{name} --estimate: {err}") from None
 
 
 def _write_html(prof, path: str, name: str) -> None:

@@ -205,13 +205,16 @@ class SessionNames:
                 out.append(("optimizer" if len(hooked) == 1 else f"optimizer{len(out)}", o))
         return out
 
-    def rows(self, when: str) -> list[NameRow]:
-        """Read every named tensor's storage now."""
+    def rows(self, when: str, storage=None) -> list[NameRow]:
+        """Read every named tensor's storage now. ``storage(tensor)`` gives (device, address,
+        bytes) or None; by default the real storage (a producer of fake tensors, whose
+        storages have no address, passes its own)."""
         rows: list[NameRow] = []
+        storage = storage or _storage
 
         def add(name: str, role: Role, t: Any, owner: str | None) -> None:
             if isinstance(t, torch.Tensor):
-                st = _storage(t)
+                st = storage(t)
                 if st is not None and st[1]:
                     rows.append(NameRow(name, role, st[0], st[1], st[2], when, owner))
 

@@ -65,7 +65,7 @@ def _script() -> str:
     return resources.files(__package__).joinpath("js", "compare.js").read_text(encoding="utf-8")
 
 
-def _key_series(prof, by: str, keys: list[str], device: str, fr: dd.Frame) -> dict:
+def _key_series(prof, by: str, keys: list[str], device: str, fr: dd.Window) -> dict:
     """Live bytes over time of the blocks of each key (module or allocating op), thinned."""
     a = prof.allocations
     if by == "module":
@@ -247,9 +247,9 @@ def build(cmp: Comparison) -> Built:
     """The Bokeh layout of a comparison."""
     a, b = cmp.a, cmp.b
     da = cmp.diff("category")
-    dev_a = da.attrs.get("device_a") or (dd.devices(a) or ["cpu"])[0]
-    dev_b = da.attrs.get("device_b") or (dd.devices(b) or ["cpu"])[0]
-    fa, fb = dd.frame(a), dd.frame(b)
+    dev_a = da.attrs.get("device_a") or (a.devices or ["cpu"])[0]
+    dev_b = da.attrs.get("device_b") or (b.devices or ["cpu"])[0]
+    fa, fb = dd.window(a), dd.window(b)
     tla, tlb = dd.timeline(a, dev_a, fa), dd.timeline(b, dev_b, fb)
     end = max(fa.end_ms, fb.end_ms, 1e-3)
     top = max(tla.peak_bytes, tlb.peak_bytes, 1)

@@ -118,6 +118,10 @@ class _Shared:
     op_info: Div
     lin_info: Div
     filter_info: Div
+    x_label: str = "ms since capture start"
+    estimate: bool = False
+    limit: int | None = None  # an estimate's memory limit (bytes), drawn on its device
+    oom: tuple[str, float] | None = None  # (device, x) where an estimate went over it
 
 
 def _cds(columns: dict, name: str) -> ColumnDataSource:
@@ -231,6 +235,13 @@ def build(
         lin_info=Div(text=_LIN_HINT, name="memprof-lineage-info", sizing_mode="stretch_width"),
         filter_info=Div(text=_FILTER_HINT, name="memprof-filter-info", sizing_mode="stretch_width"),
     )
+    if prof.meta.get("estimate"):
+        # a fake run has no wall time: its clock counts records (one "ms" per record)
+        sh.estimate, sh.x_label = True, "position in the run (op sequence): an estimate"
+        sh.limit = prof.meta.get("limit")
+        oom = prof.meta.get("oom")
+        if oom:
+            sh.oom = (str(oom["device"]), float(win.ms([int(oom["time_ns"])])[0]))
     timelines = [dd.timeline(prof, dev, win) for dev in devs]
     top = [Div(text=_header_html(prof), sizing_mode="stretch_width", name="memprof-header")]
     layout = column(
@@ -274,7 +285,7 @@ def _timeline_panel(sh: _Shared, timelines: list[dd.Timeline], cats: list[str] |
         title="overview: drag the box to zoom every view",
     )
     overview.yaxis.visible = False
-    overview.xaxis.axis_label = "ms since capture start"
+    overview.xaxis.axis_label = sh.x_label
     range_tool = RangeTool(x_range=sh.x_range)
     range_tool.overlay.fill_color = "#4c72b0"
     range_tool.overlay.fill_alpha = 0.15
@@ -331,7 +342,7 @@ def _timeline_chart(sh, tl: dd.Timeline, src, visible, selected, cleared):
     p.yaxis.axis_label = "bytes"
     p.y_range.start = 0
     p.y_range.range_padding = 0.15
-    p.xaxis.axis_label = "ms since capture start"
+    p.xaxis.axis_label = sh.x_label
     _bytes_axis(p.yaxis[0])
     areas = [
         p.varea_step(
@@ -362,7 +373,8 @@ def _timeline_chart(sh, tl: dd.Timeline, src, visible, selected, cleared):
     # (line_policy "prev" reports the state in force, as the step draws it)
     total = p.line(x="t", y="total", source=src, line_alpha=0)
     bytes_fmt = CustomJSHover(code=js.bytes_hover())
-    tooltips = [("time", "@t{0.000} ms"), ("total", "@total{custom}")]
+    when = ("position", "@t{0}") if sh.estimate else ("time", "@t{0.000} ms")
+    tooltips = [when, ("total", "@total{custom}")]
     tooltips += [(c, f"@b_{c}{{custom}}") for c in tl.categories]
     tooltips += [("op", "@op"), ("module", "@module")]
     formatters = {"@total": bytes_fmt, **{f"@b_{c}": bytes_fmt for c in tl.categories}}
@@ -393,7 +405,8 @@ def _timeline_chart(sh, tl: dd.Timeline, src, visible, selected, cleared):
             Label(
                 x=tl.peak_ms,
                 y=tl.peak_bytes,
-                text=f"peak {format_bytes(tl.peak_bytes)} at {tl.peak_ms:.3f} ms",
+                text=f"peak {format_bytes(tl.peak_bytes)} at "
+                + (f"#{tl.peak_ms:.0f}" if sh.estimate else f"{tl.peak_ms:.3f} ms"),
                 text_font_size="11px",
                 text_align="right" if late else "left",
                 x_offset=-8 if late else 8,
@@ -401,7 +414,60 @@ def _timeline_chart(sh, tl: dd.Timeline, src, visible, selected, cleared):
                 name=f"memprof-peak-{tl.device}",
             )
         )
+    _limit_marks(sh, tl, p)
     return p
+
+
+def _limit_marks(sh: _Shared, tl: dd.Timeline, p) -> None:
+    """An estimate's memory limit (a horizontal line) and where it was first exceeded."""
+    if sh.limit is None:
+        return
+    p.y_range.end = max(tl.peak_bytes, sh.limit) * 1.15
+    p.add_layout(
+        Span(
+            location=sh.limit,
+            dimension="width",
+            line_color="#d32f2f",
+            line_dash="dotted",
+            line_width=2,
+            name=f"memprof-limit-{tl.device}",
+        )
+    )
+    p.add_layout(
+        Label(
+            x=0,
+            y=sh.limit,
+            text=f"limit {format_bytes(sh.limit)}",
+            text_font_size="11px",
+            text_color="#d32f2f",
+            x_offset=4,
+            y_offset=2,
+        )
+    )
+    if sh.oom is not None and sh.oom[0] == tl.device:
+        x = sh.oom[1]
+        p.add_layout(
+            Span(
+                location=x,
+                dimension="height",
+                line_color="#d32f2f",
+                line_width=2,
+                name=f"memprof-oom-{tl.device}",
+            )
+        )
+        late = x > 0.6 * sh.end_ms
+        p.add_layout(
+            Label(
+                x=x,
+                y=sh.limit,
+                text=f"out of memory at #{x:.0f}",
+                text_font_size="11px",
+                text_color="#d32f2f",
+                text_align="right" if late else "left",
+                x_offset=-6 if late else 6,
+                y_offset=-16,
+            )
+        )
 
 
 # --------------------------------------------------------------------------------------------
@@ -420,7 +486,7 @@ def _op_panel(sh: _Shared, ops: dd.Ops):
         "lines link forward ops to their backward ops",
     )
     tree.yaxis.axis_label = "depth"
-    tree.xaxis.axis_label = "ms since capture start"
+    tree.xaxis.axis_label = sh.x_label
     tree.ygrid.visible = False
     quads = tree.quad(
         left="left",
@@ -536,7 +602,7 @@ def _allocation_panel(sh: _Shared, sel: dd.Allocations):
         title="lifetimes of the listed blocks (allocation to free; colour: category)",
     )
     life.yaxis.visible = False
-    life.xaxis.axis_label = "ms since capture start"
+    life.xaxis.axis_label = sh.x_label
     life.ygrid.visible = False
     bars = life.quad(
         left="x0",

@@ -45,7 +45,11 @@ def summary(prof: Profile) -> dict[str, Any]:
       (categories with no bytes left out);
     - ``ops``, ``blocks``, ``events``: row counts of those tables;
     - ``wall_s`` (how long the code ran), ``capture_s`` (reading torch's events) and
-      ``analysis_s`` (building the tables), each None when unknown.
+      ``analysis_s`` (building the tables), each None when unknown;
+    - ``estimate``: True for a fake run (:func:`jupyter_memprof.estimate`), whose peaks have
+      a ``position`` (records into the run) instead of an ``offset_s``; ``limit`` (bytes or
+      None) and ``oom``: where the estimated step first went over the limit, else None;
+      ``note``: how the estimate was computed (None for a real capture).
     """
     meta = prof.meta
     start_ns = prof.start_ns
@@ -65,9 +69,11 @@ def summary(prof: Profile) -> dict[str, Any]:
         peaks[device] = {
             "bytes": int(blocks.attrs.get("peak_bytes", 0) or 0),
             "time_ns": None if peak_ns is None else int(peak_ns),
-            "offset_s": offset,
+            "offset_s": None if meta.get("estimate") else offset,
             "top_categories": top,
         }
+        if meta.get("estimate") and offset is not None:
+            peaks[device]["position"] = round(offset * 1e3)  # the fake clock: 1 ms per record
     return {
         "label": prof.label,
         "error": meta.get("error") or None,
@@ -81,12 +87,59 @@ def summary(prof: Profile) -> dict[str, Any]:
         # the time spent reading torch's events into records
         "capture_s": _float(meta.get("capture_s")),
         "analysis_s": _float(meta.get("analysis_s")),
+        "estimate": bool(meta.get("estimate")),
+        "limit": meta.get("limit"),
+        "oom": meta.get("oom") or None,
+        "note": _estimate_note(meta),
     }
 
 
+def _estimate_note(meta: dict) -> str | None:
+    if not meta.get("estimate"):
+        return None
+    if meta.get("simulated_cuda"):
+        return (
+            f"an estimate for {meta.get('device')} without running it; computed on the CPU "
+            "path (no CUDA here), so kernels that save different tensors on CUDA are not seen"
+        )
+    where = meta.get("device") or "the devices the tensors live on"
+    return f"an estimate for {where} without running it (fake tensors)"
+
+
+def oom_phrase(s: dict[str, Any]) -> str | None:
+    """One line: where the estimated step would run out of memory, or that it fits."""
+    if not s["estimate"] or s["limit"] is None:
+        return None
+    limit = format_bytes(s["limit"])
+    oom = s["oom"]
+    if not oom:
+        return f"fits in the limit of {limit}"
+    where = " ".join(
+        p
+        for p in (
+            f"in {oom['op_name']}" if oom.get("op_name") else None,
+            f"({oom['module']})" if oom.get("module") else None,
+            f"at {oom['callsite']}" if oom.get("callsite") else None,
+            f"during {oom['phase']}" if oom.get("phase") else None,
+        )
+        if p
+    )
+    live = ", ".join(f"{c} {format_bytes(b)}" for c, b in list(oom["live_by_category"].items())[:4])
+    return (
+        f"OUT OF MEMORY: {format_bytes(oom['bytes'])} live on {oom['device']} exceeds the "
+        f"limit of {limit} {where}; live then: {live}"
+    )
+
+
 # -- text ---------------------------------------------------------------------------------
+def _when(peak: dict[str, Any]) -> str:
+    if peak.get("position") is not None:
+        return f" at record #{peak['position']:,}"
+    return f" at {format_seconds(peak['offset_s'])}" if peak["offset_s"] is not None else ""
+
+
 def _peak_phrase(device: str, peak: dict[str, Any]) -> str:
-    when = f" at {format_seconds(peak['offset_s'])}" if peak["offset_s"] is not None else ""
+    when = _when(peak)
     return f"peak {format_bytes(peak['bytes'])} on {device}{when}"
 
 
@@ -122,9 +175,13 @@ def _empty_note(s: dict[str, Any]) -> str:
 def summary_text(prof: Profile) -> str:
     """A few lines for a terminal: the peak per device and what filled it, counts, timings."""
     s = summary(prof)
-    lines = [f"memory profile {s['label']!r}"]
+    kind = "memory estimate" if s["estimate"] else "memory profile"
+    lines = [f"{kind} {s['label']!r}"]
     if s["empty"]:
         lines[0] += f": {_empty_note(s)}"
+    oom = oom_phrase(s)
+    if oom:
+        lines.append(f"  {oom}")
     for device, peak in s["peaks"].items():
         line = f"  {_peak_phrase(device, peak)}"
         if peak["top_categories"]:
@@ -134,6 +191,8 @@ def summary_text(prof: Profile) -> str:
     lines.append(f"  {tail}")
     if s["error"]:
         lines.append(f"  the profiled code raised {s['error']} (profile up to that point)")
+    if s["note"]:
+        lines.append(f"  {s['note']}")
     return "\n".join(lines)
 
 
@@ -153,12 +212,17 @@ def summary_html(prof: Profile) -> str:
     e = html.escape
     s = summary(prof)
     rows = []
-    head = f"<b>memory profile {e(s['label'])}</b>"
+    kind = "memory estimate" if s["estimate"] else "memory profile"
+    head = f"<b>{kind} {e(s['label'])}</b>"
     if s["empty"]:
         head += f": {e(_empty_note(s))}"
     rows.append(f'<div class="memprof-summary-head">{head}</div>')
+    oom = oom_phrase(s)
+    if oom:
+        style = _ERROR_STYLE if s["oom"] else _MUTED_STYLE
+        rows.append(f'<div class="memprof-summary-oom" style="{style}">{e(oom)}</div>')
     for device, peak in s["peaks"].items():
-        when = f" at {e(format_seconds(peak['offset_s']))}" if peak["offset_s"] is not None else ""
+        when = e(_when(peak))
         line = f"peak <b>{e(format_bytes(peak['bytes']))}</b> on {e(device)}{when}"
         if peak["top_categories"]:
             line += f": {e(_categories_phrase(peak))}"
@@ -169,5 +233,9 @@ def summary_html(prof: Profile) -> str:
         rows.append(
             f'<div class="memprof-summary-error" style="{_ERROR_STYLE}">the profiled code '
             f"raised {e(s['error'])} (profile up to that point)</div>"
+        )
+    if s["note"]:
+        rows.append(
+            f'<div class="memprof-summary-note" style="{_MUTED_STYLE}">{e(s["note"])}</div>'
         )
     return f'<div class="memprof-summary" style="{_STYLE}">{"".join(rows)}</div>'

@@ -1,0 +1,250 @@
+"""Estimate mode: the memory of a step on any device, without running it.
+
+``estimate(fn, *args, device="cuda:0", limit="24GiB")`` calls ``fn`` on fake copies of
+its arguments (:mod:`jupyter_memprof._producers.fake`) and returns a :class:`Profile` with
+the same tables as a real capture, analysed by the same pipeline.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+import types
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from .._analysis.limit import first_over
+from .._analysis.pipeline import analyse, paused_gc
+from .._errors import EstimateError
+from .._producers.fake import FakeRun, plan
+from .._producers.fake_copy import holds_torch
+from .._profile import Profile
+from .._units import parse_bytes
+from . import session as _session
+
+__all__ = ["estimate"]
+
+#: What the x axis of an estimate counts (a fake run has no meaningful duration).
+CLOCK = "op sequence"
+
+
+def check_device(device: Any) -> str | None:
+    """``None``, ``"cpu"``, ``"cuda"`` or ``"cuda:N"`` (any N: no CUDA needed) -> a device
+    name; anything else raises :class:`EstimateError` with one line."""
+    if device is None:
+        return None
+    if not isinstance(device, (str, torch.device)):
+        raise EstimateError(f"device must be a string like 'cuda:0', not {device!r}")
+    try:
+        dev = torch.device(device)
+    except RuntimeError:
+        raise EstimateError(f"unknown device {device!r}: use 'cpu', 'cuda' or 'cuda:N'") from None
+    if dev.type == "cpu":
+        return "cpu"
+    if dev.type == "cuda":
+        return f"cuda:{dev.index or 0}"
+    raise EstimateError(f"device {device!r} is not supported: use 'cpu', 'cuda' or 'cuda:N'")
+
+
+def check_limit(limit: Any) -> int | None:
+    if limit is None:
+        return None
+    try:
+        n = parse_bytes(limit)
+    except ValueError as err:
+        raise EstimateError(f"limit: {err}") from None
+    if n <= 0:
+        raise EstimateError(f"limit must be more than 0 bytes, not {limit!r}")
+    return n
+
+
+def _caller_names(frame) -> dict:
+    if frame is None:
+        return {}
+    ns = dict(frame.f_globals)
+    ns.update(frame.f_locals)
+    return ns
+
+
+def estimate(
+    fn: Callable, *args: Any, device: str | None = None, limit: Any = None, **kwargs: Any
+) -> Profile:
+    """Estimate the memory of ``fn(*args, **kwargs)`` on ``device`` without running it.
+
+    Every tensor, ``nn.Module`` and optimizer in ``args`` and ``kwargs`` (also inside lists,
+    tuples and dicts) is replaced by a fake copy on ``device``: same shapes, dtypes, strides,
+    ``requires_grad``, ``.grad``, buffers, shared parameters and optimizer state, no data.
+    Tensors ``fn`` creates are fake too. The real objects are never changed.
+
+    Parameters
+    ----------
+    device:
+        ``"cpu"``, ``"cuda"`` or ``"cuda:N"``; ``None`` keeps each tensor where it lives.
+        CUDA needs no GPU here: without one, the step is computed on fake CPU tensors and its
+        blocks are attributed to the CUDA device, rounded as CUDA's caching allocator rounds
+        them (multiples of 512 bytes).
+    limit:
+        Bytes (an int or a string like ``"24GiB"``): the profile then says where the step
+        would run out of memory (``prof.meta["oom"]``, first line of the summary).
+
+    Returns a :class:`Profile` with ``meta["estimate"] = True``; its ``*_ns`` columns count
+    positions in the run (:data:`CLOCK`), not nanoseconds.
+
+    Raises :class:`EstimateError` (a ValueError) for a bad ``device`` or ``limit`` before
+    anything runs, and for ops a fake run cannot do (``.item()``, ``nonzero``, ops with no
+    fake implementation, tensors ``fn`` reads that were not passed to it), naming the op and
+    the line. Exceptions ``fn`` raises itself propagate.
+    """
+    if not callable(fn):
+        raise EstimateError(f"estimate() needs a function to call first, not {type(fn).__name__}")
+    dev = check_device(device)
+    nbytes = check_limit(limit)
+    caller = _caller_names(sys._getframe(1))
+    try:
+        return run_estimate(
+            fn, args, kwargs, device=dev, limit=nbytes, names=caller, label=_label(fn)
+        )
+    finally:
+        caller.clear()
+
+
+def _label(fn: Callable) -> str:
+    name = getattr(fn, "__name__", None) or type(fn).__name__
+    return f"estimate of {name}"
+
+
+def run_estimate(
+    fn: Callable,
+    args: tuple,
+    kwargs: dict,
+    *,
+    device: str | None,
+    limit: int | None,
+    names: dict,
+    label: str | None,
+) -> Profile:
+    """The work behind :func:`estimate` and ``%%memprofile --estimate``: ``names`` are the
+    variables the real objects are known by (they name the fake copies)."""
+    where = plan(device)
+
+    def namespace(fakes: dict[int, Any]) -> dict:
+        return {
+            k: fakes[id(v)] for k, v in names.items() if id(v) in fakes and not k.startswith("_")
+        }
+
+    run = FakeRun(where, namespace)
+    t0 = time.perf_counter()
+    try:
+        fargs = run.convert(args)
+        fkwargs = run.convert(kwargs)
+        run.run(fn, fargs, fkwargs)
+        del fargs, fkwargs
+        wall_s = time.perf_counter() - t0
+        with paused_gc():
+            t1 = time.perf_counter()
+            capture = run.capture()
+            t2 = time.perf_counter()
+            tables, meta = analyse(capture)
+    finally:
+        run.release()
+    prof = Profile(**tables, meta={})
+    devices = list(capture.devices)
+    prof.meta.update(meta)
+    prof.meta.update(
+        label=label,
+        estimate=True,
+        device=where.device,
+        simulated_cuda=where.simulated,
+        compute_device=None if where.compute is None else str(where.compute),
+        clock=CLOCK,
+        limit=limit,
+        oom=None if limit is None else first_over(prof.tables, limit, where.device),
+        wall_s=wall_s,
+        capture_s=t2 - t1,
+        analysis_s=time.perf_counter() - t2,
+        event_count=capture.trace.event_count,
+        devices=devices,
+        torch_version=torch.__version__,
+        with_stack=True,
+        error=None,
+        captured_at=time.time_ns(),
+    )
+    _session.add(prof)
+    return prof
+
+
+# -- the magic's estimate: a cell on fake copies of the notebook's objects -------------------
+def names_read(codes: list, namespace: dict, depth: int = 3) -> list[str]:
+    """Global names the code objects use, and the names the notebook's own functions they
+    call use in turn (``depth`` levels): the variables an estimated cell needs as fakes."""
+    seen: set[str] = set()
+    order: list[str] = []
+    done: set[int] = set()
+    todo = [(c, 0) for c in codes]
+    while todo:
+        code, level = todo.pop()
+        if id(code) in done:
+            continue
+        done.add(id(code))
+        for name in code.co_names:
+            if name in seen or name not in namespace:
+                continue
+            seen.add(name)
+            order.append(name)
+            fn = namespace[name]
+            if level < depth and isinstance(fn, types.FunctionType):
+                if fn.__globals__ is namespace:
+                    todo.append((fn.__code__, level + 1))
+        todo.extend((c, level) for c in code.co_consts if isinstance(c, types.CodeType))
+    return order
+
+
+def estimate_cell(shell, code, *, device: str | None, limit: int | None, label: str) -> Profile:
+    """Run a compiled cell (``magic._Code``) on fake copies of the tensors, modules and
+    optimizers it reads from the notebook.
+
+    While the cell runs, those names are bound to the fake copies in the notebook namespace
+    itself, so notebook functions the cell calls see them too. Afterwards every name is bound
+    exactly as before the cell: names the cell assigned or deleted are restored, since
+    what it computed is fake. Nothing real is changed.
+    """
+    ns = shell.user_ns
+    wanted = names_read([c for c, _ in code.codes], ns)
+    real = {k: ns[k] for k in wanted if holds_torch(ns[k])}
+    before = dict(ns)
+
+    def run_cell(fakes: dict) -> None:
+        ns.update(fakes)
+        code.run(None)
+
+    try:
+        return run_estimate(
+            run_cell, (real,), {}, device=device, limit=limit, names=real, label=label
+        )
+    finally:
+        _restore(ns, before)
+        real.clear()
+
+
+def _restore(ns: dict, before: dict) -> None:
+    """Bind every name as in ``before``: the cell's own bindings go (IPython's ``_``-prefixed
+    bookkeeping stays, unless it holds a fake object)."""
+    for key in list(ns):
+        old = before.get(key, _MISSING)
+        value = ns[key]
+        if value is old:
+            continue
+        if key.startswith("_") and not holds_torch(value):
+            continue  # In/Out history, _i3 and friends
+        if old is _MISSING:
+            del ns[key]
+        else:
+            ns[key] = old
+    for key, old in before.items():
+        if key not in ns:
+            ns[key] = old
+
+
+_MISSING = object()

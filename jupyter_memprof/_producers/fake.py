@@ -1,0 +1,146 @@
+"""The fake-tensor producer: run a step on fake copies of the user's objects and hand the
+analysis the same :class:`~jupyter_memprof._records.Capture` the torch-profiler producer
+hands it.
+
+No real compute runs and no real memory of the estimated size is allocated: every tensor is
+a :class:`FakeTensor` (shape, dtype, stride and device, no data). :mod:`.fake_copy` makes the
+copies, :mod:`.fake_recorder` records the run.
+
+Devices: the run computes on a fake device and attributes every block to the device asked
+for. Where that is CUDA and this torch has no CUDA, the run computes on fake CPU tensors
+(fake CUDA tensors cannot record autograd history without CUDA: the process aborts) and the
+blocks are attributed to the CUDA device; kernels then follow their CPU path. Optimizers take
+their multi-tensor (``foreach``) path there, as they do on CUDA by default.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+from .._records import Capture, Trace
+from .fake_copy import FakeCopier
+from .fake_recorder import FakeRecorder, PythonMode, RecordingMode
+from .live import SessionNames
+from .recorder import _cell_namer
+from .torch_profiler import FrameNamer
+
+
+class Plan(NamedTuple):
+    """Where a fake run computes and where its blocks are said to live."""
+
+    device: str | None  # the device asked for ("cpu", "cuda:N"), None: where each tensor lives
+    compute: torch.device | None  # the device the fake tensors report
+    simulated: bool  # CUDA asked for, computed on the CPU
+
+
+def plan(device: str | None) -> Plan:
+    if device is None:
+        return Plan(None, None, False)
+    dev = torch.device(device)
+    if dev.type == "cpu":
+        return Plan("cpu", torch.device("cpu"), False)
+    index = dev.index or 0
+    name = f"cuda:{index}"
+    if torch.cuda.is_available() and index < torch.cuda.device_count():
+        return Plan(name, torch.device(name), False)
+    return Plan(name, torch.device("cpu"), True)
+
+
+class FakeRun:
+    """One fake run: copy the objects, run ``fn`` on them, and read the records.
+
+    ``namespace(fakes)`` returns the variables to name things by, given ``id(real) ->
+    fake``; :meth:`capture` builds the Capture. :meth:`release` drops every fake object.
+    """
+
+    def __init__(self, where: Plan, namespace: Callable[[dict[int, Any]], dict] | None = None):
+        self.plan = where
+        self.mode = FakeTensorMode()
+        self.copier = FakeCopier(self.mode, where.compute)
+        self.recorder = FakeRecorder(self._device_of, FrameNamer(_cell_namer()))
+        self.recorder.foreach_optimizers = where.simulated
+        self._namespace = namespace
+        self.start_rows: list = []
+        self.end_rows: list = []
+        self.names: SessionNames | None = None
+
+    def _device_of(self, device: torch.device) -> str | None:
+        if device.type == "meta":
+            return None
+        if self.plan.device is not None:
+            return self.plan.device
+        if device.type == "cuda":
+            return f"cuda:{device.index or 0}"
+        return str(device)
+
+    def convert(self, obj: Any) -> Any:
+        return self.copier.convert(obj)
+
+    def ns(self) -> dict:
+        return self._namespace(self.copier.fakes) if self._namespace else {}
+
+    def run(self, fn: Callable, args: tuple, kwargs: dict) -> None:
+        """Call ``fn`` on the fake copies (made already with :meth:`convert`)."""
+        rec = self.recorder
+        copies = self.copier.copied()
+        for obj in copies:
+            _register_held(rec, obj)
+        del copies
+        self.copier.forget_copies()
+        self.start_rows = SessionNames(self.ns(), None).rows("start", rec.storage)
+        remap = self.plan.compute if self.plan.simulated else None
+        with contextlib.ExitStack() as stack:
+            if self.plan.compute is not None and self.plan.compute.type == "cuda":
+                stack.enter_context(self.plan.compute)  # factories default to the device
+            stack.enter_context(self.mode)
+            stack.enter_context(RecordingMode(rec))
+            stack.enter_context(PythonMode(rec, remap))
+            rec.start()
+            stack.callback(rec.stop)
+            fn(*args, **kwargs)
+        self.names = SessionNames(self.ns(), rec)
+        self.end_rows = self.names.rows("end", rec.storage)
+
+    def capture(self) -> Capture:
+        rec = self.recorder
+        names = self.names or SessionNames(self.ns(), rec)
+        trace = Trace(
+            rec.op_records(), rec.tensors, rec.memory, rec.untracked, len(rec.ops) + len(rec.memory)
+        )
+        devices = sorted({m.device for m in rec.memory} | {u.device for u in rec.untracked})
+        return Capture(
+            trace=trace,
+            names=[*self.start_rows, *self.end_rows],
+            module_paths=[names.module_path(m) for m in rec.modules],
+            module_classes=[type(m).__name__ for m in rec.modules],
+            devices=devices or [self.plan.device or "cpu"],
+            start_ns=0,
+        )
+
+    def release(self) -> None:
+        self.recorder.release()
+        self.copier.release()
+        self.names = None
+
+
+def _register_held(rec: FakeRecorder, fake: Any) -> None:
+    """Blocks held by a fake tensor, module or optimizer from the start."""
+    if isinstance(fake, torch.Tensor):
+        rec.block(fake, -1, False)
+        if fake.is_leaf and fake.grad is not None:
+            rec.block(fake.grad, -1, False)
+    elif isinstance(fake, torch.nn.Module):
+        for t in (*fake.parameters(), *fake.buffers()):
+            rec.block(t, -1, False)
+            if t.grad is not None:
+                rec.block(t.grad, -1, False)
+    elif isinstance(fake, torch.optim.Optimizer):
+        for state in fake.state.values():
+            for v in state.values():
+                if isinstance(v, torch.Tensor):
+                    rec.block(v, -1, False)

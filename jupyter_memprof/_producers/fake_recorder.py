@@ -1,0 +1,449 @@
+"""Records a run on fake tensors as the records every producer emits.
+
+What a fake run offers, and how each record is made from it:
+
+- **ops**: a :class:`TorchDispatchMode` on top of torch's :class:`FakeTensorMode` sees every
+  aten op below autograd, with its inputs and outputs (``kind`` ``op``). Composite ops such
+  as ``aten::linear`` reach it already decomposed (``aten::t`` + ``aten::addmm``).
+- **modules and optimizers**: global module forward hooks and optimizer step hooks open and
+  close ``module`` and ``optimizer`` ops, as the torch-profiler producer's hooks do.
+- **backward**: ops run by the autograd engine happen while
+  ``torch._C._current_autograd_node()`` names the node; each node gets a ``backward`` op
+  (``autograd::engine::evaluate_function: AddmmBackward0``) with the node's sequence number.
+  ``loss.backward()`` / ``torch.autograd.grad`` themselves are seen by a
+  :class:`TorchFunctionMode`, so the seed gradient is backward work too.
+- **forward/backward links**: autograd's sequence counter advances when an op creates a node;
+  the op during whose dispatch it advanced gets the new node's number, which the node's
+  ``backward`` op carries too.
+- **memory**: a storage first seen as an op's output is allocated by that op; a weak
+  reference on it records the free (torch keeps a storage's Python object for as long as the
+  storage lives). Storages that existed before the run (the fake copies of the user's
+  objects) are reported as pre-existing. Fake storages have no address (``data_ptr()`` is
+  0): each gets a synthetic, never reused address, used for its blocks and its names alike.
+- **time**: a fake run has no meaningful duration. The clock is a counter that advances at
+  every record (op start, op end, allocation, free) by :data:`CLOCK_STEP_NS`, so ``*_ns``
+  columns are monotonic and a view that shows milliseconds shows the position in the run.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import weakref
+from collections.abc import Callable
+
+import torch
+from torch._subclasses.fake_tensor import (
+    DataDependentOutputException,
+    DynamicOutputShapeException,
+    FakeTensor,
+    UnsupportedOperatorException,
+)
+from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from .._errors import EstimateError
+from .._records import MODULE_MARKER, NO_ID, MemoryRecord, OpRecord, TensorRef, UntrackedTensor
+from .._vocab import OpKind
+from .torch_profiler import FrameNamer
+
+#: How far the fake clock advances per record (views in milliseconds then count records).
+CLOCK_STEP_NS = 1_000_000
+#: CUDA's caching allocator hands out multiples of this many bytes.
+CUDA_BLOCK = 512
+_BASE_ADDRESS = 0x7F0000000000
+_LIFT = frozenset({torch.ops.aten.lift_fresh.default, torch.ops.aten.lift_fresh_copy.default})
+_AUTOGRAD_CALLS = frozenset({torch.Tensor.backward, torch.autograd.backward, torch.autograd.grad})
+_DATA_DEPENDENT = (DataDependentOutputException, DynamicOutputShapeException)
+_MAX_SEQ = 1 << 62  # AccumulateGrad nodes carry UINT64_MAX: no sequence number
+
+
+def cuda_rounded(nbytes: int) -> int:
+    """The size CUDA's caching allocator reserves for a request of ``nbytes``."""
+    return max(CUDA_BLOCK, -(-nbytes // CUDA_BLOCK) * CUDA_BLOCK)
+
+
+class FakeRecorder:
+    """Collects ops, tensor references and memory events of one fake run.
+
+    ``device_of(torch.device)`` names the device a block is attributed to (``None``: not
+    recorded, e.g. meta tensors). Blocks attributed to a CUDA device are rounded as CUDA's
+    caching allocator rounds requests.
+    """
+
+    def __init__(self, device_of: Callable[[torch.device], str | None], namer: FrameNamer):
+        self.device_of = device_of
+        self.namer = namer
+        self.ops: list[list] = []
+        self.tensors: list[TensorRef] = []
+        self.memory: list[MemoryRecord] = []
+        self.untracked: list[UntrackedTensor] = []
+        self.modules: list[torch.nn.Module] = []
+        self.optimizers: list[torch.optim.Optimizer] = []
+        self.foreach_optimizers = False
+        self.active = False
+        self.in_autograd = 0
+        self._clock = 0
+        self._stack: list[tuple] = []  # open ops: (op_id, depth, node, module_ctx, bwd, opt)
+        self._node: tuple | None = None  # (key, op_id) of the open autograd-node op
+        self._module_ops: list[int] = []
+        self._module_index: dict[int, int] = {}
+        self._storages: dict[int, tuple] = {}  # storage _cdata -> (tid, ptr, size, device)
+        self._refs: dict[int, weakref.ref] = {}
+        self._next_address: dict[str, int] = {}
+        self._n_blocks = 0
+        self._last_seq = 0
+        self._thread = threading.get_ident()
+        self._handles: list = []
+        self._writes: dict = {}
+
+    # -- clock and ops --------------------------------------------------------------------
+    def tick(self) -> int:
+        self._clock += CLOCK_STEP_NS
+        return self._clock
+
+    def open(self, name: str, kind: OpKind, seq: int = NO_ID, module_index: int = NO_ID) -> int:
+        st = self._stack
+        op_id = len(self.ops)
+        if st:
+            parent, pdepth, node, ctx, bwd, opt = st[-1]
+            depth = pdepth + 1
+        else:
+            parent, depth, node, ctx, bwd, opt = NO_ID, 0, NO_ID, NO_ID, False, False
+        bwd = bwd or self.in_autograd > 0 or kind is OpKind.BACKWARD
+        opt = opt or kind is OpKind.OPTIMIZER
+        if node < 0 and kind in (OpKind.OP, OpKind.BACKWARD):
+            node = op_id
+        self.ops.append(
+            [op_id, parent, depth, name, kind, self.tick(), NO_ID, self._thread, seq, bwd, opt,
+             module_index, ctx, self.callsite(), [], node]
+        )  # fmt: skip
+        st.append((op_id, depth, node, op_id if kind is OpKind.MODULE else ctx, bwd, opt))
+        return op_id
+
+    def close(self, op_id: int) -> None:
+        """End ``op_id`` and every op still open inside it."""
+        st = self._stack
+        if not any(e[0] == op_id for e in st):
+            return
+        while st:
+            top = st.pop()[0]
+            self.ops[top][6] = self.tick()
+            if top == op_id:
+                return
+
+    def callsite(self) -> str | None:
+        """The innermost user frame, ``file.py:12 in fn``."""
+        f = sys._getframe(2)
+        is_user = self.namer.is_user
+        while f is not None:
+            code = f.f_code
+            if is_user(code.co_filename):
+                return self.namer.label(code.co_filename, f.f_lineno, code.co_name)
+            f = f.f_back
+        return None
+
+    def sync_backward(self) -> None:
+        """Open an op for the autograd node now running (closing the previous one)."""
+        node = torch._C._current_autograd_node()
+        cur = self._node
+        if node is None:
+            if cur is not None and self.in_autograd == 0:
+                self.close(cur[1])
+                self._node = None
+            return
+        key = (id(node), node._sequence_nr())
+        if cur is not None:
+            if cur[0] == key:
+                return
+            self.close(cur[1])
+        seq = node._sequence_nr()
+        op_id = self.open(
+            f"autograd::engine::evaluate_function: {node.name()}",
+            OpKind.BACKWARD,
+            seq=seq if 0 <= seq < _MAX_SEQ else NO_ID,
+        )
+        self._node = (key, op_id)
+
+    def end_backward(self) -> None:
+        if self._node is not None and self.in_autograd == 0:
+            self.close(self._node[1])
+            self._node = None
+
+    def forward_seq(self) -> int:
+        """The sequence number of the autograd node this op created, if it created one."""
+        now = torch._C._autograd._get_sequence_nr()
+        last, self._last_seq = self._last_seq, now
+        return now - 1 if now > last else NO_ID
+
+    # -- memory ---------------------------------------------------------------------------
+    def block(self, t: torch.Tensor, op_id: int, created: bool) -> int:
+        """The tensor id of ``t``'s storage; a storage seen for the first time is an
+        allocation by ``op_id`` (``created``) or a block from before the run."""
+        try:
+            s = t.untyped_storage()
+        except (RuntimeError, NotImplementedError, TypeError):
+            return NO_ID
+        key = s._cdata
+        hit = self._storages.get(key)
+        if hit is not None:
+            return hit[0]
+        device = self.device_of(t.device)
+        n = s.nbytes()
+        if device is None or n == 0:
+            return NO_ID
+        size = cuda_rounded(n) if device.startswith("cuda") else n
+        tid = self._n_blocks
+        self._n_blocks += 1
+        ptr = self._next_address.get(device, _BASE_ADDRESS)
+        self._next_address[device] = ptr + cuda_rounded(size)
+        self._storages[key] = (tid, ptr, size, device)
+        self._refs[tid] = weakref.ref(s, self._freer(key, tid, ptr, size, device))
+        if created:
+            self.memory.append(MemoryRecord(self.tick(), ptr, size, tid, tid, device, op_id))
+        else:
+            self.untracked.append(UntrackedTensor(tid, ptr, device, size))
+        return tid
+
+    def _freer(self, key: int, tid: int, ptr: int, size: int, device: str):
+        def freed(_ref) -> None:
+            self._refs.pop(tid, None)
+            known = self._storages.get(key)
+            if known is not None and known[0] == tid:
+                del self._storages[key]
+            if self.active:
+                op = self._stack[-1][0] if self._stack else NO_ID
+                self.memory.append(MemoryRecord(self.tick(), ptr, -size, tid, tid, device, op))
+
+        return freed
+
+    def storage(self, t: torch.Tensor) -> tuple[str, int, int] | None:
+        """(device, synthetic address, bytes) of a fake tensor's storage, for its name."""
+        try:
+            hit = self._storages.get(t.untyped_storage()._cdata)
+        except (RuntimeError, NotImplementedError, TypeError):
+            return None
+        return None if hit is None else (hit[3], hit[1], hit[2])
+
+    # -- one op ---------------------------------------------------------------------------
+    def _write_flags(self, func) -> tuple[tuple[bool, ...], dict[str, bool]]:
+        hit = self._writes.get(func)
+        if hit is None:
+            args = func._schema.arguments
+            flags = tuple(bool(a.alias_info is not None and a.alias_info.is_write) for a in args)
+            hit = self._writes[func] = (flags, {a.name: f for a, f in zip(args, flags)})
+        return hit
+
+    def run_op(self, func, args: tuple, kwargs: dict):
+        self.sync_backward()
+        name = func._schema.name
+        op_id = self.open(name, OpKind.OP, seq=self.forward_seq())
+        flags, by_name = self._write_flags(func)
+        shapes: list = []
+        real = None
+        for i, a in enumerate(args):
+            shapes.append(self._ref(op_id, a, i < len(flags) and flags[i]))
+            real = real or _real_tensor(a)
+        for k, a in kwargs.items():
+            self._ref(op_id, a, by_name.get(k, False))
+            real = real or _real_tensor(a)
+        self.ops[op_id][14] = shapes
+        if real is not None and func not in _LIFT:
+            raise EstimateError(
+                f"{name} got a real tensor (shape {list(real.shape)}) that estimate() did not "
+                f"copy{self._where(op_id)}: pass it to estimate() as an argument, or create it "
+                "inside the estimated code"
+            )
+        try:
+            out = func(*args, **kwargs)
+        except _DATA_DEPENDENT:
+            raise EstimateError(
+                f"{name} needs tensor values, which a fake run does not have (data-dependent "
+                f"output){self._where(op_id)}: estimate code that does not read values "
+                "(`.item()`, `nonzero`, `if tensor:`, boolean masks)"
+            ) from None
+        except UnsupportedOperatorException:
+            raise EstimateError(
+                f"{name} has no fake (meta) implementation, so it cannot run on fake "
+                f"tensors{self._where(op_id)}"
+            ) from None
+        for t in _tensors(out):
+            self.block(t, op_id, True)
+        self.close(op_id)
+        return out
+
+    def _where(self, op_id: int) -> str:
+        site = self.ops[op_id][13]
+        return f" at {site}" if site else ""
+
+    def _ref(self, op_id: int, a, mutable: bool) -> list:
+        if isinstance(a, torch.Tensor):
+            if isinstance(a, FakeTensor):
+                tid = self.block(a, op_id, False)
+                if tid >= 0:
+                    self.tensors.append(TensorRef(op_id, tid, mutable))
+            return list(a.shape)
+        if isinstance(a, (list, tuple)) and a and isinstance(a[0], torch.Tensor):
+            return [self._ref(op_id, x, mutable) for x in a]
+        return []
+
+    # -- hooks ----------------------------------------------------------------------------
+    def _module_pre(self, module, args) -> None:
+        self.sync_backward()
+        index = self._module_index.get(id(module))
+        if index is None:
+            index = self._module_index[id(module)] = len(self.modules)
+            self.modules.append(module)
+        self._module_ops.append(
+            self.open(f"{MODULE_MARKER}{index}", OpKind.MODULE, module_index=index)
+        )
+
+    def _module_post(self, module, args, output) -> None:
+        if self._module_ops:
+            self.close(self._module_ops.pop())
+
+    def _step_pre(self, optimizer, args, kwargs) -> None:
+        self.sync_backward()
+        if all(o is not optimizer for o in self.optimizers):
+            self.optimizers.append(optimizer)
+        if self.foreach_optimizers:
+            # the multi-tensor path is what optimizers take on CUDA by default
+            for group in optimizer.param_groups:
+                if group.get("foreach", False) is None and not group.get("fused"):
+                    group["foreach"] = True
+        self._step_op = self.open(
+            f"Optimizer.step#{type(optimizer).__name__}.step", OpKind.OPTIMIZER
+        )
+
+    def _step_post(self, optimizer, args, kwargs) -> None:
+        op = getattr(self, "_step_op", None)
+        if op is not None:
+            self.close(op)
+            self._step_op = None
+
+    # -- start and stop -------------------------------------------------------------------
+    def start(self) -> None:
+        from torch.nn.modules import module as nn_module
+        from torch.optim import optimizer as optim_module
+
+        self._handles = [
+            nn_module.register_module_forward_pre_hook(self._module_pre),
+            nn_module.register_module_forward_hook(self._module_post, always_call=True),
+            optim_module.register_optimizer_step_pre_hook(self._step_pre),
+            optim_module.register_optimizer_step_post_hook(self._step_post),
+        ]
+        self._last_seq = torch._C._autograd._get_sequence_nr()
+        self.active = True
+
+    def stop(self) -> None:
+        for h in self._handles:
+            h.remove()
+        self._handles = []
+        while self._stack:
+            self.close(self._stack[-1][0])
+        self.active = False
+
+    def op_records(self) -> list[OpRecord]:
+        new = OpRecord._make
+        return [new(r) for r in self.ops]
+
+    def release(self) -> None:
+        """Forget the storages (their weak references no longer record anything)."""
+        self.active = False
+        self._storages.clear()
+        self._refs.clear()
+        self.modules, self.optimizers = [], []
+
+
+def _real_tensor(a) -> torch.Tensor | None:
+    if isinstance(a, torch.Tensor):
+        return None if isinstance(a, FakeTensor) or a.device.type == "meta" else a
+    if isinstance(a, (list, tuple)):
+        for x in a:
+            if isinstance(x, torch.Tensor) and not isinstance(x, FakeTensor):
+                return x if x.device.type != "meta" else None
+    return None
+
+
+def _tensors(out):
+    if isinstance(out, torch.Tensor):
+        yield out
+    elif isinstance(out, (list, tuple)):
+        for x in out:
+            if isinstance(x, torch.Tensor):
+                yield x
+
+
+class RecordingMode(TorchDispatchMode):
+    """Sees every aten op of the fake run (it sits above the FakeTensorMode)."""
+
+    def __init__(self, recorder: FakeRecorder):
+        super().__init__()
+        self.recorder = recorder
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func.namespace == "prim":  # prim::device and friends: queries, not work
+            return func(*args, **kwargs)
+        return self.recorder.run_op(func, args, kwargs)
+
+
+def _is_cuda(value) -> bool:
+    if isinstance(value, torch.device):
+        return value.type == "cuda"
+    return isinstance(value, str) and value.startswith("cuda")
+
+
+class PythonMode(TorchFunctionMode):
+    """What only the Python level shows: ``backward()`` calls, ``copy.deepcopy`` of fake
+    tensors, and (when CUDA is asked for but absent) device arguments, which are moved to
+    the device the fake run computes on."""
+
+    def __init__(self, recorder: FakeRecorder, remap_cuda_to: torch.device | None):
+        super().__init__()
+        self.recorder = recorder
+        self.remap = remap_cuda_to
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        rec = self.recorder
+        if func in _AUTOGRAD_CALLS:
+            rec.sync_backward()
+            rec.in_autograd += 1
+            try:
+                return func(*args, **kwargs)
+            finally:
+                rec.in_autograd -= 1
+                rec.end_backward()
+        if func is torch.Tensor.__deepcopy__:
+            return deepcopy_fake(args[0], args[1] if len(args) > 1 else kwargs.get("memo", {}))
+        if self.remap is not None:
+            if func is torch.Tensor.cuda or func is torch.Tensor.pin_memory:
+                return args[0].to(self.remap)
+            if "device" in kwargs and _is_cuda(kwargs["device"]):
+                kwargs = {**kwargs, "device": self.remap}
+            if func is torch.Tensor.to:
+                args = tuple(self.remap if _is_cuda(a) else a for a in args)
+        return func(*args, **kwargs)
+
+
+def deepcopy_fake(t: torch.Tensor, memo: dict) -> torch.Tensor:
+    """``copy.deepcopy`` of a tensor during a fake run: a clone in the same fake mode.
+
+    torch's own deep copy of a fake tensor builds it in a new fake mode, and the next op
+    that mixes the two fails ("Mixing fake modes NYI"); a clone stays in the run's mode and
+    is recorded like any other allocation.
+    """
+    hit = memo.get(id(t))
+    if hit is not None:
+        return hit
+    with torch.no_grad():
+        new = t.clone()
+    if isinstance(t, torch.nn.Parameter):
+        new = torch.nn.Parameter(new, requires_grad=t.requires_grad)
+    elif t.requires_grad and t.is_leaf:
+        new.requires_grad_(True)
+    if t.is_leaf and t.grad is not None:
+        new.grad = deepcopy_fake(t.grad, memo)
+    memo[id(t)] = new
+    return new

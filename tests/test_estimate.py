@@ -1,0 +1,572 @@
+"""Estimate mode: fake runs of real programs against real captures of the same step."""
+
+from __future__ import annotations
+
+import gc
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import jupyter_memprof
+from jupyter_memprof import EstimateError, estimate
+from jupyter_memprof._producers.fake_recorder import cuda_rounded
+
+
+def classification_step(model, opt, x, y):
+    opt.zero_grad()
+    F.cross_entropy(model(x), y).backward()
+    opt.step()
+
+
+def _mlp(seed: int = 0):
+    torch.manual_seed(seed)
+    model = nn.Sequential(
+        nn.Linear(256, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 10)
+    )
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    x, y = torch.randn(64, 256), torch.randint(0, 10, (64,))
+    return model, opt, x, y
+
+
+def _snapshot(model, opt):
+    return (
+        {k: v.detach().clone() for k, v in model.state_dict().items()},
+        {n: (None if p.grad is None else p.grad.clone()) for n, p in model.named_parameters()},
+        {
+            i: {k: (v.clone() if torch.is_tensor(v) else v) for k, v in s.items()}
+            for i, s in enumerate(opt.state.values())
+        },
+    )
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, (tuple, list)):
+        return len(a) == len(b) and all(_same(x, z) for x, z in zip(a, b))
+    if torch.is_tensor(a):
+        return torch.is_tensor(b) and torch.equal(a, b)
+    return a == b
+
+
+@pytest.fixture(scope="module")
+def warm_mlp():
+    model, opt, x, y = _mlp()
+    classification_step(model, opt, x, y)
+    return model, opt, x, y
+
+
+@pytest.fixture(scope="module")
+def mlp_estimate(warm_mlp):
+    model, opt, x, y = warm_mlp
+    return estimate(classification_step, model, opt, x, y)
+
+
+@pytest.fixture(scope="module")
+def mlp_real(warm_mlp):
+    model, opt, x, y = warm_mlp
+    state = _snapshot(model, opt)
+    gc.collect()
+    with jupyter_memprof.profile(namespace={"model": model, "opt": opt, "x": x, "y": y}) as prof:
+        classification_step(model, opt, x, y)
+    # put the step back so that other tests see the warmed-up state they expect
+    model.load_state_dict(state[0])
+    return prof
+
+
+def _bytes_by_role(prof, role: str) -> int:
+    n = prof.names
+    rows = n[(n["role"] == role) & (n["when"] == "end")]
+    return int(rows["size_bytes"].sum())
+
+
+def test_mlp_adam_exact_state_bytes(mlp_estimate, warm_mlp):
+    model = warm_mlp[0]
+    params = sum(p.numel() * p.element_size() for p in model.parameters())
+    prof = mlp_estimate
+    assert prof.meta["estimate"] is True
+    assert _bytes_by_role(prof, "parameter") == params
+    assert _bytes_by_role(prof, "gradient") == params
+    # exp_avg + exp_avg_sq per parameter, plus one float32 step counter per parameter
+    steps = 4 * len(list(model.parameters()))
+    assert _bytes_by_role(prof, "optimizer_state") == 2 * params + steps
+    by = prof.peak_by("category")
+    assert by["parameter"] == params
+    assert by["optimizer_state"] == 2 * params + steps
+
+
+def test_mlp_adam_peak_matches_real_capture(mlp_estimate, mlp_real):
+    est, real = mlp_estimate.peak().attrs["peak_bytes"], mlp_real.peak().attrs["peak_bytes"]
+    assert abs(est - real) / real < 0.02, (est, real)
+    e, r = mlp_estimate.peak_by("category"), mlp_real.peak_by("category")
+    for cat in ("parameter", "optimizer_state", "gradient"):
+        assert e[cat] == r[cat], cat
+
+
+def test_estimate_is_a_profile_with_the_usual_tables(mlp_estimate):
+    prof = mlp_estimate
+    assert set(prof.tables) == set(jupyter_memprof.Profile.empty().tables)
+    ops = prof.ops
+    assert {"module", "op", "backward", "optimizer"} <= set(ops["kind"].astype(str))
+    assert {"forward", "backward", "optimizer"} <= set(ops["phase"].astype(str))
+    # forward -> backward links, e.g. addmm -> AddmmBackward0
+    flows = prof.flows.merge(ops[["op_id", "name"]], left_on="backward_op_id", right_on="op_id")
+    assert flows["name"].astype(str).str.contains("AddmmBackward0").any()
+    # the clock counts positions in the run: monotonic, starting near 0
+    assert prof.events["time_ns"].is_monotonic_increasing
+    assert prof.meta["clock"] == "op sequence"
+    assert "test_estimate.py" in str(ops["callsite"].dropna().iloc[0])
+    # lineage of the largest activation works like on a real capture
+    acts = prof.allocations[prof.allocations["category"] == "activation"]
+    story = prof.lineage(int(acts.sort_values("size_bytes").iloc[-1]["alloc_id"]))
+    assert {"allocated", "freed"} <= set(story["relation"].astype(str))
+
+
+def test_real_objects_are_untouched():
+    model, opt, x, y = _mlp(1)
+    classification_step(model, opt, x, y)
+    before = _snapshot(model, opt)
+    x_before = x.clone()
+    estimate(classification_step, model, opt, x, y, device="cuda:0")
+    after = _snapshot(model, opt)
+    assert _same(before, after)
+    assert torch.equal(x, x_before)
+    assert all(type(p) is nn.Parameter for p in model.parameters())
+    assert opt.state[next(model.parameters())]["step"].item() == 1.0
+
+
+# -- CUDA on a machine without it ----------------------------------------------------------
+def test_cuda_estimate_without_cuda_rounds_to_512(warm_mlp):
+    model, opt, x, y = warm_mlp
+    prof = estimate(classification_step, model, opt, x, y, device="cuda:0")
+    assert prof.meta["device"] == "cuda:0"
+    assert prof.meta["simulated_cuda"] is (not torch.cuda.is_available())
+    assert set(prof.allocations["device"].astype(str)) == {"cuda:0"}
+    assert (prof.allocations["size_bytes"] % 512 == 0).all()
+    params = sum(cuda_rounded(p.numel() * p.element_size()) for p in model.parameters())
+    assert _bytes_by_role(prof, "parameter") == params
+    assert _bytes_by_role(prof, "gradient") == params
+    # float32 step counters: 4 bytes each, one 512-byte block each on CUDA
+    steps = 512 * len(list(model.parameters()))
+    assert _bytes_by_role(prof, "optimizer_state") == 2 * params + steps
+    assert "estimate" in repr(prof)
+
+
+def test_cuda_factories_and_moves_inside_the_step():
+    def step(n):
+        w = torch.randn(n, n, device="cuda", requires_grad=True)
+        x = torch.ones(8, n).cuda()
+        y = x.to("cuda:0") @ w
+        y.sum().backward()
+        return w.grad
+
+    prof = estimate(step, 64, device="cuda")
+    a = prof.allocations
+    assert set(a["device"].astype(str)) == {"cuda:0"}
+    # w (16 KiB), w.grad (16 KiB) and the 8x64 activations (2 KiB) were all seen
+    assert (a["size_bytes"] == 64 * 64 * 4).sum() >= 2
+
+
+# -- bad input -----------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"device": "tpu"}, "unknown device 'tpu'"),
+        ({"device": "mps"}, "not supported"),
+        ({"device": 3}, "device must be a string"),
+        ({"limit": "lots"}, "limit: not a size in bytes"),
+        ({"limit": 0}, "more than 0 bytes"),
+    ],
+)
+def test_bad_device_or_limit_fails_before_running(kwargs, message):
+    ran = []
+    with pytest.raises(EstimateError, match=message):
+        estimate(lambda: ran.append(1), **kwargs)
+    assert ran == []
+
+
+def test_data_dependent_ops_name_the_op_and_the_line(warm_mlp):
+    model = warm_mlp[0]
+
+    def uses_item(model, x):
+        loss = model(x).sum()
+        if loss.item() > 0:  # the line the error names
+            loss.backward()
+
+    def uses_nonzero(x):
+        return x.nonzero()
+
+    x = torch.randn(4, 256)
+    with pytest.raises(EstimateError) as err:
+        estimate(uses_item, model, x)
+    text = str(err.value)
+    assert "aten::_local_scalar_dense" in text and "in uses_item" in text
+    assert "\n" not in text
+    with pytest.raises(EstimateError, match=r"aten::nonzero .* in uses_nonzero"):
+        estimate(uses_nonzero, x)
+    assert model[0].weight.grad is not None  # untouched: still the warm-up gradient
+
+
+def test_a_real_tensor_the_step_reads_is_named():
+    w = torch.randn(4, 4)
+
+    def step(x):
+        return x @ w  # `w` was not passed to estimate()
+
+    with pytest.raises(EstimateError, match=r"aten::mm got a real tensor \(shape \[4, 4\]\)"):
+        estimate(step, torch.randn(2, 4))
+
+
+# -- limit, summary and views ----------------------------------------------------------------
+@pytest.fixture(scope="module")
+def oom_estimate():
+    model, opt, x, y = _mlp(2)  # a fresh Adam: its state is created inside the step
+    return estimate(classification_step, model, opt, x, y, device="cuda:0", limit="4MiB")
+
+
+def test_limit_names_where_the_step_runs_out_of_memory(oom_estimate):
+    prof = oom_estimate
+    oom = prof.meta["oom"]
+    assert oom["device"] == "cuda:0" and oom["limit"] == 4 * 2**20
+    assert oom["bytes"] > oom["limit"]
+    # the live bytes just before the crossing allocation were within the limit
+    assert oom["bytes"] - oom["size_bytes"] <= oom["limit"]
+    assert oom["phase"] == "optimizer" and oom["op_name"].startswith("aten::")
+    assert "in classification_step" in oom["callsite"]
+    assert sum(oom["live_by_category"].values()) == oom["bytes"]
+    lines = repr(prof).splitlines()
+    assert lines[0] == "memory estimate 'estimate of classification_step'"
+    assert lines[1].startswith("  OUT OF MEMORY: ") and "during optimizer" in lines[1]
+    assert "computed on the CPU path" in lines[-1] or torch.cuda.is_available()
+    html = prof._repr_html_()
+    assert "memprof-summary-oom" in html and "memory estimate" in html
+
+
+def test_a_step_that_fits_says_so(warm_mlp):
+    prof = estimate(classification_step, *warm_mlp, limit=10**9)
+    assert prof.meta["oom"] is None
+    assert repr(prof).splitlines()[1] == "  fits in the limit of 953.7 MiB"
+
+
+def test_dashboard_marks_the_limit_and_the_oom_moment(oom_estimate):
+    from bokeh.models import Axis, Span
+
+    from jupyter_memprof._views.dashboard import build
+
+    layout = build(oom_estimate).layout
+    limit = list(layout.select({"name": "memprof-limit-cuda:0", "type": Span}))
+    oom = list(layout.select({"name": "memprof-oom-cuda:0", "type": Span}))
+    assert limit[0].location == 4 * 2**20 and limit[0].dimension == "width"
+    # the OOM line sits at the crossing's position on the fake clock (1 "ms" per record)
+    assert oom[0].location == oom_estimate.meta["oom"]["time_ns"] / 1e6
+    labels = {a.axis_label for a in layout.select({"type": Axis})}
+    assert "position in the run (op sequence): an estimate" in labels
+
+
+def test_save_and_load_keep_the_estimate(oom_estimate, tmp_path):
+    loaded = jupyter_memprof.load(oom_estimate.save(tmp_path / "est.memprof"))
+    assert loaded.meta["estimate"] is True
+    assert loaded.meta["oom"] == oom_estimate.meta["oom"]
+    assert loaded.peak().attrs["peak_bytes"] == oom_estimate.peak().attrs["peak_bytes"]
+
+
+@pytest.mark.browser
+def test_estimate_dashboard_renders_and_says_estimate(oom_estimate, tmp_path):
+    from _browser import chromium_page
+    from test_dashboard_browser import DEEP_TEXT
+
+    path = oom_estimate.to_html(tmp_path / "estimate.html")
+    with chromium_page(viewport=(1400, 1800)) as page:
+        errors: list[str] = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.goto(f"file://{path}")
+        page.wait_for_function(
+            "window.memprofReady !== undefined || window.memprofError !== undefined",
+            timeout=30_000,
+        )
+        assert page.evaluate("window.memprofError") is None
+        head = page.locator(".memprof-summary").first.evaluate(DEEP_TEXT)
+        assert "memory estimate" in head and "OUT OF MEMORY" in head
+        labels = page.evaluate(
+            """() => { const out = [];
+                 for (const m of Bokeh.documents[0].all_models) if (m.type === "Label") out.push(m.text);
+                 return out; }"""
+        )
+        assert "limit 4.00 MiB" in labels
+        assert any(t.startswith("out of memory at #") for t in labels), labels
+        assert page.locator(".memprof-timeline canvas").count() >= 1
+        assert errors == []
+
+
+# -- %%memprofile --estimate -----------------------------------------------------------------
+@pytest.fixture(scope="module")
+def shell():
+    from IPython.testing import globalipapp
+
+    ip = globalipapp.get_ipython()
+    ip.run_cell("%load_ext jupyter_memprof", store_history=True)
+    ip.run_cell("import torch, torch.nn.functional as F", store_history=True)
+    yield ip
+    ip.run_cell("%unload_ext jupyter_memprof", store_history=True)
+
+
+@pytest.fixture
+def run(shell, capsys):
+    def run_cell(source: str):
+        capsys.readouterr()
+        result = shell.run_cell(source, store_history=True)
+        captured = capsys.readouterr()
+        return result, captured.out + captured.err
+
+    return run_cell
+
+
+def _fake_in(ns: dict) -> list[str]:
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    from jupyter_memprof._producers.fake_copy import _walk
+
+    out = []
+    for k, v in ns.items():
+        for x in (v, *_walk(v)):
+            if isinstance(x, FakeTensor) or (
+                isinstance(x, nn.Module) and any(isinstance(p, FakeTensor) for p in x.parameters())
+            ):
+                out.append(k)
+    return out
+
+
+def test_magic_estimate_binds_fakes_and_restores_the_namespace(shell, run):
+    model, opt, x, y = _mlp(3)
+    classification_step(model, opt, x, y)
+    ns = shell.user_ns
+    ns.update(est_model=model, est_opt=opt, est_x=x, est_y=y, est_kept="real", est_n=1)
+    ns["est_step"] = None
+    run(
+        "def est_step():\n"
+        "    est_opt.zero_grad()\n"
+        "    F.cross_entropy(est_model(est_x), est_y).backward()\n"
+        "    est_opt.step()\n"
+    )
+    before = _snapshot(model, opt)
+    result, out = run(
+        "%%memprofile --estimate --device cuda:0 --limit 24GiB -o est_prof --no-display\n"
+        "est_step()\n"
+        "est_new = est_model(est_x)\n"
+        "est_n = 2\n"
+        "est_kept = est_x\n"
+    )
+    assert result.error_in_exec is None, out
+    prof = ns["est_prof"]
+    assert prof.meta["estimate"] is True and prof.meta["device"] == "cuda:0"
+    assert prof.meta["oom"] is None and prof.meta["limit"] == 24 * 2**30
+    assert prof.label.endswith("(estimate)")
+    # the notebook function saw the fakes too: the step's gradients are named
+    names = set(prof.names["name"].dropna())
+    assert "est_model.0.weight.grad" in names or "0.weight.grad" in names, names
+    # every name is bound as before the cell; nothing fake is left; nothing real changed
+    assert "est_new" not in ns
+    assert ns["est_n"] == 1 and ns["est_kept"] == "real" and ns["est_model"] is model
+    assert _fake_in(ns) == []
+    assert _same(before, _snapshot(model, opt))
+
+
+def test_magic_estimate_bad_input_is_one_line(shell, run):
+    ns = shell.user_ns
+    ns["est_t"] = torch.randn(4, 4)
+    for cell, message in [
+        ("%%memprofile --estimate --device tpu\nest_bad = 1", "unknown device 'tpu'"),
+        ("%%memprofile --estimate --limit lots\nest_bad = 1", "limit: not a size in bytes"),
+        ("%%memprofile --limit 1GiB\nest_bad = 1", "--limit needs --estimate"),
+        (
+            "%%memprofile --estimate --device cpu,cuda\nest_bad = 1",
+            "--estimate takes one --device",
+        ),
+        (
+            "%%memprofile --estimate --no-display\nest_bad = est_t.nonzero()",
+            "aten::nonzero needs tensor values",
+        ),
+    ]:
+        result, out = run(cell)
+        lines = out.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("UsageError: "), out
+        assert message in lines[0], out
+        assert "est_bad" not in ns
+    assert "In[" in lines[0]  # the data-dependent op names the cell's line
+    assert _fake_in(ns) == []
+
+
+# -- the programs estimate mode must handle, each against a real capture ---------------------
+class _Square(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x * x
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return 2 * x * g
+
+
+class _Tied(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(1000, 64)
+        self.out = nn.Linear(64, 1000, bias=False)
+        self.out.weight = self.emb.weight
+
+    def forward(self, t):
+        return self.out(self.emb(t))
+
+
+class _Checkpointed(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.blocks = nn.ModuleList(nn.Sequential(nn.Linear(128, 128), nn.ReLU()) for _ in range(4))
+        self.head = nn.Linear(128, 10)
+
+    def forward(self, x):
+        for b in self.blocks:
+            x = torch.utils.checkpoint.checkpoint(b, x, use_reentrant=False)
+        return self.head(x)
+
+
+class _Custom(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Linear(128, 256), nn.Linear(256, 10)
+
+    def forward(self, x):
+        return self.b(_Square.apply(self.a(x)))
+
+
+def _small(frozen: bool = False):
+    m = nn.Sequential(nn.Linear(128, 256), nn.ReLU(), nn.Linear(256, 10))
+    if frozen:
+        m[0].requires_grad_(False)
+    return m
+
+
+def _accumulate_and_clip(m, o, x, y):
+    o.zero_grad(set_to_none=False)
+    for xb, yb in zip(x.chunk(2), y.chunk(2)):
+        F.cross_entropy(m(xb), yb).backward()
+    torch.nn.utils.clip_grad_norm_(m.parameters(), 1.0)
+    o.step()
+
+
+def _autocast(m, o, x, y):
+    o.zero_grad()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss = F.cross_entropy(m(x), y)
+    loss.backward()
+    o.step()
+
+
+def _lm(m, o, t):
+    o.zero_grad()
+    F.cross_entropy(m(t).flatten(0, 1), t.flatten()).backward()
+    o.step()
+
+
+def _build_copy_and_step(x):
+    """nn.TransformerEncoder deep-copies its layer; an EMA copy deep-copies the model."""
+    import copy
+
+    enc = nn.TransformerEncoder(nn.TransformerEncoderLayer(64, 4, 128, batch_first=True), 2)
+    ema = copy.deepcopy(enc)
+    opt = torch.optim.AdamW(enc.parameters())
+    enc(x).sum().backward()
+    opt.step()
+    with torch.no_grad():
+        for pe, p in zip(ema.parameters(), enc.parameters()):
+            pe.mul_(0.9).add_(p, alpha=0.1)
+
+
+def _case(name):
+    torch.manual_seed(0)
+    x, y = torch.randn(32, 128), torch.randint(0, 10, (32,))
+    if name == "frozen":
+        m = _small(frozen=True)
+        o = torch.optim.Adam([p for p in m.parameters() if p.requires_grad])
+        return classification_step, (m, o, x, y)
+    if name == "tied":
+        m = _Tied()
+        return _lm, (m, torch.optim.AdamW(m.parameters()), torch.randint(0, 1000, (8, 16)))
+    if name == "checkpointing":
+        m = _Checkpointed()
+        o = torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9)
+        return classification_step, (m, o, torch.randn(64, 128), y.repeat(2))
+    if name == "custom_function":
+        m = _Custom()
+        return classification_step, (m, torch.optim.Adam(m.parameters()), x, y)
+    if name == "accumulation_and_clipping":
+        m = _small()
+        return _accumulate_and_clip, (m, torch.optim.Adam(m.parameters()), x, y)
+    if name == "autocast":
+        m = _small()
+        return _autocast, (m, torch.optim.Adam(m.parameters()), x, y)
+    if name == "deepcopy":
+        return _build_copy_and_step, (torch.randn(4, 16, 64),)
+    raise KeyError(name)
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "frozen",
+        "tied",
+        "checkpointing",
+        "custom_function",
+        "accumulation_and_clipping",
+        "autocast",
+        "deepcopy",
+    ],
+)
+def test_estimate_matches_the_real_step(name):
+    fn, args = _case(name)
+    fn(*args)  # warm up: optimizer state and gradients exist
+    models = [a for a in args if isinstance(a, nn.Module)]
+    before = [{k: v.clone() for k, v in m.state_dict().items()} for m in models]
+    est = estimate(fn, *args)
+    assert all(_same(b, {k: v for k, v in m.state_dict().items()}) for b, m in zip(before, models))
+    gc.collect()
+    with jupyter_memprof.profile(namespace={"args": list(args)}) as real:
+        fn(*args)
+    pe, pr = est.peak().attrs["peak_bytes"], real.peak().attrs["peak_bytes"]
+    assert abs(pe - pr) / pr < 0.02, (pe, pr)
+    if models:  # parameters, gradients and optimizer state: exact
+        names = est.names
+        for role in ("parameter", "gradient", "optimizer_state"):
+            e = names[(names["role"] == role) & (names["when"] == "end")]["size_bytes"].sum()
+            r = real.names[(real.names["role"] == role) & (real.names["when"] == "end")]
+            assert e == r["size_bytes"].sum(), role
+
+
+def test_containers_and_kwargs_are_copied_and_user_errors_propagate():
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    seen = {}
+
+    def step(batch, *, cfg):
+        seen["types"] = (type(batch["x"]), type(batch["pair"][1]), type(cfg[0]))
+        return batch["x"].sum() + batch["pair"][1].sum() + cfg[0].sum()
+
+    batch = {"x": torch.ones(16, 16), "pair": (1, torch.ones(8))}
+    prof = estimate(step, batch, cfg=[torch.ones(4)])
+    assert seen["types"] == (FakeTensor, FakeTensor, FakeTensor)
+    assert type(batch["x"]) is torch.Tensor and batch["x"].sum().item() == 256
+    pre = prof.allocations[prof.allocations["alloc_ns"].isna()]
+    assert sorted(pre["size_bytes"]) == [16, 32, 1024]  # the three tensors passed in
+
+    def broken(x):
+        raise KeyError("user bug")
+
+    with pytest.raises(KeyError, match="user bug"):
+        estimate(broken, torch.ones(2))
+    # nothing of the fake run is left active
+    t = torch.ones(2) * 2
+    assert type(t) is torch.Tensor and t.sum().item() == 4.0
