@@ -337,8 +337,8 @@ def _conventional_dtype(column: str) -> set[str]:
         return {"category"}  # repeated strings
     if column.endswith("_id") or column == "seq_nr":
         return {"int64", "Int64"}
-    if column in ("name", "reason"):
-        return {"string", "category"}
+    if column in ("name", "reason", "module", "module_reason"):
+        return {"string", "category", "object"}
     if column == "mutated":
         return {"bool"}
     raise AssertionError(f"no documented convention for column {column!r}")
@@ -384,8 +384,8 @@ def test_profile_takes_names_from_the_callers_namespace():
         my_out = my_lin(my_batch)
     a = prof.allocations
     assert a.loc[a["name"] == "my_batch", "size_bytes"].tolist() == [4 * 16 * 4]
-    assert a.loc[a["name"] == "weight", "size_bytes"].tolist() == [8 * 16 * 4]
-    assert a.loc[a["name"] == "bias", "category"].tolist() == ["parameter"]
+    assert a.loc[a["name"] == "my_lin.weight", "size_bytes"].tolist() == [8 * 16 * 4]
+    assert a.loc[a["name"] == "my_lin.bias", "category"].tolist() == ["parameter"]
     assert a.loc[a["name"] == "my_out", "size_bytes"].tolist() == [4 * 8 * 4]
     modules = prof.ops.loc[prof.ops["kind"] == "module", "module"]
     assert modules.tolist() == ["my_lin"]  # the root module is named by its variable
@@ -403,7 +403,7 @@ def test_profile_sees_the_callers_globals_too():
         del MODULE_LEVEL_MODEL
     modules = prof.ops.loc[prof.ops["kind"] == "module", "module"]
     assert modules.tolist() == ["MODULE_LEVEL_MODEL"]
-    assert set(prof.names["name"]) == {"weight", "bias"}
+    assert set(prof.names["name"]) == {"MODULE_LEVEL_MODEL.weight", "MODULE_LEVEL_MODEL.bias"}
 
 
 def test_load_refuses_other_files(tmp_path):

@@ -253,9 +253,9 @@ def _live_names(ns):
     profile names them), and the optimizer."""
     params, buffers = {}, {}
     for var, value in ns.items():
-        if isinstance(value, torch.nn.Module):
-            params.update(value.named_parameters())
-            buffers.update(value.named_buffers())
+        if isinstance(value, torch.nn.Module):  # names start with the root's variable
+            params.update((f"{var}.{n}", t) for n, t in value.named_parameters())
+            buffers.update((f"{var}.{n}", t) for n, t in value.named_buffers())
         elif isinstance(value, torch.nn.Parameter):
             params[var] = value
     return params, buffers, ns["opt"]

@@ -300,7 +300,7 @@ def _strings(node, owner=(None, None), attr=None):
 def test_every_label_kind_is_data_never_markup(evil, tmp_path):
     ops = evil.ops
     assert (ops["name"] == LABEL).sum() == 1
-    assert (ops["module"] == EVIL_MODULE).sum() > 3
+    assert (ops["module"] == f"model.{EVIL_MODULE}").sum() > 3
     assert ops["callsite"].str.startswith(f"{EVIL_FILE}:").sum() > 3
     text = open(write_html(evil, tmp_path / "evil.html"), encoding="utf-8").read()
     # the page itself: the profile label only escaped, in the title

@@ -6,7 +6,6 @@ from __future__ import annotations
 import html
 import os
 import re
-from decimal import ROUND_HALF_UP, Decimal
 
 import pandas as pd
 import pytest
@@ -21,6 +20,7 @@ from test_dashboard import (
     training_step_profile,
 )
 
+from jupyter_memprof._units import format_bytes
 from jupyter_memprof._views import dashboard_data as dd
 from jupyter_memprof._views.dashboard import build
 
@@ -109,13 +109,9 @@ TIMELINE_FRAME = """() => {
 
 
 def js_bytes(n: float) -> str:
-    """The dashboard's byte format in tooltips (``BYTES_FORMAT`` in dashboard_js)."""
-    units, v, i = ["B", "KiB", "MiB", "GiB", "TiB"], abs(n), 0
-    while v >= 1024 and i < len(units) - 1:
-        v, i = v / 1024, i + 1
-    # JavaScript's toFixed rounds exact halves up (13.125 -> "13.13"), Python's format does not
-    digits = Decimal(v).quantize(Decimal("0.01") if i else Decimal(1), ROUND_HALF_UP)
-    return ("-" if n < 0 else "") + str(digits) + " " + units[i]
+    """The dashboard's byte format in tooltips: the one rule of ``_units.format_bytes``,
+    which ``js/units.js`` follows to the character (tests/test_browser_code.py)."""
+    return format_bytes(n)
 
 
 def settle(page, condition: str, arg=None) -> None:
@@ -541,7 +537,7 @@ def test_every_label_kind_shows_as_text(tmp_path):
         names = model_data(page, "memprof-ops", "name")
         modules = model_data(page, "memprof-ops", "module")
         row = next(i for i, (n, m) in enumerate(zip(names, modules)) if n == "nn.Module: Linear")
-        assert modules[row] == EVIL_MODULE
+        assert modules[row] == f"model.{EVIL_MODULE}"
         xy = page.evaluate(TO_PAGE, ["memprof-ops", "cx", "cy", row, 0])
         page.mouse.click(*xy)
         settle(
@@ -557,7 +553,7 @@ def test_every_label_kind_shows_as_text(tmp_path):
         assert html.escape(EVIL_MODULE) in details and html.escape(EVIL_FILE) in details
         assert page.evaluate(COUNT_INJECTED) == 0
         info = text_of(page, ".memprof-optree")
-        assert f"in | {EVIL_MODULE} | at | {EVIL_FILE}:" in info, info
+        assert f"in | model.{EVIL_MODULE} | at | {EVIL_FILE}:" in info, info
         # the op table and the allocations' lineage show them as text as well
         assert page.locator(".memprof-optable").get_by_text(EVIL_MODULE).count() >= 1
         page.locator(".memprof-allocations .slick-row").first.locator(".slick-cell").first.click()

@@ -294,7 +294,7 @@ def test_estimate_dashboard_renders_and_says_estimate(oom_estimate, tmp_path):
                  for (const m of Bokeh.documents[0].all_models) if (m.type === "Label") out.push(m.text);
                  return out; }"""
         )
-        assert "limit 4.00 MiB" in labels
+        assert "limit 4.0 MiB" in labels
         assert any(t.startswith("out of memory at #") for t in labels), labels
         assert page.locator(".memprof-timeline canvas").count() >= 1
         assert errors == []

@@ -493,7 +493,7 @@ def test_html_that_cannot_be_written_keeps_the_profile_and_summary(shell, run, t
     assert lines[0] == "memory profile 'p_nohtml'"  # the summary is still shown
     assert lines[-1] == (
         f"%%memprofile: could not write the report to {str(target)!r}: "
-        f"IsADirectoryError: [Errno 21] Is a directory: {str(target)!r}"
+        f"IsADirectoryError: cannot write {target}: it is a folder"
     ), out
     assert "report written" not in out
     assert len(blocks_of(shell.user_ns["p_nohtml"], 4000)) == 1

@@ -9,6 +9,7 @@
 //   hl_a/hl_b the data sources of the highlight lines in the two timelines
 //   areas_a/b category -> the stacked area renderer of that category
 //   status    a Div that says what is highlighted (set as text, never as HTML)
+/* global mode, rows, by, tables, series, hl_a, hl_b, areas_a, areas_b, status */
 
 const FADED = 0.15;
 const SHOWN = 0.85;
