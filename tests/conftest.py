@@ -68,3 +68,26 @@ def ipython_shell():
 
     # look the function up at call time: the first call replaces it with the shell's own
     return globalipapp.get_ipython()
+
+
+@pytest.fixture(scope="module")
+def shell(ipython_shell):
+    """The shell with the extension loaded, for one test module."""
+    ip = ipython_shell
+    ip.run_cell("%load_ext jupyter_memprof", store_history=True)
+    ip.run_cell("import torch, torch.nn.functional as F", store_history=True)
+    yield ip
+    ip.run_cell("%unload_ext jupyter_memprof", store_history=True)
+
+
+@pytest.fixture
+def run(shell, capsys):
+    """Run a cell as a notebook does; returns (ExecutionResult, everything it printed)."""
+
+    def run_cell(source: str):
+        capsys.readouterr()
+        result = shell.run_cell(source, store_history=True)
+        captured = capsys.readouterr()
+        return result, captured.out + captured.err
+
+    return run_cell

@@ -301,26 +301,6 @@ def test_estimate_dashboard_renders_and_says_estimate(oom_estimate, tmp_path):
 
 
 # -- %%memprofile --estimate -----------------------------------------------------------------
-@pytest.fixture(scope="module")
-def shell():
-    from IPython.testing import globalipapp
-
-    ip = globalipapp.get_ipython()
-    ip.run_cell("%load_ext jupyter_memprof", store_history=True)
-    ip.run_cell("import torch, torch.nn.functional as F", store_history=True)
-    yield ip
-    ip.run_cell("%unload_ext jupyter_memprof", store_history=True)
-
-
-@pytest.fixture
-def run(shell, capsys):
-    def run_cell(source: str):
-        capsys.readouterr()
-        result = shell.run_cell(source, store_history=True)
-        captured = capsys.readouterr()
-        return result, captured.out + captured.err
-
-    return run_cell
 
 
 def _fake_in(ns: dict) -> list[str]:

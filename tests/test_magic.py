@@ -11,7 +11,6 @@ import types
 import pytest
 import torch
 from IPython.core.error import UsageError
-from IPython.testing import globalipapp
 
 from jupyter_memprof._analysis import schema as _schema
 from jupyter_memprof._frontends.magic import LAST
@@ -19,28 +18,6 @@ from jupyter_memprof._frontends.progress import Progress, progress_for
 from jupyter_memprof._producers.torch_profiler import profiler_running
 from jupyter_memprof._profile import Profile
 from jupyter_memprof._views.summary import NO_ACTIVITY
-
-
-@pytest.fixture(scope="module")
-def shell():
-    ip = globalipapp.get_ipython()
-    ip.run_cell("%load_ext jupyter_memprof", store_history=True)
-    ip.run_cell("import torch", store_history=True)
-    yield ip
-    ip.run_cell("%unload_ext jupyter_memprof", store_history=True)
-
-
-@pytest.fixture
-def run(shell, capsys):
-    """Run a cell as a notebook does; returns (ExecutionResult, everything it printed)."""
-
-    def run_cell(source: str):
-        capsys.readouterr()
-        result = shell.run_cell(source, store_history=True)
-        captured = capsys.readouterr()
-        return result, captured.out + captured.err
-
-    return run_cell
 
 
 def blocks_of(prof: Profile, nbytes: int):
