@@ -1,10 +1,21 @@
-"""Devices: the one parser for the ``device`` option and the one order devices are shown in."""
+"""Devices: the one parser of device names and the one order devices are shown in.
+
+Every device name a user gives goes through here: :func:`parse_device` for one name
+(estimate mode: any ``cuda:N``, no CUDA needed), :func:`resolve_devices` for a capture's
+``device`` option (several names; the devices must exist here). A bad name raises
+:class:`~jupyter_memprof._errors.DeviceError` (or :class:`CaptureError` from
+:func:`resolve_devices`) with one line; callers re-raise it as their own error, the message
+unchanged. Past this module a device is ``"cpu"`` or ``"cuda:N"``.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
-from ._errors import CaptureError
+from ._errors import CaptureError, DeviceError
+
+_USE = "use 'cpu', 'cuda' or 'cuda:N'"
 
 
 def _cuda_count() -> int:
@@ -13,11 +24,79 @@ def _cuda_count() -> int:
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
+def split_devices(values: Iterable[str]) -> list[str]:
+    """``["cpu,cuda:0", " cuda:1"]`` -> ``["cpu", "cuda:0", "cuda:1"]``: comma-separated
+    lists split, blanks dropped (``--device`` may be given many times, each a list)."""
+    return [p.strip() for v in values for p in str(v).split(",") if p.strip()]
+
+
+def _parse(name: Any) -> tuple[str, int | None]:
+    """The syntax: ``("cpu", None)``, or ``("cuda", N)`` (``N`` None for a bare ``cuda``)."""
+    import torch
+
+    if not isinstance(name, (str, torch.device)):
+        raise DeviceError(f"device must be a string like 'cuda:0', not {name!r}")
+    try:
+        dev = torch.device(name)
+    except RuntimeError:
+        raise DeviceError(f"unknown device {name!r}: {_USE}") from None
+    if dev.type == "cpu":
+        return "cpu", None
+    if dev.type == "cuda":
+        return "cuda", dev.index
+    raise DeviceError(f"device {name!r} is not supported: {_USE}")
+
+
+def _check_present(name: Any, index: int | None, cuda_count: int) -> None:
+    if cuda_count == 0:
+        raise DeviceError(f"device {name!r} asked for, but no CUDA device is available here")
+    if index is not None and index >= cuda_count:
+        raise DeviceError(f"device {name!r} does not exist: {cuda_count} CUDA device(s) visible")
+
+
+def parse_device(name: Any, *, need_present: bool) -> str:
+    """One device name (a string or a ``torch.device``) -> ``"cpu"`` or ``"cuda:N"``; a bare
+    ``"cuda"`` is ``"cuda:0"``.
+
+    ``need_present``: the device must exist here (code will run on it); without it any
+    ``cuda:N`` is accepted (estimate mode only pretends to run there). Anything else raises
+    :class:`DeviceError` with one line.
+    """
+    kind, index = _parse(name)
+    if kind == "cpu":
+        return "cpu"
+    if need_present:
+        _check_present(name, index, _cuda_count())
+    return f"cuda:{index or 0}"
+
+
+def is_present(device: str) -> bool:
+    """Whether ``device`` (as :func:`parse_device` returns it) exists in this process."""
+    kind, index = _parse(device)
+    return kind == "cpu" or (index or 0) < _cuda_count()
+
+
+def is_cuda(value: Any) -> bool:
+    """Whether ``value`` (a device string or ``torch.device``) names a CUDA device; anything
+    else, a bad name included, is not (cheap: no parsing for values that are no name)."""
+    import torch
+
+    if isinstance(value, torch.device):
+        return value.type == "cuda"
+    if not isinstance(value, str):
+        return False
+    try:
+        return _parse(value)[0] == "cuda"
+    except DeviceError:
+        return False
+
+
 def resolve_devices(device: str | Iterable[str] | None) -> list[str]:
-    """Normalise the ``device`` option to a list like ``["cpu", "cuda:0"]``.
+    """Normalise a capture's ``device`` option to a list like ``["cpu", "cuda:0"]``.
 
     ``None`` means the CPU plus every visible CUDA device. ``"cuda"`` means every visible
-    CUDA device; ``"cuda:N"`` one of them.
+    CUDA device; ``"cuda:N"`` one of them (it must exist). Strings may be comma-separated
+    lists. A bad name raises :class:`CaptureError` with the line :func:`parse_device` gives.
     """
     import torch
 
@@ -29,34 +108,23 @@ def resolve_devices(device: str | Iterable[str] | None) -> list[str]:
     else:
         wanted = [str(d) for d in device]
     out: list[str] = []
-    for item in (p.strip() for w in wanted for p in w.split(",")):
-        if not item:
-            continue
-        try:
-            dev = torch.device(item)
-        except RuntimeError:
-            raise CaptureError(f"unknown device {item!r}: use 'cpu', 'cuda' or 'cuda:N'") from None
-        if dev.type == "cpu":
-            names = ["cpu"]
-        elif dev.type == "cuda":
-            if cuda_count == 0:
-                raise CaptureError(
-                    f"device {item!r} asked for, but no CUDA device is available here"
+    try:
+        for item in split_devices(wanted):
+            kind, index = _parse(item)
+            if kind == "cpu":
+                names = ["cpu"]
+            else:
+                _check_present(item, index, cuda_count)
+                names = (
+                    [f"cuda:{index}"]
+                    if index is not None
+                    else [f"cuda:{i}" for i in range(cuda_count)]
                 )
-            if dev.index is not None and dev.index >= cuda_count:
-                raise CaptureError(
-                    f"device {item!r} does not exist: {cuda_count} CUDA device(s) visible"
-                )
-            names = (
-                [f"cuda:{dev.index}"]
-                if dev.index is not None
-                else [f"cuda:{i}" for i in range(cuda_count)]
-            )
-        else:
-            raise CaptureError(f"device {item!r} is not supported: use 'cpu', 'cuda' or 'cuda:N'")
-        out.extend(n for n in names if n not in out)
+            out.extend(n for n in names if n not in out)
+    except DeviceError as err:
+        raise CaptureError(str(err)) from None
     if not out:
-        raise CaptureError("no device given: use 'cpu', 'cuda' or 'cuda:N'")
+        raise CaptureError(f"no device given: {_USE}")
     return out
 
 

@@ -8,9 +8,20 @@ class CaptureError(ValueError):
 
 
 class ProfileFileError(ValueError):
-    """The file is not a saved jupyter_memprof profile (or is damaged)."""
+    """The file is not a saved jupyter_memprof profile, or is damaged or crafted: one line
+    naming the file and what is wrong. :func:`jupyter_memprof.load` raises nothing else for
+    a file's content (a missing path is FileNotFoundError)."""
 
 
 class EstimateError(ValueError):
     """Estimate mode cannot do what was asked (bad device or limit, an op a fake run cannot
     do, a real tensor it did not copy)."""
+
+
+class ExportError(ValueError):
+    """The export cannot be written as asked (unknown suffix, unknown device)."""
+
+
+class DeviceError(ValueError):
+    """A device name that cannot be used (:mod:`._devices`); each caller re-raises it as its
+    own error (CaptureError, EstimateError) with the same line."""

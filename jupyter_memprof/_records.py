@@ -10,9 +10,13 @@ Capture into every table; it never sees the producer.
 Producers today:
 
 - :mod:`jupyter_memprof._producers.torch_profiler` reads the event tree of
-  ``torch.profiler.profile`` (the only module that touches ``torch._C``);
+  ``torch.profiler.profile`` (a real run, started by :mod:`~jupyter_memprof._producers.recorder`);
 - estimate mode runs the code on fake tensors and records the same things through a
   dispatch mode (:mod:`jupyter_memprof._producers.fake`; see docs/estimate.md).
+
+Only producers touch torch's private APIs (``torch._C`` and friends: the profiler's event
+tree, fake tensors, the autograd engine); from these records on, nothing does
+(tests/test_architecture.py checks it).
 
 Rules every producer keeps (the analysis relies on them):
 

@@ -27,9 +27,11 @@ def _is_type_checking(node: ast.If) -> bool:
     )
 
 
-def _imports(name: str, path: pathlib.Path, known: set[str]) -> set[str]:
+def _imports(name: str, path: pathlib.Path, known: set[str], *, lazy: bool = True) -> set[str]:
     """Every module of the package that ``name`` imports, at any depth of its code (imports
-    inside functions count: they are cycles too, only deferred), except under TYPE_CHECKING."""
+    inside functions count: they are cycles too, only deferred), except under TYPE_CHECKING.
+    ``lazy=False``: only the imports that run when the module is imported (none inside a
+    function)."""
     tree = ast.parse(path.read_text())
     package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
     found: set[str] = set()
@@ -38,6 +40,8 @@ def _imports(name: str, path: pathlib.Path, known: set[str]) -> set[str]:
         if isinstance(node, ast.If) and _is_type_checking(node):
             for child in node.orelse:
                 visit(child)
+            return
+        if not lazy and isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
             return
         if isinstance(node, ast.Import):
             found.update(a.name for a in node.names if a.name in known)
@@ -106,26 +110,123 @@ def test_import_graph_has_no_cycles():
     assert cycle is None, "import cycle: " + " -> ".join(cycle)
 
 
+#: The layers of docs/architecture.md, bottom up, and what each may import. Every module
+#: belongs to one: a new top-level module must be placed here (the test says so).
+BASE = {"_vocab", "_errors", "_units", "_io", "_devices", "_version"}
+RESULT = {"_profile", "_storage", "_parquet"}
+SUBPACKAGES = {
+    "_producers": "producers",
+    "_analysis": "analysis",
+    "_views": "views",
+    "_frontends": "frontends",
+}
+MAY_IMPORT = {
+    "base": {"base"},
+    "records": {"base", "records"},
+    "producers": {"base", "records", "producers"},  # never the analysis: it sees only records
+    "analysis": {"base", "records", "analysis"},  # never a producer
+    "result": {"base", "records", "analysis", "result"},
+    "views": {"base", "records", "analysis", "result", "views"},
+    "frontends": {"base", "records", "producers", "analysis", "result", "views", "frontends"},
+}
+
+
+def _layer(mod: str) -> str | None:
+    if mod == NAME:
+        return "frontends"  # the public surface (its imports are lazy)
+    part = mod.split(".")[1]
+    if part in BASE:
+        return "base"
+    if part == "_records":
+        return "records"
+    if part in RESULT:
+        return "result"
+    return SUBPACKAGES.get(part)
+
+
+def test_every_module_has_a_layer():
+    unplaced = [m for m in import_graph() if _layer(m) is None]
+    assert unplaced == [], "place these in a layer (docs/architecture.md, MAY_IMPORT here)"
+
+
 def test_layers_only_import_downwards():
-    """producers and analysis never import views or front ends; views never import front
-    ends; nothing below the front ends imports IPython at module level."""
+    """Each layer imports only the layers below it (MAY_IMPORT), counting imports inside
+    functions. The one exception: ``Profile`` methods import views lazily (``prof.show()``,
+    ``prof.to_html()``), so ``_profile`` may import ``_views`` inside functions only."""
     graph = import_graph()
-    order = ["_producers", "_analysis", "_views", "_frontends"]
-
-    def layer(mod: str) -> int | None:
-        part = mod.split(".")[1]
-        return order.index(part) if part in order else None
-
+    mods = _modules()
+    profile = f"{NAME}._profile"
+    eager = _imports(profile, mods[profile], set(mods), lazy=False)
     wrong = []
-    for mod, deps in graph.items():
-        lm = layer(mod)
-        if lm is None or mod.split(".")[1] in ("_views", "_frontends"):
-            continue
-        for dep in deps:
-            ld = layer(dep)
-            if ld is not None and ld > lm:
-                wrong.append(f"{mod} -> {dep}")
+    for mod, deps in sorted(graph.items()):
+        lm = _layer(mod)
+        for dep in sorted(deps):
+            ld = _layer(dep)
+            if lm is None or ld is None or ld in MAY_IMPORT[lm]:
+                continue
+            if mod == profile and ld == "views" and dep not in eager:
+                continue  # the documented exception
+            wrong.append(f"{mod} ({lm}) -> {dep} ({ld})")
     assert wrong == []
+
+
+def test_ipython_is_imported_at_module_level_by_front_ends_only():
+    """Below the front ends, IPython is imported inside the function that needs it, so the
+    analysis, views and saved profiles work in a plain Python process."""
+    offenders = []
+    for name, path in _modules().items():
+        if _layer(name) in (None, "frontends"):
+            continue
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.Import):
+                roots = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                roots = [node.module or ""]
+            else:
+                continue
+            if any(r.split(".")[0] == "IPython" for r in roots):
+                offenders.append(f"{name}:{node.lineno}")
+    assert offenders == []
+
+
+def _private_torch(node: ast.AST) -> str | None:
+    """The dotted name when ``node`` reaches a private part of torch (``torch._C``,
+    ``torch.utils._python_dispatch``, ``torch.autograd._disable_profiler``), else None."""
+    if isinstance(node, ast.Import):
+        names = [a.name for a in node.names]
+    elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+        names = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+    elif isinstance(node, ast.Attribute):
+        parts = []
+        cur: ast.AST = node
+        while isinstance(cur, ast.Attribute):
+            parts.append(cur.attr)
+            cur = cur.value
+        if not (isinstance(cur, ast.Name) and cur.id == "torch"):
+            return None
+        names = [".".join(["torch", *reversed(parts)])]
+    else:
+        return None
+    for dotted in names:
+        parts = dotted.split(".")
+        private = [p for p in parts[1:] if p.startswith("_") and not p.endswith("__")]
+        if parts[0] == "torch" and private:
+            return dotted
+    return None
+
+
+def test_only_producers_touch_private_torch():
+    """torch's private APIs (what changes between torch releases) are used by producers only:
+    the analysis, views and front ends see records and tables, and public torch at most."""
+    offenders = []
+    for name, path in _modules().items():
+        if _layer(name) == "producers":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            found = _private_torch(node)
+            if found:
+                offenders.append(f"{name}:{node.lineno} {found}")
+    assert offenders == []
 
 
 def test_no_javascript_in_python_strings():

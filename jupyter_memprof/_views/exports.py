@@ -19,7 +19,7 @@
   shapes as arguments; one counter track (``ph: C``) per device with the live bytes of every
   category after each event; flow arrows (``ph: s``/``f``, bound to the enclosing slice as
   kineto binds its own forward-backward flows) from each forward op to its backward op.
-  Times are microseconds since the capture started (``meta["start_ns"]``), so nanoseconds
+  Times are microseconds since the capture started (:attr:`Profile.start_ns`), so nanoseconds
   survive JSON's floats.
 - ``*.html``: the dashboard, as :meth:`Profile.to_html`.
 
@@ -40,14 +40,11 @@ import numpy as np
 import pandas as pd
 
 from .._devices import device_sort_key
+from .._errors import ExportError
 from .._io import atomic_write, check_target
 from .._vocab import Action, Category
 
 __all__ = ["ExportError", "SUFFIXES", "export", "export_format"]
-
-
-class ExportError(ValueError):
-    """The export cannot be written as asked (unknown suffix, unknown device)."""
 
 
 #: torch's ``_ACTION_TO_INDEX`` (``Action`` enum values, from 1)
@@ -162,7 +159,7 @@ def trace_events(prof) -> dict:
     """The profile as a Chrome trace (a JSON object with ``traceEvents``)."""
     ops = prof.ops
     meta = prof.meta
-    start_ns = int(meta.get("start_ns") or (ops["start_ns"].min() if len(ops) else 0) or 0)
+    start_ns = prof.start_ns or 0
     pid = int(meta.get("rank") or 0)
     events: list[dict] = [
         {"ph": "M", "name": "process_name", "pid": pid, "tid": 0,
@@ -206,7 +203,7 @@ def trace_events(prof) -> dict:
             {"ph": "X", "name": name, "cat": phase, "pid": pid, "tid": tid, "ts": ts,
              "dur": dur, "args": args}
         )  # fmt: skip
-    events.extend(_counter_events(prof.timeline, start_ns, pid))
+    events.extend(_counter_events(prof.timeline, prof.devices, start_ns, pid))
     events.extend(_flow_events(prof.flows, ops, start_ns, pid))
     return {
         "traceEvents": events,
@@ -220,12 +217,16 @@ def trace_events(prof) -> dict:
     }
 
 
-def _counter_events(timeline: pd.DataFrame, start_ns: int, pid: int) -> list[dict]:
-    """One counter per device: after each distinct time, the live bytes of every category
-    that device has had (a category absent so far counts 0)."""
+def _counter_events(
+    timeline: pd.DataFrame, devices: list[str], start_ns: int, pid: int
+) -> list[dict]:
+    """One counter per device (``devices``, in their order): after each distinct time, the
+    live bytes of every category that device has had (a category absent so far counts 0)."""
     out = []
-    for device in sorted(timeline["device"].astype(object).unique(), key=device_sort_key):
+    for device in devices:
         tl = timeline[timeline["device"].astype(object).to_numpy() == device]
+        if tl.empty:
+            continue
         wide = tl.pivot_table(
             index="time_ns", columns="category", values="bytes", aggfunc="last", observed=True
         )
@@ -287,9 +288,11 @@ def _json_writer(doc, gz: bool) -> Callable[[str], None]:
 
 
 def _devices(prof) -> list[str]:
-    found = set(prof.events["device"].astype(object).unique())
-    found.update(prof.meta.get("devices") or [])
-    return sorted(found, key=device_sort_key)
+    """:attr:`Profile.devices` (those with memory activity) and the devices the capture was
+    asked to record but saw nothing on (each gets its empty file), in device order."""
+    seen = prof.devices
+    asked = [d for d in prof.meta.get("devices") or [] if d not in seen]
+    return sorted([*seen, *asked], key=device_sort_key)
 
 
 def _targets(prof, path: str, device: str | None) -> list[tuple[str, str]]:
