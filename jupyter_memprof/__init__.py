@@ -20,6 +20,7 @@ __all__ = [
     "load_ipython_extension",
     "load_many",
     "profile",
+    "release",
     "unload_ipython_extension",
 ]
 
@@ -54,6 +55,10 @@ def __getattr__(name: str):
         from ._profile import diff
 
         return diff
+    if name == "release":
+        from ._frontends.session import release_profile as release
+
+        return release
     if name == "compare":
         from ._views.compare import compare
 

@@ -22,6 +22,20 @@ import pandas as pd
 from ._analysis import schema as S
 from ._errors import ProfileFileError
 from ._io import atomic_write_dir
+from ._storage import (
+    MAX_META_BYTES,
+    check_meta,
+    check_tables,
+    check_text,
+    column_kind,
+    one_line,
+    regular_file,
+    shape_ok,
+    shown,
+    size_budget,
+    size_refusal,
+)
+from ._units import format_bytes
 
 __all__ = ["FORMAT", "is_profile_folder", "read_folder", "write_folder"]
 
@@ -43,12 +57,13 @@ def _json_default(value):
 def is_profile_folder(path: str | os.PathLike) -> bool:
     """Whether ``path`` is a folder holding a saved profile's ``meta.json``."""
     meta = os.path.join(os.fspath(path), META)
-    if not os.path.isfile(meta):
-        return False
     try:
-        with open(meta, encoding="utf-8") as fh:
-            return json.load(fh).get("format") == FORMAT
-    except (OSError, ValueError, AttributeError):
+        if not os.path.isfile(meta) or os.path.getsize(meta) > MAX_META_BYTES:
+            return False
+        with open(meta, "rb") as fh:
+            doc = json.loads(fh.read(MAX_META_BYTES).decode("utf-8"))
+        return type(doc) is dict and doc.get("format") == FORMAT
+    except (OSError, ValueError, RecursionError):
         return False
 
 
@@ -139,39 +154,205 @@ def write_folder(
 
 
 def read_folder(path: str | os.PathLike) -> tuple[dict[str, pd.DataFrame], dict]:
-    """Read the tables and meta written by :func:`write_folder`."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
+    """Read the tables and meta written by :func:`write_folder`.
 
+    The folder is untrusted: sizes are checked before anything is decompressed (the sizes
+    each Parquet footer declares, under the rule of :mod:`jupyter_memprof._storage`: at most
+    ``max(SIZE_FLOOR, MAX_RATIO * bytes on disk)`` uncompressed, counting a column's rows at
+    8 bytes each at least), text columns are read as dictionaries (a repeated value is not
+    copied per row), and every column is checked against its declared type. Anything wrong
+    is one :class:`ProfileFileError`."""
     path = os.fspath(path)
     try:
-        with open(os.path.join(path, META), encoding="utf-8") as fh:
-            doc = json.load(fh)
-    except FileNotFoundError:
-        raise ProfileFileError(f"{path} is a folder without {META}, not a saved profile") from None
-    except (OSError, ValueError) as exc:
-        raise ProfileFileError(f"{path} is not a readable saved profile ({exc})") from None
-    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
-        raise ProfileFileError(f"{path} is not a saved jupyter_memprof profile folder")
-    version = doc.get("format_version", 0)
-    if not isinstance(version, int) or version > FORMAT_VERSION:
+        return _read_folder(path)
+    except (ProfileFileError, MemoryError):
+        raise
+    except Exception as exc:  # pyarrow, OSError, ...: damage, whatever its kind
         raise ProfileFileError(
-            f"{path} was saved by a newer jupyter_memprof (format {version}); upgrade to read it"
+            f"{shown(path)} is not a readable saved profile ({type(exc).__name__}: {one_line(exc)})"
+        ) from None
+
+
+def _file(path: str, name: str) -> tuple[str, int]:
+    file = os.path.join(path, name)
+    if not os.path.lexists(file):
+        if name == META:
+            raise ProfileFileError(f"{shown(path)} is a folder without {META}, not a saved profile")
+        raise ProfileFileError(f"{shown(path)} lacks the table {name}")
+    try:
+        return file, regular_file(file, "a file of a saved profile")
+    except FileNotFoundError:  # a link to nothing
+        raise ProfileFileError(f"{shown(file)} is a link to nothing") from None
+
+
+def _read_meta(path: str) -> tuple[dict, int]:
+    file, size = _file(path, META)
+    where = shown(file)
+    if size > MAX_META_BYTES:
+        raise ProfileFileError(
+            f"{where} holds {format_bytes(size)}, over {format_bytes(MAX_META_BYTES)}"
         )
+    with open(file, "rb") as fh:
+        data = fh.read(MAX_META_BYTES + 1)
+    try:
+        doc = json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise ProfileFileError(f"{where} is not UTF-8 text") from None
+    except RecursionError:
+        raise ProfileFileError(f"{where} nests too deeply") from None
+    except ValueError as exc:
+        raise ProfileFileError(f"{where} is not JSON ({one_line(exc)})") from None
+    if type(doc) is not dict or doc.get("format") != FORMAT:
+        raise ProfileFileError(f"{shown(path)} is not a saved jupyter_memprof profile folder")
+    version = doc.get("format_version", 0)
+    if type(version) is not int or version > FORMAT_VERSION:
+        raise ProfileFileError(
+            f"{shown(path)} was saved by a newer jupyter_memprof (format {version!r}); upgrade "
+            "to read it"
+        )
+    return check_meta(doc.get("meta", {}), path), size
+
+
+def _declared(file: str) -> int:
+    """What reading ``file`` may cost, from its footer: its columns' uncompressed sizes, and
+    at least 8 bytes per value."""
+    import pyarrow.parquet as pq
+
+    md = pq.read_metadata(file)
+    uncompressed = 0
+    for i in range(md.num_row_groups):
+        rg = md.row_group(i)
+        columns = sum(max(rg.column(j).total_uncompressed_size, 0) for j in range(rg.num_columns))
+        uncompressed += max(rg.total_byte_size, columns)
+    return max(uncompressed, max(md.num_rows, 0) * md.num_columns * 8)
+
+
+class _Bad(Exception):
+    """What is wrong with one column."""
+
+
+def _column(col, dtype, budget: list[int]):
+    """An Arrow column as what pandas builds the declared dtype from; raises _Bad."""
+    import numpy as np
+    import pyarrow as pa
+
+    t = col.type
+    kind = column_kind(dtype)
+    if len(col) == 0:  # an empty column's type says nothing (pandas writes double)
+        return pd.Series([], dtype=object).astype("Int64" if kind in ("int", "Int") else object)
+    if kind in ("int", "Int"):
+        if not pa.types.is_integer(t) and not (kind == "Int" and pa.types.is_null(t)):
+            raise _Bad(f"is {t}, not integers")
+        if kind == "int" and col.null_count:
+            raise _Bad("has missing values")
+        try:
+            col = col.cast(pa.int64())  # safe: an unsigned value over the range raises
+        except pa.ArrowInvalid:
+            raise _Bad("holds an integer out of the 64-bit range") from None
+        if kind == "int":
+            return col.to_numpy()
+        values = np.asarray(col.fill_null(0).to_numpy(zero_copy_only=False), dtype=np.int64)
+        mask = np.asarray(col.is_null().to_numpy(zero_copy_only=False), dtype=bool)
+        return pd.arrays.IntegerArray(values, mask)
+    if kind == "bool":
+        if not pa.types.is_boolean(t) or col.null_count:
+            raise _Bad(f"is {t}, not true or false")
+        return col.to_numpy(zero_copy_only=False)
+    value_type = t.value_type if pa.types.is_dictionary(t) else t
+    if not (pa.types.is_string(value_type) or pa.types.is_large_string(value_type)) and not (
+        pa.types.is_null(value_type)
+    ):
+        raise _Bad(f"is {t}, not text")
+    if pa.types.is_null(value_type):
+        return pd.Series([None] * len(col), dtype=object)
+    if kind == "str" and str(dtype) == "string":  # kept as dense text, not a dictionary
+        if pa.types.is_dictionary(t):
+            import pyarrow.compute as pc
+
+            dense = 0
+            for chunk in col.chunks:
+                lengths = np.asarray(pc.binary_length(chunk.dictionary).fill_null(0), np.int64)
+                dense += int(lengths[np.asarray(chunk.indices.fill_null(0), np.int64)].sum())
+            budget[0] -= dense
+            if budget[0] < 0:
+                raise _Bad("spells out more text than the size rule allows")
+            col = col.cast(value_type)
+        return col.to_pandas(types_mapper={value_type: S.STRING}.get)
+    values = col.to_pandas()
+    if kind == "object":
+        values = values.astype(object).where(values.notna(), "null")
+        try:
+            decoded = _decode_json_column(values)
+        except RecursionError:
+            raise _Bad("nests too deeply") from None
+        except ValueError as exc:
+            raise _Bad(f"holds text that is not JSON ({one_line(exc)})") from None
+        distinct = {id(v): v for v in decoded}.values()  # rows share parsed values
+        if not all(shape_ok(v) for v in distinct):
+            raise _Bad("holds values that are not lists of numbers")
+        return pd.Series(decoded, dtype=object)
+    return values
+
+
+def _read_folder(path: str) -> tuple[dict[str, pd.DataFrame], dict]:
+    import pyarrow.parquet as pq
+
+    meta, stored = _read_meta(path)
+    files = {}
+    for name in S.TABLES:
+        files[name], size = _file(path, f"{name}.parquet")
+        stored += size
+    declared = 0
+    for file in files.values():
+        try:
+            declared += _declared(file)
+        except Exception as exc:  # any failure to read a footer is damage
+            raise ProfileFileError(
+                f"{shown(file)} is not a readable table ({one_line(exc)})"
+            ) from None
+    if declared > size_budget(stored):
+        raise size_refusal(path, declared, stored)
+    budget = [size_budget(stored) - declared]  # what text columns may spell out
     tables = {}
     for name, schema in S.TABLES.items():
-        file = os.path.join(path, f"{name}.parquet")
+        file = files[name]
+        where = shown(file)
         try:
-            df = pq.read_table(file).to_pandas()
-            for col in JSON_COLUMNS.get(name, ()):
-                if col in df:
-                    df[col] = pd.Series(_decode_json_column(df[col]), dtype=object)
+            have = pq.read_schema(file).names
+            missing = [
+                c for c in schema if c not in have and c not in S.ADDED_COLUMNS.get(name, ())
+            ]
+            if missing:
+                raise _Bad(f"lacks columns {missing}")
+            if len(set(have)) != len(have):
+                raise _Bad("names a column twice")
+            wanted = [c for c in schema if c in have]
+            text = [c for c in wanted if column_kind(schema[c]) in ("str", "vocab", "object")]
+            table = pq.read_table(file, columns=wanted, read_dictionary=text)
+            columns = {}
+            for c, dtype in schema.items():
+                if c not in have:
+                    columns[c] = pd.Series([None] * table.num_rows, dtype=object)
+                    continue
+                try:
+                    columns[c] = _column(table.column(c), dtype, budget)
+                except _Bad as exc:
+                    raise _Bad(f"column {c!r} {exc}") from None
+            del table
+            df = pd.DataFrame(
+                {
+                    c: (v.reset_index(drop=True) if isinstance(v, pd.Series) else v)
+                    for c, v in columns.items()
+                }
+            )
+            problem = check_text(df, schema)
+            if problem:
+                raise _Bad(problem)
             tables[name] = S.conform(df, schema, name=name)
-        except FileNotFoundError:
-            raise ProfileFileError(f"{path} lacks the table {name}.parquet") from None
-        except (pa.ArrowException, OSError, ValueError, TypeError) as exc:
-            raise ProfileFileError(f"{file} is not a readable table ({exc})") from None
-    meta = doc.get("meta", {})
-    if not isinstance(meta, dict):
-        raise ProfileFileError(f"{path}: {META} holds no metadata object")
-    return tables, meta
+        except _Bad as exc:
+            raise ProfileFileError(f"{where}: {exc}") from None
+        except ProfileFileError:
+            raise
+        except Exception as exc:  # pyarrow and pandas refusing damage
+            raise ProfileFileError(f"{where} is not a readable table ({one_line(exc)})") from None
+    return check_tables(tables, path), meta

@@ -117,7 +117,8 @@ class Profile:
         from ._analysis.lineage import lineage_text
 
         start = self.start_ns
-        return lineage_text(self.tables, alloc_id, 0 if start is None else start)
+        clock = self.meta.get("clock") if self.meta.get("estimate") else None
+        return lineage_text(self.tables, alloc_id, 0 if start is None else start, clock=clock)
 
     def peak(self, device: str | None = None) -> pd.DataFrame:
         """The blocks live at the peak of ``device`` (default: the device with the highest
@@ -147,11 +148,14 @@ class Profile:
 
         return Dashboard(self, header=header)
 
-    def to_html(self, path: str | os.PathLike) -> str:
-        """Write the dashboard as one standalone interactive HTML file; returns the path."""
+    def to_html(self, path: str | os.PathLike, *, overwrite: bool = False) -> str:
+        """Write the dashboard as one standalone interactive HTML file; returns the path.
+
+        An existing file is replaced only when it is such an HTML report, or with
+        ``overwrite=True``; otherwise ``FileExistsError`` names it and nothing is written."""
         from ._views.dashboard_html import write_html
 
-        return write_html(self, path)
+        return write_html(self, path, overwrite=overwrite)
 
     def export(
         self, path: str | os.PathLike, *, device: str | None = None, overwrite: bool = False
@@ -171,7 +175,12 @@ class Profile:
         """Save every table and the metadata losslessly, no pickle: ``format="zip"`` (one
         file, a zip of JSON) or ``"parquet"`` (a folder: one Parquet file per table and
         ``meta.json``). ``{rank}`` in the path becomes ``meta["rank"]`` (0 outside
-        ``torch.distributed``). :func:`load` reads both."""
+        ``torch.distributed``). :func:`load` reads both. Returns the absolute path.
+
+        Atomic: written under a temporary name in the target folder and renamed into place,
+        so a failed save leaves the previous file or folder as it was. An existing target is
+        replaced only when it is a saved profile (of that format), or with
+        ``overwrite=True``; otherwise :class:`jupyter_memprof._io.WriteRefused`."""
         path = self._expand(path)
         if format == "parquet":
             from ._parquet import write_folder
@@ -181,7 +190,7 @@ class Profile:
             raise ValueError(f"unknown format {format!r}: use 'zip' or 'parquet'")
         from ._storage import write
 
-        return write(self.tables, self.meta, path)
+        return write(self.tables, self.meta, path, overwrite=overwrite)
 
     def _expand(self, path: str | os.PathLike) -> str:
         path = os.path.expanduser(os.fspath(path))
@@ -202,11 +211,22 @@ class Profile:
 
 
 def load(path: str | os.PathLike) -> Profile:
-    """Load a profile written by :meth:`Profile.save`, a zip file or a Parquet folder (never
-    executes code from the file)."""
-    from ._storage import read
+    """Load a profile written by :meth:`Profile.save`, a zip file or a Parquet folder.
 
-    tables, meta = read(path)
+    Never executes code from the file, checks sizes before decompressing anything and checks
+    every table and metadata field (see :mod:`jupyter_memprof._storage`): a damaged or
+    crafted file raises :class:`~jupyter_memprof.ProfileFileError` (one line naming the file
+    and what is wrong), and a profile that loads works. A path that does not exist raises
+    FileNotFoundError."""
+    path = os.fspath(path)
+    if os.path.isdir(path):
+        from ._parquet import read_folder
+
+        tables, meta = read_folder(path)
+    else:
+        from ._storage import read
+
+        tables, meta = read(path)
     return Profile(**tables, meta=meta)
 
 

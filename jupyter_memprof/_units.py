@@ -63,6 +63,25 @@ def format_ms(ms: float | None) -> str:
     return f"{sign}{_fixed(a / 1000, 3)[1]} s"
 
 
+def format_records(ms: float | None, *, span: bool = False) -> str:
+    """A place on an estimate's clock, which counts records, not time (one record per "ms":
+    ``_producers/fake_recorder.CLOCK_STEP_NS``): ``'record #1,234'``, or with ``span=True`` a
+    distance, ``'1,234 records'``; ``''`` for NaN or None. Never a unit of time."""
+    if ms is None or not math.isfinite(ms):
+        return ""
+    n = math.floor(abs(ms) + 0.5) * (-1 if ms < 0 else 1)
+    if span:
+        return f"{n:,} record" + ("" if abs(n) == 1 else "s")
+    return f"record #{n:,}"
+
+
+def format_time(ms: float | None, *, records: bool = False, span: bool = False) -> str:
+    """A place on a profile's clock (``span=True``: a distance), in ms since its start:
+    :func:`format_ms` for a capture, :func:`format_records` for an estimate (``records=True``:
+    ``meta["estimate"]``), whose clock counts records, not time."""
+    return format_records(ms, span=span) if records else format_ms(ms)
+
+
 def format_seconds(s: float | None) -> str:
     """A duration for people: ``'1.23 s'``, ``'45.2 ms'``, ``'310 µs'``."""
     if s is None or (isinstance(s, float) and math.isnan(s)):

@@ -1,11 +1,13 @@
-"""A real JupyterLab server for browser tests: token-less, on a free 127.0.0.1 port, with
-fresh settings and workspaces, no news prompt, and every kernel shut down afterwards."""
+"""A real JupyterLab server for browser tests: on a free 127.0.0.1 port, behind a random token
+(so nobody else on the machine can run code while the tests run), with fresh settings and
+workspaces, no news prompt, and every kernel shut down afterwards."""
 
 from __future__ import annotations
 
 import json
 import os
 import pathlib
+import secrets
 import signal
 import socket
 import subprocess
@@ -23,9 +25,28 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+class Lab(str):
+    """The server's base URL (``http://127.0.0.1:PORT``) with its token: open pages with
+    ``lab.url("/lab/tree/x.ipynb?reset")``, which logs the browser in."""
+
+    token: str
+
+    def __new__(cls, base: str, token: str):
+        self = super().__new__(cls, base)
+        self.token = token
+        return self
+
+    def url(self, path: str) -> str:
+        sep = "&" if "?" in path else "?"
+        return f"{self}{path}{sep}token={self.token}"
+
+
 def api(base: str, path: str, method: str = "GET"):
     """Call the server's REST API; returns the decoded JSON (None for an empty body)."""
     req = urllib.request.Request(f"{base}{path}", method=method)
+    token = getattr(base, "token", None)
+    if token:
+        req.add_header("Authorization", f"token {token}")
     with urllib.request.urlopen(req, timeout=10) as r:
         return json.loads(r.read() or b"null")
 
@@ -54,10 +75,17 @@ def write_notebook(path: pathlib.Path, cells: list[str]) -> None:
 
 @contextmanager
 def jupyterlab(root: pathlib.Path):
-    """Serve ``root``; yields the base URL. The server log is ``root/server.log``."""
+    """Serve ``root``; yields its :class:`Lab` (the base URL and token). The server log is
+    ``root/server.log``."""
     port = free_port()
-    base = f"http://127.0.0.1:{port}"
-    env = dict(os.environ, OMP_NUM_THREADS="1", IPYTHONDIR=str(root / ".ipython"))
+    base = Lab(f"http://127.0.0.1:{port}", secrets.token_urlsafe(32))
+    # The token goes in the environment, not the command line, which anyone can read in ps.
+    env = dict(
+        os.environ,
+        OMP_NUM_THREADS="1",
+        IPYTHONDIR=str(root / ".ipython"),
+        JUPYTER_TOKEN=base.token,
+    )
     cmd = [
         str(BIN / "jupyter"),
         "lab",
@@ -65,7 +93,6 @@ def jupyterlab(root: pathlib.Path):
         "--ip=127.0.0.1",
         f"--port={port}",
         "--ServerApp.port_retries=0",
-        "--ServerApp.token=",
         "--ServerApp.password=",
         f"--ServerApp.root_dir={root}",
         f"--LabApp.user_settings_dir={root / '.settings'}",

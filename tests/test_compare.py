@@ -90,7 +90,12 @@ def test_the_panel_asks_the_kernel_to_compare_two_profiles(pair):
         }
         for bad in ([sa], [sa, sa], [sa, "x"], [sa, True], None):
             reply = comm._compare_reply({"type": "compare", "sids": bad})
-            assert reply == {"type": "error", "message": "compare needs two different profile ids"}
+            assert reply == {
+                "type": "error",
+                "message": "compare needs two different profile ids",
+                "request": "compare",
+                "sid": None,
+            }
         gone = comm._compare_reply({"type": "compare", "sids": [sa, 10**9]})
         assert gone["type"] == "error" and "no profile" in gone["message"]
     finally:

@@ -83,6 +83,8 @@ MARKUP_CELL = (
     "with jupyter_memprof.profile(label='<b id=\"memprof-markup\">bold</b>') as odd:\n"
     "    z = torch.zeros(64, 64) + 1"
 )
+# Added while the test runs: an estimate whose label does not say so; the panel says it.
+ESTIMATE_CELL = "%%memprofile --estimate --device cuda:0 --no-display --label bs4096\nstep(4096)"
 # Added after a kernel restart, run with "Profile memory of this cell".
 COMMAND_CELL = "import torch\nw = torch.ones(256, 256) * 2"
 
@@ -99,6 +101,8 @@ def _entries(page) -> list[dict]:
             label: e.querySelector('.memprof-entry-label').textContent,
             peak: e.querySelector('.memprof-entry-peak').textContent,
             bar: parseFloat(e.querySelector('.memprof-entry-bar-fill').style.width),
+            estimate: e.querySelector('.memprof-entry-estimate')?.textContent ?? null,
+            meta: e.querySelector('.memprof-entry-meta').textContent,
         }))""",
     )
 
@@ -163,7 +167,7 @@ def _kernel_idle(page) -> None:
 
 
 def _drive(page, base: str) -> None:
-    page.goto(f"{base}/lab/tree/panel.ipynb?reset")
+    page.goto(base.url("/lab/tree/panel.ipynb?reset"))
     _kernel_idle(page)
     page.evaluate(f"() => {{ {APP}.commands.execute('notebook:run-all-cells'); }}")
     peaks_out = page.locator(".jp-OutputArea-output", has_text="PEAKS")
@@ -225,11 +229,20 @@ def _drive(page, base: str) -> None:
     entries = _wait_entries(page, 3)
     assert [e["label"] for e in entries] == ['<b id="memprof-markup">bold</b>', "bs1024", "bs32"]
     assert page.locator("#memprof-markup").count() == 0
+    assert [e["estimate"] for e in entries] == [None, None, None]
+
+    # An estimate (on fake tensors, for a GPU this machine does not have) says so.
+    _run_new_cell(page, ESTIMATE_CELL, "notebook:run-cell")
+    entries = _wait_entries(page, 4, timeout=120_000)
+    assert entries[0]["label"] == "bs4096" and entries[0]["estimate"] == "estimate"
+    assert entries[0]["meta"].startswith("cuda:0") and "estimated in" in entries[0]["meta"]
+    assert [e["estimate"] for e in entries[1:]] == [None, None, None]
+    assert "ran " in entries[1]["meta"]
 
     # Releasing a profile frees it in the kernel: its entry and its dashboard go away.
     small_entry.locator(".memprof-entry-release").click()
-    entries = _wait_entries(page, 2)
-    assert [e["label"] for e in entries] == ['<b id="memprof-markup">bold</b>', "bs1024"]
+    entries = _wait_entries(page, 3)
+    assert [e["label"] for e in entries] == ["bs4096", '<b id="memprof-markup">bold</b>', "bs1024"]
     tab.wait_for(state="detached", timeout=10_000)
     cmp_tab.wait_for(state="detached", timeout=10_000)
 
@@ -237,7 +250,8 @@ def _drive(page, base: str) -> None:
     page.reload()
     _kernel_idle(page)
     page.locator('.jp-SideBar.jp-mod-left [data-id="jupyter-memprof-panel"]').click()
-    assert [e["label"] for e in _wait_entries(page, 2)] == [
+    assert [e["label"] for e in _wait_entries(page, 3)] == [
+        "bs4096",
         '<b id="memprof-markup">bold</b>',
         "bs1024",
     ]
@@ -253,7 +267,7 @@ def _drive(page, base: str) -> None:
     )
     assert _wait_entries(page, 0) == []
     page.locator(".lm-DockPanel-tabBar .lm-TabBar-tab", has_text="panel.ipynb").click()
-    assert len(_wait_entries(page, 2)) == 2
+    assert len(_wait_entries(page, 3)) == 3
 
     # A kernel restart empties the list; the panel says how to start again.
     page.evaluate(f"() => {{ {NOTEBOOK}.sessionContext.session.kernel.restart(); }}")

@@ -33,6 +33,7 @@ def test_public_surface_is_small():
             "load_ipython_extension",
             "load_many",
             "profile",
+            "release",
             "unload_ipython_extension",
         ]
     )

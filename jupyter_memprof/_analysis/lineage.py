@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .._units import format_bytes
+from .._units import format_bytes, format_time
 from . import schema as S
 from .schema import Phase, Relation
 from .tables import op_context
@@ -167,16 +167,24 @@ def lineage(tables: dict[str, pd.DataFrame], alloc_id: int) -> pd.DataFrame:
     return S.conform(out, S.LINEAGE, name="lineage")
 
 
-def lineage_text(tables: dict[str, pd.DataFrame], alloc_id: int, start_ns: int) -> str:
+def lineage_text(
+    tables: dict[str, pd.DataFrame], alloc_id: int, start_ns: int, *, clock: str | None = None
+) -> str:
     """A readable account of one block for a terminal; times in ms since ``start_ns`` (the
-    capture's start, :attr:`Profile.start_ns`)."""
+    capture's start, :attr:`Profile.start_ns`). ``clock``: an estimate's ``meta["clock"]``,
+    whose times count records of the fake run, shown as positions ("record #12"), not ms."""
     a = tables["allocations"].set_index("alloc_id").loc[alloc_id]
     t0 = start_ns
     label = a["name"] if pd.notna(a["name"]) else f"block {alloc_id}"
     head = f"{label}: {format_bytes(int(a['size_bytes']))} on {a['device']}, {a['category']} ({a['reason']})"
     lines = [head]
     for r in lineage(tables, alloc_id).itertuples(index=False):
-        when = "  before capture" if pd.isna(r.time_ns) else f"{(r.time_ns - t0) / 1e6:9.3f} ms"
+        if pd.isna(r.time_ns):
+            when = "  before capture"
+        elif clock:
+            when = format_time((r.time_ns - t0) / 1e6, records=True).rjust(14)
+        else:
+            when = f"{(r.time_ns - t0) / 1e6:9.3f} ms"
         op = r.op_name if isinstance(r.op_name, str) else "-"
         where = " ".join(
             x

@@ -2,7 +2,10 @@
 
 ``with jupyter_memprof.profile() as prof:`` is the whole API. The profiler is always stopped
 and the hooks always removed, also when the block raises or is interrupted; the partial
-profile is kept and the exception propagates.
+profile is kept and the exception propagates. One capture or estimate runs at a time in a
+process (any thread): a second one raises CaptureError. When our own part fails (stopping,
+the analysis, Ctrl-C during the analysis), the profile is still registered, its meta says
+what failed, and the user's own exception is never replaced.
 """
 
 from __future__ import annotations
@@ -64,6 +67,8 @@ class profile(contextlib.AbstractContextManager):  # lower case: reads like a fu
         self._frame = None if namespace is not None else sys._getframe(1)
         self._profile: Profile | None = None
         self._recorder: Recorder | None = None
+        #: the step of ours that failed in :meth:`finish` (None: none did)
+        self.failed_step: str | None = None
 
     def _names(self) -> dict:
         if self._namespace is not None:
@@ -94,41 +99,74 @@ class profile(contextlib.AbstractContextManager):  # lower case: reads like a fu
 
     def finish(self, exc: BaseException | None = None) -> Profile:
         """Stop recording and build the tables. ``exc`` is the exception the profiled code
-        raised, if any: it is noted in ``meta["error"]``, and an analysis failure is then
-        kept in ``meta["analysis_error"]`` instead of replacing it."""
+        raised, if any: it is noted in ``meta["error"]``.
+
+        Whatever fails here, the profile is registered in the session with its meta: a
+        failure to stop is kept in ``meta["stop_error"]``, an analysis that failed or was
+        interrupted (Ctrl-C) in ``meta["analysis_error"]`` (and ``meta["analysis_interrupted"]
+        = True`` for an interrupt). Our failure is then raised, but only when the profiled
+        code raised nothing: the user's own exception is never replaced. :attr:`failed_step`
+        says which step failed (None when none did)."""
+        recorder, self._recorder = self._recorder, None
+        if recorder is None:
+            raise CaptureError("this capture is not running (not started, or finished)")
         exc_type = type(exc) if exc is not None else None
         wall_s = time.perf_counter() - self._t0
-        recorder, self._recorder = self._recorder, None
-        recorder.stop()
         prof = self._profile
         error = None
         if exc_type is not None:
             error = f"{exc_type.__name__}: {exc}" if str(exc) else exc_type.__name__
+        failure: BaseException | None = None
         try:
-            tables, meta = build_tables(recorder, self.progress)
-            for key, df in tables.items():
-                setattr(prof, key, df)
-            prof.meta.update(meta)
-        except Exception as build_error:  # never mask the user's own exception
-            if exc_type is None:
-                raise
-            prof.meta["analysis_error"] = repr(build_error)
+            try:
+                recorder.stop()  # stops everything, even when a step of it raises
+            except BaseException as stop_error:
+                failure, self.failed_step = stop_error, "stopping the profiler"
+                prof.meta["stop_error"] = _reason(stop_error, exc is not None)
+            if isinstance(failure, (Exception, type(None))):  # not when interrupted stopping
+                try:
+                    tables, meta = build_tables(recorder, self.progress)
+                except BaseException as build_error:  # Ctrl-C included: keep the profile
+                    if failure is None:
+                        failure, self.failed_step = build_error, "building its memory tables"
+                    prof.meta["analysis_error"] = _reason(build_error, exc is not None)
+                    if not isinstance(build_error, Exception):
+                        prof.meta["analysis_interrupted"] = True
+                else:
+                    for key, df in tables.items():
+                        setattr(prof, key, df)
+                    prof.meta.update(meta)
+            else:
+                prof.meta["analysis_error"] = _reason(failure, exc is not None)
+                prof.meta["analysis_interrupted"] = True
         finally:
             self._frame = None
             recorder.release()
-        prof.meta.update(
-            label=self.label,
-            wall_s=wall_s,
-            stop_s=recorder.stop_s,
-            devices=self.devices,
-            torch_version=torch.__version__,
-            with_stack=self.with_stack,
-            error=error,
-            captured_at=self._start_ns,
-            **distributed_meta(),
-        )
-        _session.add(prof)
+            prof.meta.update(
+                label=self.label,
+                wall_s=wall_s,
+                stop_s=recorder.stop_s,
+                devices=self.devices,
+                torch_version=torch.__version__,
+                with_stack=self.with_stack,
+                error=error,
+                captured_at=self._start_ns,
+                **distributed_meta(),
+            )
+            _session.add(prof)
+        if failure is not None and exc is None:
+            raise failure
         return prof
+
+
+def _reason(err: BaseException, user_raised: bool) -> str:
+    """How a failure of ours is noted in meta: ``Type: message`` (only the type when there
+    is no message); next to the user's own exception, ``repr(err)``."""
+    if not isinstance(err, Exception):
+        return type(err).__name__
+    if user_raised:
+        return repr(err)
+    return f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
 
 
 def distributed_meta() -> dict:

@@ -15,7 +15,13 @@ The panel (``labextension/``) and the kernel talk over comms with the target nam
   :func:`show_comparison`).
 - The kernel sends ``{"type": "list", "profiles": [...]}``, ``{"type": "added", "profile": {...}}``
   for every profile registered with :mod:`_session` (``%%memprofile`` or
-  ``jupyter_memprof.profile()``) and ``{"type": "released", "sid": n}``.
+  ``jupyter_memprof.profile()``) and ``{"type": "released", "sid": n}`` to every open panel.
+
+The shapes are declared once, below (:data:`REQUESTS` and the ``TypedDict`` s), and mirrored
+in ``labextension/src/link.ts``. Every request is checked against :data:`REQUESTS`; a request
+that is malformed, unknown or about a profile that is not there is answered with
+``{"type": "error", "message": ..., "request": type or None, "sid": n or None}`` on the comm
+that sent it, and on no other.
 
 Nothing is computed or sent while no comm is open: the registry listener is subscribed with
 the first comm and unsubscribed with the last. The panel's dashboard tab runs :func:`show`
@@ -27,7 +33,8 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import TYPE_CHECKING, Any
+import weakref
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from .._version import __version__
 from . import session as _session
@@ -42,8 +49,59 @@ log = logging.getLogger(__name__)
 _comms: dict[str, Any] = {}  # comm_id -> open comm
 _unsubscribe = None  # registry listener, set while at least one comm is open
 _manager = None  # the kernel's comm manager while the target is registered
-_infos: dict[int, dict[str, Any]] = {}  # sid -> announced summary (computed once)
-_shown: dict[int, list[Any]] = {}  # sid -> widgets displayed by show(), closed on release/hide
+_infos: dict[int, ProfileInfo] = {}  # sid -> announced summary (computed once)
+# sid -> widgets show()/show_comparison() displayed, closed on hide and release. Weak: an open
+# widget is kept alive by ipywidgets until closed; this only finds it.
+_shown: dict[int, weakref.WeakSet] = {}
+
+
+# -- the protocol ------------------------------------------------------------------------------
+#: Every request the panel may send: its ``type`` -> the fields it needs and their types.
+REQUESTS: dict[str, dict[str, type]] = {
+    "list": {},
+    "release": {"sid": int},
+    "hide": {"sid": int},
+    "compare": {"sids": list},  # two different ints: checked by _compare_reply
+}
+
+
+class DevicePeak(TypedDict):
+    device: str
+    bytes: int | None
+    text: str  # as the summary prints it
+
+
+class Counts(TypedDict):
+    ops: int
+    allocations: int
+    events: int
+
+
+class ProfileInfo(TypedDict):
+    """One panel entry (``IProfileInfo`` in link.ts)."""
+
+    sid: int
+    label: str
+    peaks: list[DevicePeak]
+    peak_bytes: int | None
+    peak_text: str
+    wall_s: float | None
+    wall_text: str | None
+    taken_ms: int | None
+    counts: Counts
+    memory_bytes: int | None  # what its tables hold (DataFrame.memory_usage(deep=True))
+    memory_text: str
+    error: str | None
+    estimate: bool
+
+
+class ErrorReply(TypedDict):
+    """Sent to the comm whose request failed, never to the others."""
+
+    type: str  # "error"
+    message: str
+    request: str | None  # the request's type, when it had a known one
+    sid: int | None  # the profile it was about, when it named one
 
 
 # -- lifecycle ---------------------------------------------------------------------------------
@@ -89,7 +147,8 @@ def show(sid: int) -> None:
         print(e.args[0], file=sys.stderr)
         return
     widget = prof.show()
-    _shown.setdefault(int(sid), []).append(widget)
+    _shown.setdefault(int(sid), weakref.WeakSet()).add(widget)
+    _session.track(int(sid), widget)
     display(widget)
 
 
@@ -107,7 +166,8 @@ def show_comparison(sid_a: int, sid_b: int) -> None:
         return
     widget = compare(a, b).show()
     for sid in (int(sid_a), int(sid_b)):
-        _shown.setdefault(sid, []).append(widget)
+        _shown.setdefault(sid, weakref.WeakSet()).add(widget)
+        _session.track(sid, widget)
     display(widget)
 
 
@@ -140,30 +200,66 @@ def _listen(on: bool) -> None:
 
 
 def _on_msg(comm, msg) -> None:
-    data = msg.get("content", {}).get("data") or {}
-    kind = data.get("type")
-    if kind == "list":
-        comm.send({"type": "list", "profiles": [_info(sid, p) for sid, p in _session.items()]})
-    elif kind == "release":
-        sid = _sid(data)
-        if sid is not None and not _session.release(sid):
-            # Already gone (released elsewhere): say so, so the panel drops it too.
-            _on_registry("released", sid, None)
-    elif kind == "hide":
-        sid = _sid(data)
-        if sid is not None:
-            _close_shown(sid)
-    elif kind == "compare":
-        comm.send(_compare_reply(data))
-    else:
-        comm.send({"type": "error", "message": f"unknown request {kind!r}"})
-
-
-def _sid(data: dict) -> int | None:
+    """A request from one panel: answered on ``comm`` only (errors included); only a release
+    that happened is told to every panel, by the registry listener."""
     try:
-        return int(data["sid"])
-    except (KeyError, TypeError, ValueError):
+        reply = _answer(msg)
+    except Exception as e:  # never raise into the kernel's comm dispatch
+        log.warning("the Memory profiles panel's request failed", exc_info=True)
+        reply = _error(f"the request failed: {type(e).__name__}: {e}")
+    if reply is None:
+        return
+    try:
+        comm.send(reply)
+    except Exception:
+        log.warning("answering the Memory profiles panel failed", exc_info=True)
+
+
+def _answer(msg) -> dict | None:
+    content = msg.get("content") if isinstance(msg, dict) else None
+    data = content.get("data") if isinstance(content, dict) else None
+    if not isinstance(data, dict):
+        return _error(f"a request is a JSON object, not {type(data).__name__}")
+    kind = data.get("type")
+    fields = REQUESTS.get(kind) if isinstance(kind, str) else None
+    if fields is None:
+        return _error(f"unknown request {kind!r}")
+    for name, want in fields.items():
+        value = data.get(name)
+        if not isinstance(value, want) or (want is int and isinstance(value, bool)):
+            return _error(
+                f"{kind} needs {name!r} ({want.__name__}), got {_json_type(value)}", request=kind
+            )
+    if kind == "list":
+        live = _session.items()
+        for sid in set(_infos) - {sid for sid, _ in live}:  # released while no panel listened
+            _infos.pop(sid, None)
+        return {"type": "list", "profiles": [_info(sid, p) for sid, p in live]}
+    if kind == "release":
+        sid = data["sid"]
+        if _session.release(sid):
+            return None  # every panel (this one too) hears "released" from the registry
+        return _error(
+            f"no profile {sid} in this session (released or never captured)",
+            request=kind,
+            sid=sid,
+        )
+    if kind == "hide":
+        _close_shown(data["sid"])
         return None
+    return _compare_reply(data)
+
+
+def _error(message: str, *, request: str | None = None, sid: int | None = None) -> ErrorReply:
+    return {"type": "error", "message": message, "request": request, "sid": sid}
+
+
+def _json_type(value) -> str:
+    if value is None:
+        return "null"
+    return {bool: "a boolean", int: "a number", float: "a number", str: "a string"}.get(
+        type(value), f"a {type(value).__name__}"
+    )
 
 
 def _compare_reply(data: dict) -> dict:
@@ -176,18 +272,18 @@ def _compare_reply(data: dict) -> dict:
         or not all(isinstance(s, int) and not isinstance(s, bool) for s in sids)
         or sids[0] == sids[1]
     ):
-        return {"type": "error", "message": "compare needs two different profile ids"}
+        return _error("compare needs two different profile ids", request="compare")
     try:
         a, b = (_session.get(s) for s in sids)
     except KeyError as e:
-        return {"type": "error", "message": str(e.args[0])}
+        return _error(str(e.args[0]), request="compare")
     try:
         from .._views.compare import compare
 
         summary = compare(a, b).summary
     except Exception as e:  # a profile whose peak cannot be computed: say why, keep serving
         log.warning("comparing profiles %s failed", sids, exc_info=True)
-        return {"type": "error", "message": f"comparing failed: {type(e).__name__}: {e}"}
+        return _error(f"comparing failed: {type(e).__name__}: {e}", request="compare")
     return {"type": "compare", "sids": list(sids), "summary": summary}
 
 
@@ -212,21 +308,24 @@ def _on_registry(action: str, sid: int, profile: Profile | None) -> None:
 def _close_shown(sid: int) -> None:
     """Close the widgets :func:`show` displayed for ``sid`` (and their children): ipywidgets
     keeps every open widget in a registry, so a released profile would otherwise stay alive
-    through its dashboard."""
+    through its dashboard (the release itself closes them through the session too)."""
     stack = list(_shown.pop(sid, []))
     while stack:
         w = stack.pop()
         stack.extend(getattr(w, "children", ()) or ())
+        # a widget's layout and style are widgets too, registered until closed
+        stack.extend(x for x in (getattr(w, "layout", None), getattr(w, "style", None)) if x)
         close = getattr(w, "close", None)
         if callable(close):
             close()
 
 
 # -- what the panel shows --------------------------------------------------------------------
-def _info(sid: int, prof: Profile) -> dict[str, Any]:
-    """One panel entry: label, peak per device, timings, table sizes, with the texts the
-    summary prints for them (one formatting for the whole package). Computed once per
-    profile (the peak is an analysis over the events) and cached until it is released."""
+def _info(sid: int, prof: Profile) -> ProfileInfo:
+    """One panel entry: label, peak per device, timings, table sizes and the memory the tables
+    hold, with the texts the summary prints for them (one formatting for the whole package).
+    Computed once per profile (the peak is an analysis over the events, the memory a pass
+    over every string) and cached until it is released."""
     from .._units import format_bytes, format_seconds
 
     info = _infos.get(sid)
@@ -243,6 +342,7 @@ def _info(sid: int, prof: Profile) -> dict[str, Any]:
         text = "?" if peak is None else format_bytes(peak)
         peaks.append({"device": str(device), "bytes": peak, "text": text})
     top = max((p for p in peaks if p["bytes"] is not None), key=lambda p: p["bytes"], default=None)
+    memory = _memory_bytes(prof)
     wall_s = _float(meta.get("wall_s"))
     captured_at = meta.get("captured_at")  # time.time_ns() when the capture began
     info = {
@@ -255,11 +355,22 @@ def _info(sid: int, prof: Profile) -> dict[str, Any]:
         "wall_text": None if wall_s is None else format_seconds(wall_s),
         "taken_ms": int(captured_at) // 1_000_000 if captured_at else None,
         "counts": {name: len(getattr(prof, name)) for name in ("ops", "allocations", "events")},
+        "memory_bytes": memory,
+        "memory_text": "?" if memory is None else format_bytes(memory),
         "error": meta.get("error"),
         "estimate": bool(meta.get("estimate")),
     }
     _infos[sid] = info
     return info
+
+
+def _memory_bytes(prof: Profile) -> int | None:
+    """Bytes the profile's tables hold (index and every value, strings included)."""
+    try:
+        return int(sum(int(t.memory_usage(deep=True).sum()) for t in prof.tables.values()))
+    except Exception:  # the entry must still appear
+        log.warning("measuring a profile's tables failed", exc_info=True)
+        return None
 
 
 def _float(value) -> float | None:

@@ -17,7 +17,8 @@ import torch
 
 from .._analysis.limit import first_over
 from .._analysis.pipeline import analyse, paused_gc
-from .._errors import EstimateError
+from .._devices import parse_device
+from .._errors import DeviceError, EstimateError
 from .._producers.fake import FakeRun, plan
 from .._producers.fake_copy import holds_torch
 from .._profile import Profile
@@ -35,17 +36,10 @@ def check_device(device: Any) -> str | None:
     name; anything else raises :class:`EstimateError` with one line."""
     if device is None:
         return None
-    if not isinstance(device, (str, torch.device)):
-        raise EstimateError(f"device must be a string like 'cuda:0', not {device!r}")
     try:
-        dev = torch.device(device)
-    except RuntimeError:
-        raise EstimateError(f"unknown device {device!r}: use 'cpu', 'cuda' or 'cuda:N'") from None
-    if dev.type == "cpu":
-        return "cpu"
-    if dev.type == "cuda":
-        return f"cuda:{dev.index or 0}"
-    raise EstimateError(f"device {device!r} is not supported: use 'cpu', 'cuda' or 'cuda:N'")
+        return parse_device(device, need_present=False)
+    except DeviceError as err:
+        raise EstimateError(str(err)) from None
 
 
 def check_limit(limit: Any) -> int | None:
@@ -95,7 +89,8 @@ def estimate(
     Raises :class:`EstimateError` (a ValueError) for a bad ``device`` or ``limit`` before
     anything runs, and for ops a fake run cannot do (``.item()``, ``nonzero``, ops with no
     fake implementation, tensors ``fn`` reads that were not passed to it), naming the op and
-    the line. Exceptions ``fn`` raises itself propagate.
+    the line. Raises :class:`CaptureError` while a capture or another estimate runs in this
+    process (in any thread): one at a time. Exceptions ``fn`` raises itself propagate.
     """
     if not callable(fn):
         raise EstimateError(f"estimate() needs a function to call first, not {type(fn).__name__}")

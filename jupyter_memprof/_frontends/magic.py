@@ -287,6 +287,12 @@ class MemprofMagics(Magics):
         help="Also write the interactive report to PATH as one standalone HTML file.",
     )
     @magic_arguments.argument(
+        "--force",
+        action="store_true",
+        help="With --html: replace PATH even when it is not an earlier HTML report (without "
+        "it such a file is left alone).",
+    )
+    @magic_arguments.argument(
         "--estimate",
         action="store_true",
         help="Estimate the cell's memory without running it for real: the cell runs on "
@@ -320,7 +326,12 @@ class MemprofMagics(Magics):
         events, timeline, flows, uses, names), is stored in `_memprof` (and in VAR with
         -o VAR) and displayed: a summary and the interactive views in a notebook, a text
         summary in a terminal. If the cell raises or is interrupted, the profile up to
-        that point is kept and shown, and the error is shown as usual.
+        that point is kept and shown, and the error is shown as usual. One capture or
+        estimate runs at a time in a process (a second one, e.g. from another thread, is a
+        UsageError).
+
+        --html PATH also writes the interactive report to PATH; it replaces an earlier
+        report there but refuses (before the cell runs) any other file, unless --force.
 
         Usage, as a cell magic::
 
@@ -374,6 +385,10 @@ class MemprofMagics(Magics):
             folder = os.path.dirname(os.path.abspath(os.path.expanduser(args.html)))
             if not os.path.isdir(folder):
                 raise UsageError(f"--html: the folder {folder!r} does not exist")
+            if not args.force:
+                _check_html_target(args.html)
+        elif args.force:
+            raise UsageError("--force needs --html (it lets --html replace a file)")
 
         code = _Code(
             shell, source, header=header, statement=cell is None, display=not args.estimate
@@ -406,12 +421,11 @@ class MemprofMagics(Magics):
             raised = err
             code.own_traceback(err)
 
-        analysis_error = None
+        failure = None  # ours, after the code ran: finish raises it only if the code did not
         try:
             capture.finish(raised)
         except BaseException as err:
-            if err is not raised:
-                analysis_error = err
+            failure = err
         finally:
             if progress is not None:
                 progress.close()
@@ -420,29 +434,34 @@ class MemprofMagics(Magics):
         if args.output:
             shell.user_ns[args.output] = prof
 
-        if isinstance(analysis_error, Exception):
-            reason = f"{type(analysis_error).__name__}: {analysis_error}"
-            prof.meta.setdefault("analysis_error", reason)
+        if prof.meta.get("analysis_interrupted"):  # Ctrl-C while analysing: show nothing
             print(
-                f"{name}: the code ran, but building its memory tables failed ({reason}); "
-                f"{LAST} holds what was built",
+                f"{name}: the analysis was interrupted ({prof.meta['analysis_error']}); "
+                f"{LAST} holds the profile without its tables",
                 file=sys.stderr,
             )
-        elif analysis_error is not None:  # interrupted while analysing
-            raise analysis_error
+        elif isinstance(failure, Exception):
+            reason = f"{type(failure).__name__}: {failure}"
+            print(
+                f"{name}: the code ran, but {capture.failed_step or 'profiling'} failed "
+                f"({reason}); {LAST} holds what was built",
+                file=sys.stderr,
+            )
         else:
             if args.html is not None:
-                _write_html(prof, args.html, name)
+                _write_html(prof, args.html, name, force=args.force)
             if not args.no_display:
                 _show(shell, prof, name)
 
         if raised is not None:
             raise raised
+        if failure is not None and not isinstance(failure, Exception):
+            raise failure  # the code ran fine; the interrupt was ours to pass on
         return value
 
     def _estimate(self, code, args, name: str, label: str, local_ns, *, device, limit):
         """``--estimate``: run the cell on fake copies and show the estimate."""
-        from .._errors import EstimateError
+        from .._errors import CaptureError, EstimateError
         from .estimate import estimate_cell
 
         shell = self.shell
@@ -450,23 +469,24 @@ class MemprofMagics(Magics):
             label = f"{label} (estimate)"
         try:
             prof = estimate_cell(shell, code, device=device, limit=limit, label=label)
-        except EstimateError as err:
+        except (EstimateError, CaptureError) as err:  # CaptureError: another one is running
             raise UsageError(f"{name} --estimate: {err}") from None
         shell.user_ns[LAST] = prof
         if args.output:
             shell.user_ns[args.output] = prof
         if args.html is not None:
-            _write_html(prof, args.html, name)
+            _write_html(prof, args.html, name, force=args.force)
         if not args.no_display:
             _show(shell, prof, name)
 
 
 def _estimate_options(args, name: str) -> dict:
     """--device and --limit of an estimate, checked before anything runs."""
+    from .._devices import split_devices
     from .._errors import EstimateError
     from .estimate import check_device, check_limit
 
-    wanted = [p.strip() for d in args.device or [] for p in d.split(",") if p.strip()]
+    wanted = split_devices(args.device or [])
     if len(wanted) > 1:
         raise UsageError(f"{name} --estimate takes one --device, not {', '.join(wanted)}")
     try:
@@ -478,9 +498,37 @@ def _estimate_options(args, name: str) -> dict:
         raise UsageError(f"{name} --estimate: {err}") from None
 
 
-def _write_html(prof, path: str, name: str) -> None:
+def _refusal(path: str) -> str:
+    return (
+        f"--html: {path!r} exists and is not a jupyter_memprof HTML report; add --force to "
+        "replace it"
+    )
+
+
+def _check_html_target(path: str) -> None:
+    """Refuse, before the cell runs, to replace a file that is not an earlier report."""
+    from .._io import WriteRefused, check_target
+
+    def is_report(target: str) -> bool:  # bokeh is imported only when a file is there
+        from .._views.dashboard_html import _is_dashboard_page
+
+        return _is_dashboard_page(target)
+
     try:
-        written = prof.to_html(os.path.expanduser(path))
+        check_target(os.path.expanduser(path), is_own_kind=is_report)
+    except WriteRefused:
+        raise UsageError(_refusal(path)) from None
+    except OSError:  # a folder in the way: reported after the cell, its profile kept
+        pass
+
+
+def _write_html(prof, path: str, name: str, *, force: bool = False) -> None:
+    from .._io import WriteRefused
+
+    try:
+        written = prof.to_html(os.path.expanduser(path), overwrite=force)
+    except WriteRefused:  # appeared while the cell ran
+        print(f"{name}: {_refusal(path)}; {LAST} holds the profile", file=sys.stderr)
     except Exception as err:
         print(
             f"{name}: could not write the report to {path!r}: {type(err).__name__}: {err}",

@@ -57,8 +57,11 @@ class Progress:
             if self._widget is None:
                 if now - self._t0 < self.delay:
                     return
-                self._open()
-            self._update(stage, done, total, now - self._t0)
+                self._build()
+                self._update(stage, done, total, now - self._t0)
+                self._show()  # drawn with its first values, never as an empty bar
+            else:
+                self._update(stage, done, total, now - self._t0)
         except Exception:
             # Drawing progress must never break the analysis it reports on.
             self._broken = True
@@ -70,9 +73,8 @@ class Progress:
         self._remove()
 
     # -- drawing -------------------------------------------------------------------------
-    def _open(self) -> None:
+    def _build(self) -> None:
         import ipywidgets as w
-        from IPython.display import display
 
         self._bar = w.FloatProgress(value=0.0, min=0.0, max=1.0, bar_style="info")
         self._text = w.Label(value="")
@@ -80,6 +82,10 @@ class Progress:
             [w.Label(value="analysing memory"), self._bar, self._text],
             layout=w.Layout(align_items="center"),
         )
+
+    def _show(self) -> None:
+        from IPython.display import display
+
         # The widget view alone, with no text form: a front end that cannot draw widgets
         # (a console, a notebook saved without widget state) shows nothing rather than
         # the widget's repr, and the removal below leaves nothing behind either.

@@ -3,23 +3,41 @@
 Capture code calls :func:`add` with every finished profile; listeners (the comm that
 talks to the JupyterLab extension) subscribe with :func:`subscribe` and hear about
 additions and releases. The registry holds profiles strongly until released, so the panel
-can reopen any of them; :func:`release` drops one and frees its tables.
+can reopen any of them.
+
+:func:`release` (``jupyter_memprof.release``) drops every reference the package holds to a
+profile: its registry entry, every open dashboard of it (under a ``%%memprofile`` cell, from
+``prof.show()``, in a panel tab: found through the views' weak registry), the widgets front
+ends showed for it (:func:`track`), ``_memprof`` in the IPython namespace when it is that
+profile, and (through the listeners) the panel comm's caches. The profile object itself is
+left as it is: a name the user holds still works, and the tables go when it goes.
 """
 
 from __future__ import annotations
 
 import itertools
+import logging
+import sys
 import threading
+import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .._profile import Profile
 
+log = logging.getLogger(__name__)
+
 _lock = threading.Lock()
 _ids = itertools.count(1)
 _profiles: dict[int, Profile] = {}
 _listeners: list[Callable[[str, int, Profile | None], Any]] = []
+# sid -> widgets a front end displayed for that profile (a comparison tab shows two), closed
+# on release. Weak: an open widget is kept alive by ipywidgets until it is closed.
+_tracked: dict[int, weakref.WeakSet] = {}
+
+#: The IPython variable the magic keeps the latest profile in (``magic.LAST``).
+_LAST = "_memprof"
 
 
 def add(profile: Profile) -> int:
@@ -46,21 +64,107 @@ def items() -> list[tuple[int, Profile]]:
         return list(_profiles.items())
 
 
+def track(sid: int, widget: Any) -> None:
+    """Close ``widget`` when profile ``sid`` is released (held weakly)."""
+    with _lock:
+        _tracked.setdefault(int(sid), weakref.WeakSet()).add(widget)
+
+
 def release(sid: int) -> bool:
-    """Forget profile ``sid``; True when it was there."""
+    """Forget profile ``sid`` and drop every reference the package holds to it (see the
+    module's docstring); True when it was registered. Listeners hear ``"released"`` only
+    then: releasing an unknown id tells nobody anything."""
     with _lock:
         profile = _profiles.pop(sid, None)
+        widgets = list(_tracked.pop(sid, ()))
         listeners = list(_listeners)
+    _close(widgets)
     if profile is None:
         return False
+    _forget(profile)
     for fn in listeners:
-        fn("released", sid, None)
+        try:
+            fn("released", sid, None)
+        except Exception:  # a listener must not keep the others from hearing it
+            log.warning("a release listener failed for profile %s", sid, exc_info=True)
     return True
+
+
+def release_profile(prof: Profile | int | None = None) -> int:
+    """``jupyter_memprof.release``: drop every reference jupyter_memprof holds to ``prof`` (a
+    Profile, or its ``session_id``; None: every profile of the session): the session's
+    registry and the panel's list, every open dashboard of it (closed: under the cell, from
+    ``prof.show()``, in panel tabs) and ``_memprof`` when it holds that profile. Names you
+    bound yourself (``prof``, ``-o name``) still hold it; once they are gone its tables are
+    freed. Returns how many registered profiles were released. An id that is not registered
+    raises KeyError; a Profile that is not (loaded from a file, released before) is still
+    closed everywhere it is shown."""
+    from .._profile import Profile
+
+    if prof is None:
+        n = sum(release(sid) for sid, _ in items())
+        _forget(None)
+        return n
+    if isinstance(prof, Profile):
+        sids = [sid for sid, p in items() if p is prof]
+        n = sum(release(sid) for sid in sids)
+        if not sids:
+            _forget(prof)
+        return n
+    if isinstance(prof, int) and not isinstance(prof, bool):
+        if not release(prof):
+            raise KeyError(f"no profile {prof} in this session (released or never captured)")
+        return 1
+    raise TypeError(f"release() takes a Profile, a session id or None, not {type(prof).__name__}")
 
 
 def clear() -> None:
     for sid, _ in items():
         release(sid)
+
+
+def _forget(profile: Profile | None) -> None:
+    """Close the open dashboards of ``profile`` (all of them when None) and drop ``_memprof``
+    when it holds that profile (any profile when None)."""
+    # Only if the views were ever imported: no dashboard exists otherwise (and importing
+    # them would load Bokeh and ipywidgets for nothing).
+    if f"{__package__.rsplit('.', 1)[0]}._views.dashboard_widget" in sys.modules:
+        from .._views.dashboard_widget import close_dashboards
+
+        try:
+            close_dashboards(profile)
+        except Exception:
+            log.warning("closing the dashboards of a released profile failed", exc_info=True)
+    if profile is None:
+        with _lock:
+            widgets = [w for ws in _tracked.values() for w in ws]
+            _tracked.clear()
+        _close(widgets)
+    try:
+        from IPython import get_ipython
+    except ImportError:  # pragma: no cover (IPython is a dependency)
+        return
+    shell = get_ipython()
+    ns = getattr(shell, "user_ns", None)
+    if ns is None:
+        return
+    last = ns.get(_LAST)
+    if last is not None and (last is profile or (profile is None and _is_profile(last))):
+        del ns[_LAST]
+
+
+def _is_profile(obj: Any) -> bool:
+    from .._profile import Profile
+
+    return isinstance(obj, Profile)
+
+
+def _close(widgets: list) -> None:
+    for w in widgets:
+        try:
+            w.close()
+        except Exception:
+            log.debug("closing a widget of a released profile failed", exc_info=True)
 
 
 def subscribe(fn: Callable[[str, int, Profile | None], Any]) -> Callable[[], None]:

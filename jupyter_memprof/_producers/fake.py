@@ -22,11 +22,12 @@ from typing import Any, NamedTuple
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
+from .._devices import is_present, parse_device
 from .._records import Capture, Trace
 from .fake_copy import FakeCopier
 from .fake_recorder import FakeRecorder, PythonMode, RecordingMode
 from .live import SessionNames
-from .recorder import _cell_namer
+from .recorder import _cell_namer, exclusive
 from .torch_profiler import FrameNamer
 
 
@@ -41,12 +42,10 @@ class Plan(NamedTuple):
 def plan(device: str | None) -> Plan:
     if device is None:
         return Plan(None, None, False)
-    dev = torch.device(device)
-    if dev.type == "cpu":
+    name = parse_device(device, need_present=False)
+    if name == "cpu":
         return Plan("cpu", torch.device("cpu"), False)
-    index = dev.index or 0
-    name = f"cuda:{index}"
-    if torch.cuda.is_available() and index < torch.cuda.device_count():
+    if is_present(name):
         return Plan(name, torch.device(name), False)
     return Plan(name, torch.device("cpu"), True)
 
@@ -85,7 +84,14 @@ class FakeRun:
         return self._namespace(self.copier.fakes) if self._namespace else {}
 
     def run(self, fn: Callable, args: tuple, kwargs: dict) -> None:
-        """Call ``fn`` on the fake copies (made already with :meth:`convert`)."""
+        """Call ``fn`` on the fake copies (made already with :meth:`convert`).
+
+        Holds the process's one capture slot while it runs (its hooks are global): raises
+        :class:`~jupyter_memprof.CaptureError` while a capture or another estimate runs."""
+        with exclusive("estimate"):
+            self._run(fn, args, kwargs)
+
+    def _run(self, fn: Callable, args: tuple, kwargs: dict) -> None:
         rec = self.recorder
         copies = self.copier.copied()
         for obj in copies:

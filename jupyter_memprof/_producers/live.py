@@ -11,6 +11,7 @@ the tables, so the analysis stays a pure function of tables.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from typing import Any
 
@@ -42,23 +43,44 @@ class ModuleHooks:
         self._handles: list[Any] = []
 
     def install(self) -> None:
+        """Register the global hooks; if one cannot be registered, those already registered
+        are removed again before the error propagates."""
         from torch.nn.modules import module as nn_module
         from torch.optim import optimizer as optim_module
 
-        self._handles = [
-            nn_module.register_module_forward_pre_hook(self._pre),
-            nn_module.register_module_forward_hook(self._post, always_call=True),
-            optim_module.register_optimizer_step_pre_hook(self._optimizer_step),
-        ]
+        try:
+            for register, hook, kwargs in (
+                (nn_module.register_module_forward_pre_hook, self._pre, {}),
+                (nn_module.register_module_forward_hook, self._post, {"always_call": True}),
+                (optim_module.register_optimizer_step_pre_hook, self._optimizer_step, {}),
+            ):
+                self._handles.append(register(hook, **kwargs))
+        except BaseException:
+            with contextlib.suppress(Exception):  # the install's error is the one to report
+                self.remove()
+            raise
 
     def remove(self) -> None:
-        for h in self._handles:
-            h.remove()
-        self._handles = []
+        """Remove every hook and close the annotations left open. Each removal runs even
+        when another raises; the first error is raised once all have been tried."""
+        handles, self._handles = self._handles, []
+        first: BaseException | None = None
+        for h in handles:
+            try:
+                h.remove()
+            except BaseException as err:
+                if first is None:
+                    first = err
         # close annotations left open by a module interrupted mid-forward
         stack = getattr(self._local, "stack", None)
         while stack:
-            stack.pop().__exit__(None, None, None)
+            try:
+                stack.pop().__exit__(None, None, None)
+            except BaseException as err:
+                if first is None:
+                    first = err
+        if first is not None:
+            raise first
 
     def _pre(self, module, args):
         key = id(module)  # not the module: a subclass may define __eq__ and be unhashable

@@ -9,8 +9,9 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import torch
 
@@ -20,6 +21,88 @@ from . import torch_profiler as events
 from .live import ModuleHooks, SessionNames
 
 Progress = Callable[[str, int, int], object]
+
+
+# -- one capture at a time --------------------------------------------------------------------
+class _Slot:
+    """The one capture or estimate this process runs at a time, whatever the thread.
+
+    torch's profiler is one per process (a second one started from another thread crashes
+    the process when the first stops), and both producers install global module and
+    optimizer hooks; torch's own "profiler enabled" flag is per thread, so it cannot see a
+    capture in another thread. Every producer claims this slot before it changes anything
+    global and frees it once everything is undone.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._holder: tuple[str, int, str] | None = None  # (what, thread id, thread name)
+
+    def claim(self, what: str) -> _Claim:
+        """Take the slot for ``what`` ("capture" or "estimate"), or raise CaptureError."""
+        if not self._lock.acquire(blocking=False):
+            raise CaptureError(self._busy(what))
+        thread = threading.current_thread()
+        self._holder = (what, thread.ident or 0, thread.name)
+        return _Claim(self)
+
+    def _busy(self, what: str) -> str:
+        holder = self._holder  # None while the holder is between acquire and this line
+        running, where = "a memory capture or estimate", ""
+        if holder is not None:
+            running = f"a memory {holder[0]}"
+            where = (
+                " in this thread"
+                if holder[1] == threading.get_ident()
+                else f" in thread {holder[2]!r}"
+            )
+        return (
+            f"{running} is already running{where}: one capture or estimate at a time per "
+            f"process; start this {what} after it has finished"
+        )
+
+    def _free(self) -> None:
+        self._holder = None
+        self._lock.release()
+
+
+class _Claim:
+    """The slot taken by one capture or estimate; :meth:`release` frees it (once)."""
+
+    def __init__(self, slot: _Slot) -> None:
+        self._slot: _Slot | None = slot
+
+    def release(self) -> None:
+        slot, self._slot = self._slot, None
+        if slot is not None:
+            slot._free()
+
+
+SLOT = _Slot()
+
+
+@contextlib.contextmanager
+def exclusive(what: str) -> Iterator[None]:
+    """Hold the process's one capture slot for a block (estimate mode's fake run)."""
+    claim = SLOT.claim(what)
+    try:
+        yield
+    finally:
+        claim.release()
+
+
+def _run_all(*steps: Callable[[], object]) -> None:
+    """Run every step even when one fails; then raise the first failure (an interrupt
+    during one step does not skip the others either)."""
+    first: BaseException | None = None
+    for step in steps:
+        try:
+            step()
+        except BaseException as err:
+            if first is None:
+                first = err
+    if first is not None:
+        raise first
 
 
 @contextlib.contextmanager
@@ -41,6 +124,18 @@ def _quiet_stderr():
     finally:
         os.dup2(saved, 2)
         os.close(saved)
+
+
+def _stop_profiler(tp) -> None:
+    """Stop torch's profiler ``tp``; if torch's own stop fails before turning it off, turn
+    it off anyway (its results are then lost), so no later capture finds it running."""
+    try:
+        with _quiet_stderr():
+            tp.__exit__(None, None, None)
+    finally:
+        if events.profiler_running():
+            with contextlib.suppress(Exception), _quiet_stderr():
+                torch.autograd._disable_profiler()
 
 
 def _cell_namer():
@@ -94,47 +189,97 @@ class Recorder:
         self.start_rows: list = []
         self.stop_s = 0.0
         self.start_ns: int | None = None
+        self._claim: _Claim | None = None
+        self._running = False
 
     def start(self) -> None:
-        events.prepare()
-        if events.profiler_running():
-            raise CaptureError(
-                "a torch profiler is already running: finish its `with` block (or call its "
-                "stop()) before profiling memory here"
+        """Start torch's profiler and the hooks. Exception safe: when anything fails (or an
+        interrupt lands) after the profiler started, everything started is undone again."""
+        if self._running:
+            raise CaptureError("this recorder is already running")
+        self._claim = SLOT.claim("capture")
+        try:
+            events.prepare()
+            if events.profiler_running():
+                raise CaptureError(
+                    "a torch profiler is already running: finish its `with` block (or call "
+                    "its stop()) before profiling memory here"
+                )
+            self.start_rows = SessionNames(self._namespace(), None).rows("start")
+            activities = [torch.profiler.ProfilerActivity.CPU]
+            if any(d.startswith("cuda") for d in self.devices):
+                activities.append(torch.profiler.ProfilerActivity.CUDA)
+            tp = torch.profiler.profile(
+                activities=activities,
+                profile_memory=True,
+                record_shapes=True,
+                with_stack=self.with_stack,
             )
-        self.start_rows = SessionNames(self._namespace(), None).rows("start")
-        activities = [torch.profiler.ProfilerActivity.CPU]
-        if any(d.startswith("cuda") for d in self.devices):
-            activities.append(torch.profiler.ProfilerActivity.CUDA)
-        tp = torch.profiler.profile(
-            activities=activities,
-            profile_memory=True,
-            record_shapes=True,
-            with_stack=self.with_stack,
-        )
-        burner = torch.empty(1)
-        with _quiet_stderr():
-            tp.__enter__()
-            # torch warns once per process, on file descriptor 2, when a block allocated
-            # before the capture is freed inside it. Spend that warning here, silently.
-            del burner
-        self._torch_profiler = tp
-        self.hooks = ModuleHooks()
-        self.hooks.install()
+            burner = torch.empty(1)
+            self._torch_profiler = tp  # before it starts: a failed start is stopped again
+            with _quiet_stderr():
+                tp.__enter__()
+                # torch warns once per process, on file descriptor 2, when a block allocated
+                # before the capture is freed inside it. Spend that warning here, silently.
+                del burner
+            self.hooks = ModuleHooks()  # before install: a partial install is removed
+            self.hooks.install()
+            self._running = True
+        except BaseException:
+            try:
+                self._undo()
+            finally:
+                self._torch_profiler, self.hooks = None, None
+                self._release_slot()
+            raise
         # time zero: the user's code starts now, with the profiler already running (the
         # events' clock is the Unix clock in ns)
         self.start_ns = time.time_ns()
 
+    def _undo(self) -> None:
+        """Remove the hooks and stop the profiler if this start got that far."""
+        hooks, tp = self.hooks, self._torch_profiler
+
+        def remove_hooks() -> None:
+            if hooks is not None:
+                hooks.remove()
+
+        def stop_profiler() -> None:
+            if tp is not None and events.profiler_running():  # it was off before start
+                _stop_profiler(tp)
+
+        _run_all(remove_hooks, stop_profiler)
+
     def stop(self) -> None:
-        """Always stops the profiler and removes the hooks, whatever happened before."""
-        try:
+        """Always stops the profiler and removes every hook, whatever happened before (each
+        step runs even when another fails; the first failure is raised afterwards), and
+        frees the capture slot. Stopping a recorder that is not running does nothing."""
+
+        def remove_hooks() -> None:
             if self.hooks is not None:
                 self.hooks.remove()
-        finally:
+
+        def stop_profiler() -> None:
+            if self._torch_profiler is None:
+                return
             t = time.perf_counter()
-            with _quiet_stderr():
-                self._torch_profiler.__exit__(None, None, None)
-            self.stop_s = time.perf_counter() - t
+            try:
+                _stop_profiler(self._torch_profiler)
+            finally:
+                self.stop_s = time.perf_counter() - t
+
+        if not self._running:
+            return
+        self._running = False
+        try:
+            _run_all(remove_hooks, stop_profiler)
+        finally:
+            self._release_slot()
+
+    def _release_slot(self) -> None:
+        claim, self._claim = self._claim, None
+        if claim is not None:
+            claim.release()
 
     @property
     def kineto_results(self):

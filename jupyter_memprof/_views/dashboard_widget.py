@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import html
 import keyword
+import weakref
 
 import ipywidgets as widgets
 from jupyter_bokeh import BokehModel
@@ -23,6 +24,35 @@ class _BokehView(BokehModel):
         if not self._closed:
             self._closed = True
             super().close()
+
+
+#: Every dashboard not yet closed, however it was shown (under a ``%%memprofile`` cell, by
+#: ``prof.show()``, in a panel tab). Weak: ipywidgets' own registry keeps an open widget
+#: alive until ``close()``; this only lets :func:`close_dashboards` find them.
+_open: weakref.WeakSet[Dashboard] = weakref.WeakSet()
+
+
+def close_dashboards(prof=None) -> int:
+    """Close every open dashboard of ``prof`` (every dashboard when None), so nothing shown
+    keeps its tables alive; returns how many were closed."""
+    found = [d for d in list(_open) if prof is None or d.profile is prof]
+    for d in found:
+        d.close()
+    return len(found)
+
+
+def _close_tree(widget) -> None:
+    """Close ``widget``'s children, grandchildren, ... and every layout and style among them
+    (ipywidgets closes only the one widget; each layout and style is a widget of its own)."""
+    stack = [widget]
+    while stack:
+        w = stack.pop()
+        stack.extend(getattr(w, "children", ()) or ())
+        for part in (getattr(w, "layout", None), getattr(w, "style", None)):
+            if isinstance(part, widgets.Widget):
+                part.close()
+        if w is not widget and isinstance(w, widgets.Widget):
+            w.close()
 
 
 class Dashboard(widgets.VBox):
@@ -74,6 +104,17 @@ class Dashboard(widgets.VBox):
         load_bokehjs_in_notebook()
         super().__init__([controls, self._status, self._view])
         self.add_class("memprof-widget")
+        _open.add(self)
+
+    def close(self) -> None:
+        """Close the dashboard and every widget in it, and let go of the profile: a closed
+        dashboard (still referenced from an old output, say) holds none of its tables."""
+        _open.discard(self)
+        _close_tree(self)
+        super().close()
+        self.profile = None
+        self._built = None
+        self.lineage = None
 
     # -- state read back from the browser ----------------------------------------------------
     @property

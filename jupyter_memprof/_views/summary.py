@@ -38,6 +38,7 @@ def summary(prof: Profile) -> dict[str, Any]:
     - ``label``;
     - ``error``: ``"ExcType: message"`` when the profiled code raised, else None;
     - ``analysis_error``: why the tables could not be built, else None;
+      ``analysis_interrupted``: True when that was an interrupt (Ctrl-C) during the analysis;
     - ``empty``: True when no memory activity was recorded;
     - ``peaks``: for each device with activity, ``{"bytes", "time_ns", "offset_s",
       "top_categories"}``, where ``offset_s`` is the peak's time from the start of the
@@ -78,6 +79,7 @@ def summary(prof: Profile) -> dict[str, Any]:
         "label": prof.label,
         "error": meta.get("error") or None,
         "analysis_error": meta.get("analysis_error") or None,
+        "analysis_interrupted": bool(meta.get("analysis_interrupted")),
         "empty": not peaks,
         "peaks": peaks,
         "ops": len(prof.ops),
@@ -167,6 +169,8 @@ def _timing_phrase(s: dict[str, Any]) -> str:
 
 
 def _empty_note(s: dict[str, Any]) -> str:
+    if s["analysis_interrupted"]:
+        return f"the analysis was interrupted ({s['analysis_error']}): no tables were built"
     if s["analysis_error"]:
         return f"the memory tables could not be built ({s['analysis_error']})"
     return NO_ACTIVITY

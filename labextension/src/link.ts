@@ -22,7 +22,7 @@ export interface IDevicePeak {
   text: string;
 }
 
-/** One panel entry, as `comm._info` sends it. */
+/** One panel entry, as `comm._info` sends it (`ProfileInfo` in comm.py). */
 export interface IProfileInfo {
   sid: number;
   label: string;
@@ -33,16 +33,36 @@ export interface IProfileInfo {
   wall_text: string | null;
   taken_ms: number | null;
   counts: { ops: number; allocations: number; events: number };
+  /** Bytes the profile's tables hold in the kernel (null when they could not be measured). */
+  memory_bytes: number | null;
+  /** As the summary prints bytes, e.g. `3.1 MiB` (`?` when unknown). */
+  memory_text: string;
   error: string | null;
+  estimate: boolean;
 }
 
-type KernelData =
+/** What the panel sends (`REQUESTS` in comm.py); the kernel checks every field. */
+export type PanelRequest =
+  | { type: 'list' }
+  | { type: 'release'; sid: number }
+  | { type: 'hide'; sid: number }
+  | { type: 'compare'; sids: [number, number] };
+
+/** What the kernel sends. `error` answers one request, on the comm that sent it only. */
+export type KernelData =
   | { type: 'hello'; version: string }
   | { type: 'list'; profiles: IProfileInfo[] }
   | { type: 'added'; profile: IProfileInfo }
   | { type: 'released'; sid: number }
   | { type: 'compare'; sids: [number, number]; summary: string }
-  | { type: 'error'; message: string };
+  | {
+      type: 'error';
+      message: string;
+      /** The failed request's type, when it had a known one. */
+      request: PanelRequest['type'] | null;
+      /** The profile the request named, when it named one. */
+      sid: number | null;
+    };
 
 /** The kernel's answer to a compare request: the two profiles and the headline. */
 export interface IComparison {
@@ -179,11 +199,12 @@ export class ProfileLink implements IDisposable {
     if (previous && !previous.isDisposed) {
       previous.close();
     }
-    comm.send({ type: 'list' });
+    const list: PanelRequest = { type: 'list' };
+    comm.send(list);
     this._changed.emit();
   }
 
-  private _send(data: { type: string; sid?: number; sids?: number[] }): void {
+  private _send(data: PanelRequest): void {
     if (this._comm && !this._comm.isDisposed) {
       this._comm.send(data);
     }
@@ -212,6 +233,13 @@ export class ProfileLink implements IDisposable {
         return;
       case 'error':
         console.warn(`jupyter_memprof: ${data.message}`);
+        if (data.request === 'release' && data.sid !== null) {
+          // The kernel has no such profile (released elsewhere): drop it here too.
+          const sid = data.sid;
+          this._profiles = this._profiles.filter(p => p.sid !== sid);
+          this._released.emit(sid);
+          break;
+        }
         return;
       default:
         return;

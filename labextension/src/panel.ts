@@ -173,11 +173,18 @@ export class ProfilesPanel extends Widget {
     const label = span('memprof-entry-label', p.label);
     label.title = p.label;
     head.appendChild(label);
+    if (p.estimate) {
+      // not a run: an estimate on fake tensors (whatever its label says)
+      const badge = span('memprof-entry-estimate', 'estimate');
+      badge.title = 'Estimated on fake tensors: nothing ran, no memory was used';
+      head.appendChild(badge);
+      li.classList.add('memprof-entry-is-estimate');
+    }
     head.appendChild(span('memprof-entry-peak', p.peak_text));
     const release = document.createElement('button');
     release.className = 'memprof-entry-release';
     release.textContent = 'Release';
-    release.title = "Free this profile's memory in the kernel";
+    release.title = `Free the ${p.memory_text} this profile holds in the kernel`;
     release.addEventListener('click', event => {
       event.stopPropagation();
       release.disabled = true;
@@ -201,7 +208,7 @@ export class ProfilesPanel extends Widget {
       when.push(p.peaks[0].device);
     }
     if (p.wall_text !== null) {
-      when.push(`ran ${p.wall_text}`);
+      when.push(p.estimate ? `estimated in ${p.wall_text}` : `ran ${p.wall_text}`);
     }
     if (p.taken_ms !== null) {
       const taken = new Date(p.taken_ms);
@@ -210,15 +217,19 @@ export class ProfilesPanel extends Widget {
       li.title += `\nTaken at ${taken.toLocaleString()}`;
     }
     li.appendChild(div('memprof-entry-meta', when.join(' · ')));
-    // How much: the sizes of the main tables.
+    // How much: the memory its tables hold in the kernel (what Release frees), their sizes.
     const { ops, allocations, events } = p.counts;
-    li.appendChild(
-      div(
-        'memprof-entry-meta memprof-entry-counts',
-        `${ops.toLocaleString()} ops · ${allocations.toLocaleString()} blocks · ` +
+    const counts = div('memprof-entry-meta memprof-entry-counts');
+    const held = span('memprof-entry-memory', `holds ${p.memory_text}`);
+    held.title = "Memory this profile's tables hold in the kernel";
+    counts.appendChild(held);
+    counts.appendChild(
+      document.createTextNode(
+        ` · ${ops.toLocaleString()} ops · ${allocations.toLocaleString()} blocks · ` +
           `${events.toLocaleString()} events`
       )
     );
+    li.appendChild(counts);
     if (p.error) {
       li.appendChild(div('memprof-entry-error', p.error));
     }

@@ -1,0 +1,304 @@
+"""``jupyter_memprof.release`` and the panel's Release drop every reference the package holds
+to a profile (registry, ``_memprof``, dashboards and their widgets, comm caches), and the
+panel's comm checks every request and answers errors to the sender only."""
+
+from __future__ import annotations
+
+import gc
+import os
+import weakref
+
+import pytest
+
+import jupyter_memprof
+from jupyter_memprof._frontends import comm as _comm
+from jupyter_memprof._frontends import magic as _magic
+from jupyter_memprof._frontends import session as _session
+
+STEP = "x = torch.ones(64)\nfor _ in range({n}):\n    y = x * 2\n"
+
+
+def _open_widgets() -> dict:
+    """ipywidgets' registry of open widgets (``Widget.widgets``, without its deprecation)."""
+    from ipywidgets.widgets import widget
+
+    return widget._instances
+
+
+def _collected(ref: weakref.ref) -> bool:
+    gc.collect()
+    gc.collect()
+    return ref() is None
+
+
+@pytest.fixture
+def in_kernel(monkeypatch):
+    """Let the magic display its dashboard under the cell, as it does in a kernel."""
+    monkeypatch.setattr(_magic, "in_kernel", lambda shell: True)
+
+
+def test_release_frees_what_the_registry_and_memprof_held(shell, run):
+    result, _ = run("%%memprofile --no-display\n" + STEP.format(n=50))
+    assert result.success
+    prof = shell.user_ns["_memprof"]
+    sid = prof.session_id
+    assert _session.get(sid) is prof
+    tables = weakref.ref(prof.allocations)
+    del prof
+
+    assert jupyter_memprof.release(sid) == 1
+    assert "_memprof" not in shell.user_ns
+    assert sid not in dict(_session.items())
+    assert _collected(tables)
+    with pytest.raises(KeyError, match=f"no profile {sid}"):
+        jupyter_memprof.release(sid)
+
+
+def test_release_closes_the_dashboards_shown_under_the_cell_and_by_show(shell, run, in_kernel):
+    before = set(_open_widgets())
+    result, _ = run("%%memprofile\n" + STEP.format(n=50))
+    assert result.success
+    prof = shell.user_ns["_memprof"]
+    mine = prof.show()  # the user's own dashboard, still bound to a name after the release
+    shown = set(_open_widgets()) - before
+    assert len(shown) > 20  # two dashboards: their controls, layouts, styles and Bokeh views
+    tables = weakref.ref(prof.allocations)
+
+    assert jupyter_memprof.release(prof) == 1
+    del prof
+    assert not shown & set(_open_widgets())  # every widget of both dashboards is closed
+    assert "_memprof" not in shell.user_ns
+    assert mine.profile is None  # a closed dashboard lets go of its profile
+    assert _collected(tables)
+
+
+def test_release_none_frees_every_profile_and_every_dashboard(shell, run, in_kernel):
+    before = set(_open_widgets())
+    refs = []
+    for _ in range(2):
+        assert run("%%memprofile\n" + STEP.format(n=20))[0].success
+        refs.append(weakref.ref(shell.user_ns["_memprof"].allocations))
+
+    def shown_by_the_user(x):
+        # in a function: profile() reads its caller's variables, and on Python 3.11 a frame
+        # keeps the snapshot of them it made (prof included) until the frame ends
+        with jupyter_memprof.profile(label="ctx") as prof:
+            x * 2
+        prof.show()
+        return weakref.ref(prof.allocations)
+
+    refs.append(shown_by_the_user(shell.user_ns["x"]))
+
+    assert jupyter_memprof.release() >= 3
+    assert _session.items() == []
+    assert "_memprof" not in shell.user_ns
+    assert not set(_open_widgets()) - before
+    assert all(_collected(r) for r in refs)
+
+
+def test_release_takes_a_profile_an_id_or_none(mlp_adam_profile, tmp_path):
+    # A profile that is not registered (loaded from a file) is still closed where shown.
+    prof = jupyter_memprof.load(mlp_adam_profile[0].save(tmp_path / "p.zip"))
+    dashboard = prof.show()
+    assert jupyter_memprof.release(prof) == 0
+    assert dashboard.profile is None
+    assert prof.allocations is not None  # the user's own object is left as it was
+    with pytest.raises(TypeError, match="Profile, a session id or None"):
+        jupyter_memprof.release("1")
+    with pytest.raises(KeyError):
+        jupyter_memprof.release(10**9)
+    assert "release" in jupyter_memprof.__all__
+
+
+def _rss() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+@pytest.mark.slow
+def test_twenty_captures_with_release_keep_resident_memory_flat(shell, run, in_kernel):
+    """Each capture's tables hold about 10 MB and its dashboard is shown under the cell:
+    releasing each one keeps the process's resident memory where it was after warm-up."""
+    cell = "%%memprofile\n" + STEP.format(n=4500)
+
+    def one() -> int:
+        assert run(cell)[0].success
+        held = _comm._memory_bytes(shell.user_ns["_memprof"])
+        jupyter_memprof.release(shell.user_ns["_memprof"])
+        gc.collect()
+        return held
+
+    for _ in range(3):
+        held = one()
+    assert held > 8_000_000
+    baseline = _rss()
+    for _ in range(20):
+        one()
+    grown = _rss() - baseline
+    assert grown < 50_000_000, f"resident memory grew {grown / 1e6:.0f} MB over 20 captures"
+
+
+# -- the panel's comm ------------------------------------------------------------------------
+class _Comm:
+    """A comm as the kernel's comm manager hands it to the panel code: records what is sent
+    on it, and ``receive`` delivers a message the way the kernel does."""
+
+    def __init__(self, comm_id: str):
+        self.comm_id = comm_id
+        self.sent: list = []
+        self._on_msg = None
+        self._on_close = None
+
+    def on_msg(self, fn) -> None:
+        self._on_msg = fn
+
+    def on_close(self, fn) -> None:
+        self._on_close = fn
+
+    def send(self, data) -> None:
+        self.sent.append(data)
+
+    def close(self) -> None:
+        if self._on_close is not None:
+            self._on_close({})
+
+    def receive(self, data) -> None:
+        self._on_msg({"content": {"comm_id": self.comm_id, "data": data}})
+
+
+@pytest.fixture
+def panels():
+    """Two panels with a comm open to this process's kernel side."""
+    a, b = _Comm("a"), _Comm("b")
+    _comm._adopt(a)
+    _comm._adopt(b)
+    try:
+        yield a, b
+    finally:
+        a.close()
+        b.close()
+        assert _comm._unsubscribe is None
+
+
+@pytest.mark.parametrize(
+    "data, says",
+    [
+        ([1, 2], "a request is a JSON object, not list"),
+        (None, "a request is a JSON object, not NoneType"),
+        ("list", "a request is a JSON object, not str"),
+        ({}, "unknown request None"),
+        ({"type": "frobnicate"}, "unknown request 'frobnicate'"),
+        ({"type": ["list"]}, "unknown request ['list']"),
+        ({"type": "release"}, "release needs 'sid' (int), got null"),
+        ({"type": "release", "sid": "3"}, "release needs 'sid' (int), got a string"),
+        ({"type": "release", "sid": True}, "release needs 'sid' (int), got a boolean"),
+        ({"type": "release", "sid": 1.5}, "release needs 'sid' (int), got a number"),
+        ({"type": "hide", "sid": [1]}, "hide needs 'sid' (int), got a list"),
+        ({"type": "compare", "sids": 3}, "compare needs 'sids' (list), got a number"),
+        ({"type": "compare", "sids": [1, 1]}, "compare needs two different profile ids"),
+    ],
+)
+def test_a_malformed_request_is_answered_to_its_sender_only(panels, data, says):
+    a, b = panels
+    a.receive(data)
+    (reply,) = a.sent
+    assert reply["type"] == "error" and reply["message"] == says, reply
+    assert b.sent == []
+
+
+def test_releasing_an_unknown_id_answers_the_sender_and_tells_nobody_else(panels):
+    a, b = panels
+    a.receive({"type": "release", "sid": 10**9})
+    assert a.sent == [
+        {
+            "type": "error",
+            "message": f"no profile {10**9} in this session (released or never captured)",
+            "request": "release",
+            "sid": 10**9,
+        }
+    ]
+    assert b.sent == []
+
+
+def test_the_panels_release_frees_the_profile_and_tells_every_panel(panels, shell, run, in_kernel):
+    a, b = panels
+    assert run("%%memprofile\n" + STEP.format(n=20))[0].success
+    prof = shell.user_ns["_memprof"]
+    sid = prof.session_id
+    before = set(_open_widgets())
+    _comm.show(sid)  # a panel tab, after the dashboard under the cell
+    tab_widgets = set(_open_widgets()) - before
+    assert tab_widgets
+    a.receive({"type": "list"})
+    (listed,) = [p for p in a.sent[-1]["profiles"] if p["sid"] == sid]
+    assert listed["memory_bytes"] == _comm._memory_bytes(prof) > 0
+    assert listed["memory_text"].endswith("B")
+    tables = weakref.ref(prof.allocations)
+    del prof, listed
+    a.sent.clear(), b.sent.clear()
+
+    a.receive({"type": "release", "sid": sid})
+    assert a.sent == b.sent == [{"type": "released", "sid": sid}]
+    assert sid not in _comm._infos and sid not in _comm._shown
+    assert not tab_widgets & set(_open_widgets())
+    assert "_memprof" not in shell.user_ns
+    assert _collected(tables)
+
+
+@pytest.mark.slow
+def test_in_a_kernel_the_panels_release_frees_the_dashboard_under_the_cell(tmp_path):
+    """A real ipykernel driven like JupyterLab: two panels listen, the dashboard is under the
+    cell, bad requests are answered to their sender only, and Release frees the tables."""
+    import uuid
+
+    from test_labextension import _Kernel
+
+    k = _Kernel(tmp_path)
+    try:
+        k.run("import gc, weakref, torch, jupyter_memprof\n%load_ext jupyter_memprof")
+        a, b = uuid.uuid4().hex, uuid.uuid4().hex
+        for cid in (a, b):
+            k.send("comm_open", {"comm_id": cid, "target_name": "jupyter_memprof", "data": {}})
+            k.send("comm_msg", {"comm_id": cid, "data": {"type": "list"}})
+            k.comm_data(cid, "list")
+        k.run("%%memprofile -o p\n" + STEP.format(n=20))
+        (added,) = [m["content"]["data"]["profile"] for m in k.seen if _on(m, a, "added")]
+        sid = added["sid"]
+        assert added["memory_bytes"] > 0 and added["memory_text"]
+        k.run("w = weakref.ref(p.allocations)\ndel p")
+
+        k.seen.clear()
+        for data in ([1, 2], None, {"type": "release", "sid": 10**9}):
+            k.send("comm_msg", {"comm_id": a, "data": data})
+        _drain(k)  # (not run(): it drops what is not a child of its execution)
+        assert [m["content"]["data"]["type"] for m in k.seen if _on(m, a)] == ["error"] * 3
+        assert [m for m in k.seen if _on(m, b)] == []
+
+        k.send("comm_msg", {"comm_id": a, "data": {"type": "release", "sid": sid}})
+        assert k.comm_data(a, "released")["sid"] == k.comm_data(b, "released")["sid"] == sid
+        assert k.run("gc.collect(); print(w() is None, '_memprof' in dir())") == "True False\n"
+    finally:
+        k.close()
+
+
+def _drain(k) -> None:
+    """Keep every comm message the kernel has published (replies to comm requests are not
+    children of an execution, so ``run`` does not see them)."""
+    import queue
+
+    while True:
+        try:
+            msg = k.kc.get_iopub_msg(timeout=3)
+        except queue.Empty:
+            return
+        if msg["msg_type"].startswith("comm_"):
+            k.seen.append(msg)
+
+
+def _on(msg: dict, comm_id: str, kind: str | None = None) -> bool:
+    content = msg["content"]
+    return (
+        msg["msg_type"] == "comm_msg"
+        and content.get("comm_id") == comm_id
+        and (kind is None or content["data"].get("type") == kind)
+    )

@@ -1,0 +1,467 @@
+"""Reliability of the capture itself (issue 13): one capture at a time per process, start and
+stop that undo everything whatever fails, a profile kept when the analysis is interrupted, an
+--html that never replaces someone else's file, and time zero in a fresh process.
+
+Failures are injected into real captures (a hook registration, a handle removal, torch's
+stop, the analysis raising); the profiler is never mocked. Scenarios that crashed the process
+before the fix run in a subprocess, so a regression fails a test instead of killing pytest.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+
+import pytest
+import torch
+from torch.nn.modules import module as nn_module
+from torch.optim import optimizer as optim_module
+from torch.utils.hooks import RemovableHandle
+
+import jupyter_memprof
+from jupyter_memprof import CaptureError
+from jupyter_memprof._frontends import capture as capture_module
+from jupyter_memprof._frontends import session
+from jupyter_memprof._producers.live import ModuleHooks
+from jupyter_memprof._producers.torch_profiler import profiler_running
+from jupyter_memprof._views.summary import NO_ACTIVITY, summary_text
+
+
+def _python(code: str, timeout: float = 240) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+
+
+def _our_hooks() -> list:
+    """Hooks of ours (ModuleHooks methods) still registered in torch's global hook dicts."""
+    dicts = (
+        nn_module._global_forward_pre_hooks,
+        nn_module._global_forward_hooks,
+        optim_module._global_optimizer_pre_hooks,
+    )
+    return [
+        fn
+        for d in dicts
+        for fn in d.values()
+        if isinstance(getattr(fn, "__self__", None), ModuleHooks)
+    ]
+
+
+def _registered(prof) -> bool:
+    sid = getattr(prof, "session_id", None)
+    return sid is not None and any(p is prof for _, p in session.items())
+
+
+def _capture_works() -> None:
+    gc.collect()  # no stray frees of earlier tests' tensors inside the capture
+    with jupyter_memprof.profile(namespace={}) as prof:
+        torch.ones(250)
+    assert prof.allocations["size_bytes"].tolist() == [1000]
+    assert not profiler_running() and not _our_hooks()
+
+
+# -- one capture at a time per process -------------------------------------------------------
+def test_a_second_capture_from_another_thread_is_refused_not_a_crash():
+    """Thread A captures (blocked on an Event); a capture started in thread B is refused with
+    one CaptureError line naming A. Before: B started a second torch profiler and the
+    process died with a segmentation fault when A stopped."""
+    out = _python(
+        """
+        import json, threading, torch, jupyter_memprof
+        from jupyter_memprof import CaptureError
+
+        started, go_on, errors = threading.Event(), threading.Event(), []
+
+        def a():
+            with jupyter_memprof.profile(namespace={}) as prof:
+                x = torch.ones(1000)
+                started.set()
+                go_on.wait(60)
+            errors.append(("a", len(prof.allocations)))
+
+        def b():
+            try:
+                with jupyter_memprof.profile(namespace={}):
+                    torch.ones(10)
+            except CaptureError as err:
+                errors.append(("b", str(err)))
+            else:
+                errors.append(("b", "not refused"))
+
+        ta = threading.Thread(target=a, name="capture-A")
+        ta.start()
+        assert started.wait(60)
+        tb = threading.Thread(target=b, name="capture-B")
+        tb.start()
+        tb.join(60)
+        go_on.set()
+        ta.join(60)
+        assert not ta.is_alive() and not tb.is_alive()
+        with jupyter_memprof.profile(namespace={}) as prof:
+            torch.ones(250)
+        print(json.dumps(dict(errors)))
+        print("after", len(prof.allocations))
+        """
+    )
+    assert out.returncode == 0, (out.returncode, out.stdout, out.stderr[-3000:])
+    lines = out.stdout.splitlines()
+    errors = json.loads(lines[-2])
+    assert errors["a"] >= 1
+    assert "\n" not in errors["b"]
+    assert errors["b"].startswith("a memory capture is already running in thread 'capture-A'")
+    assert "one capture or estimate at a time" in errors["b"]
+    assert lines[-1] == "after 1"
+
+
+def test_an_estimate_and_a_capture_never_overlap_across_threads():
+    """Estimate mode installs global hooks too: while an estimate runs in one thread a
+    capture in another is refused, and the other way round."""
+    started, go_on = threading.Event(), threading.Event()
+    done: dict = {}
+
+    def slow_step(x):
+        started.set()
+        go_on.wait(60)
+        return x * 2
+
+    def run_estimate():
+        done["estimate"] = jupyter_memprof.estimate(slow_step, torch.ones(64, 64))
+
+    t = threading.Thread(target=run_estimate, name="estimating")
+    t.start()
+    try:
+        assert started.wait(60)
+        with pytest.raises(CaptureError, match="a memory estimate is already running in thread "):
+            with jupyter_memprof.profile(namespace={}):
+                torch.ones(10)
+        assert not profiler_running()
+    finally:
+        go_on.set()
+        t.join(60)
+    assert not t.is_alive() and len(done["estimate"].allocations)
+
+    started.clear()
+    go_on.clear()
+
+    def run_capture():
+        with jupyter_memprof.profile(namespace={}) as prof:
+            started.set()
+            go_on.wait(60)
+        done["capture"] = prof
+
+    t = threading.Thread(target=run_capture, name="capturing")
+    t.start()
+    try:
+        assert started.wait(60)
+        with pytest.raises(CaptureError, match="a memory capture is already running in thread "):
+            jupyter_memprof.estimate(lambda x: x * 2, torch.ones(8))
+    finally:
+        go_on.set()
+        t.join(60)
+    assert not t.is_alive() and _registered(done["capture"])
+    _capture_works()
+
+
+def test_a_nested_capture_in_the_same_thread_is_refused():
+    with jupyter_memprof.profile(namespace={}) as outer:
+        with pytest.raises(CaptureError, match="already running in this thread"):
+            with jupyter_memprof.profile(namespace={}):
+                pass
+        torch.ones(10)
+    assert _registered(outer) and not profiler_running()
+    _capture_works()
+
+
+# -- start and stop are exception safe --------------------------------------------------------
+@pytest.mark.parametrize("failure", [RuntimeError("no more hooks"), KeyboardInterrupt()])
+def test_a_hook_install_failing_midway_stops_the_profiler_and_removes_the_hooks(
+    monkeypatch, failure
+):
+    """The second of three global hooks cannot be registered (or Ctrl-C lands there), after
+    the profiler started. Before: the profiler stayed on and the first hook stayed
+    registered, so every later capture was refused."""
+    real = nn_module.register_module_forward_hook
+
+    def second_fails(*args, **kwargs):
+        raise failure
+
+    monkeypatch.setattr(nn_module, "register_module_forward_hook", second_fails)
+    with pytest.raises(type(failure)):
+        with jupyter_memprof.profile(namespace={}):
+            pytest.fail("the block must not run")
+    assert not profiler_running()
+    assert not _our_hooks()
+    monkeypatch.setattr(nn_module, "register_module_forward_hook", real)
+    _capture_works()
+
+
+def test_module_hooks_install_and_remove_are_each_complete():
+    """Unit level: a partial install keeps (and then removes) what it registered; a removal
+    that raises does not stop the others."""
+    hooks = ModuleHooks()
+    real = optim_module.register_optimizer_step_pre_hook
+
+    def third_fails(hook):
+        raise RuntimeError("optimizer hooks are closed")
+
+    optim_module.register_optimizer_step_pre_hook = third_fails
+    try:
+        with pytest.raises(RuntimeError, match="optimizer hooks are closed"):
+            hooks.install()
+    finally:
+        optim_module.register_optimizer_step_pre_hook = real
+    assert not _our_hooks() and not hooks._handles
+
+    hooks.install()
+    assert len(_our_hooks()) == 3
+    first = hooks._handles[0]
+    real_remove = RemovableHandle.remove
+
+    def stuck(self):
+        if self is first:
+            raise RuntimeError("stuck handle")
+        real_remove(self)
+
+    RemovableHandle.remove = stuck
+    try:
+        with pytest.raises(RuntimeError, match="stuck handle"):
+            hooks.remove()
+    finally:
+        RemovableHandle.remove = real_remove
+    assert len(_our_hooks()) == 1  # only the stuck one
+    first.remove()
+    assert not _our_hooks()
+
+
+def test_a_hook_removal_raising_still_removes_the_others_and_keeps_the_profile(monkeypatch):
+    """Before: the first removal's error skipped the other removals and the profile was
+    never registered (finish raised before it)."""
+    stuck: list = []
+    real_remove = RemovableHandle.remove
+
+    def first_one_sticks(self):
+        if not stuck:
+            stuck.append(self)
+            raise RuntimeError("stuck handle")
+        real_remove(self)
+
+    gc.collect()
+    ns = {}
+    with pytest.raises(RuntimeError, match="stuck handle"):
+        with jupyter_memprof.profile(namespace=ns) as prof:
+            keep = torch.ones(250)
+            monkeypatch.setattr(RemovableHandle, "remove", first_one_sticks)
+    monkeypatch.undo()
+    assert len(_our_hooks()) == 1  # the stuck one; the other two are gone
+    real_remove(stuck[0])
+    assert not _our_hooks() and not profiler_running()
+    assert _registered(prof)
+    assert prof.meta["stop_error"] == "RuntimeError: stuck handle"
+    assert prof.allocations["size_bytes"].tolist() == [1000]  # the capture was analysed
+    del keep
+    _capture_works()
+
+
+@pytest.mark.parametrize("when", ["before", "after"])
+def test_torch_stop_raising_still_turns_the_profiler_off_and_keeps_the_profile(monkeypatch, when):
+    """torch's own stop raises, before or after it turned its profiler off. Before: with
+    'before' the profiler stayed on for good; in both cases nothing was registered."""
+    real_exit = torch.profiler.profile.__exit__
+
+    def broken_exit(self, *args):
+        if when == "after":
+            real_exit(self, *args)
+        raise RuntimeError("kineto said no")
+
+    gc.collect()
+    with pytest.raises(RuntimeError, match="kineto said no"):
+        with jupyter_memprof.profile(namespace={}) as prof:
+            torch.ones(250)
+            monkeypatch.setattr(torch.profiler.profile, "__exit__", broken_exit)
+    monkeypatch.undo()
+    assert not profiler_running() and not _our_hooks()
+    assert _registered(prof)
+    assert prof.meta["stop_error"] == "RuntimeError: kineto said no"
+    if when == "after":
+        assert prof.allocations["size_bytes"].tolist() == [1000]
+    else:  # torch's results are lost with its stop; the failure is said, not hidden
+        assert prof.meta["analysis_error"]
+    _capture_works()
+
+
+def test_the_users_exception_wins_over_a_failed_stop(monkeypatch):
+    real_remove = RemovableHandle.remove
+    stuck: list = []
+
+    def first_one_sticks(self):
+        if not stuck:
+            stuck.append(self)
+            raise RuntimeError("stuck handle")
+        real_remove(self)
+
+    with pytest.raises(ZeroDivisionError):
+        with jupyter_memprof.profile(namespace={}) as prof:
+            monkeypatch.setattr(RemovableHandle, "remove", first_one_sticks)
+            1 / 0  # noqa: B018
+    monkeypatch.undo()
+    real_remove(stuck[0])
+    assert _registered(prof) and prof.meta["error"] == "ZeroDivisionError: division by zero"
+    assert prof.meta["stop_error"] == "RuntimeError('stuck handle')"
+    _capture_works()
+
+
+# -- an interrupt during the analysis keeps the profile ---------------------------------------
+def _interrupting_analysis(*args, **kwargs):
+    raise KeyboardInterrupt
+
+
+def test_an_interrupted_analysis_keeps_the_profile_in_the_api(monkeypatch):
+    monkeypatch.setattr(capture_module, "analyse", _interrupting_analysis)
+    with pytest.raises(KeyboardInterrupt):
+        with jupyter_memprof.profile(namespace={}) as prof:
+            torch.ones(250)
+    assert _registered(prof)
+    assert prof.meta["analysis_interrupted"] is True
+    assert prof.meta["analysis_error"] == "KeyboardInterrupt"
+    text = summary_text(prof)
+    assert "the analysis was interrupted (KeyboardInterrupt)" in text
+    assert NO_ACTIVITY not in text
+    # the user's own exception is the one that propagates
+    with pytest.raises(ValueError, match="mine"):
+        with jupyter_memprof.profile(namespace={}) as prof2:
+            raise ValueError("mine")
+    assert _registered(prof2) and prof2.meta["analysis_interrupted"] is True
+    assert prof2.meta["error"] == "ValueError: mine"
+    monkeypatch.undo()
+    _capture_works()
+
+
+def test_an_interrupted_analysis_in_the_magic(shell, run, monkeypatch):
+    """Before: the profile was not registered, its summary said nothing was recorded, and
+    the interrupt replaced the cell's own exception."""
+    from jupyter_memprof._frontends.magic import LAST
+
+    monkeypatch.setattr(capture_module, "analyse", _interrupting_analysis)
+    result, out = run("%%memprofile -o p_ki\nkept_ki = torch.empty(1000)\nkept_ki.numel()")
+    assert isinstance(result.error_in_exec, KeyboardInterrupt)
+    assert shell.user_ns["kept_ki"].shape == (1000,)
+    prof = shell.user_ns["p_ki"]
+    assert prof is shell.user_ns[LAST] and _registered(prof)
+    assert prof.meta["analysis_interrupted"] is True and prof.meta.get("error") is None
+    assert (
+        "%%memprofile: the analysis was interrupted (KeyboardInterrupt); _memprof holds the "
+        "profile without its tables"
+    ) in out
+    assert "the analysis was interrupted" in summary_text(prof)
+    assert NO_ACTIVITY not in summary_text(prof)
+
+    result, out = run("%%memprofile -o p_ki2\nkept_ki2 = torch.empty(10)\nraise KeyError('mine')")
+    assert isinstance(result.error_in_exec, KeyError)
+    assert "KeyError: 'mine'" in out
+    prof = shell.user_ns["p_ki2"]
+    assert _registered(prof) and prof.meta["error"] == "KeyError: 'mine'"
+    assert prof.meta["analysis_interrupted"] is True
+    assert not profiler_running()
+    monkeypatch.undo()
+    assert run("%%memprofile --no-display\nafter_ki = torch.empty(10)")[0].success
+
+
+# -- --html never replaces someone else's file ------------------------------------------------
+def test_html_refuses_another_kind_of_file_before_the_cell_runs(shell, run, tmp_path):
+    from IPython.core.error import UsageError
+
+    from jupyter_memprof._frontends.magic import LAST
+
+    notes = tmp_path / "notes.ipynb"
+    notes.write_text('{"cells": []}')
+    before = shell.user_ns.get(LAST)
+    result, out = run(f"%%memprofile --html {notes}\nhtml_ran = 1")
+    assert isinstance(result.error_in_exec, UsageError)
+    assert out.strip().splitlines() == [
+        f"UsageError: --html: {str(notes)!r} exists and is not a jupyter_memprof HTML report; "
+        "add --force to replace it"
+    ]
+    assert "html_ran" not in shell.user_ns and shell.user_ns.get(LAST) is before
+    assert notes.read_text() == '{"cells": []}'
+
+    result, out = run(f"%%memprofile --no-display --force --html {notes}\nhtml_forced = 2")
+    assert result.success and shell.user_ns["html_forced"] == 2
+    assert "memprof-status" in notes.read_text()  # now a report
+    # an earlier report is replaced without --force
+    result, out = run(f"%%memprofile --no-display --html {notes}\nhtml_again = 3")
+    assert result.success and f"report written to {notes}" in out
+
+    result, out = run("%%memprofile --force\nhtml_bad = 1")
+    assert isinstance(result.error_in_exec, UsageError) and "--force needs --html" in out
+
+
+def test_html_written_during_the_cell_is_left_alone_and_the_result_kept(shell, run, tmp_path):
+    from jupyter_memprof._frontends.magic import LAST
+
+    target = tmp_path / "mine.txt"
+    result, out = run(
+        f"%%memprofile --no-display -o p_race --html {target}\n"
+        f"open({str(target)!r}, 'w').write('mine')\n"
+        "race_value = 41 + 1\nrace_value"
+    )
+    assert result.success and result.result == 42
+    assert target.read_text() == "mine"
+    assert (
+        f"%%memprofile: --html: {str(target)!r} exists and is not a jupyter_memprof HTML "
+        "report; add --force to replace it; _memprof holds the profile"
+    ) in out
+    assert shell.user_ns["p_race"] is shell.user_ns[LAST]
+
+
+def test_to_html_overwrite(mlp_adam_profile, tmp_path):
+    prof, _ = mlp_adam_profile
+    notes = tmp_path / "notes.ipynb"
+    notes.write_text("{}")
+    with pytest.raises(FileExistsError, match="refusing to replace"):
+        prof.to_html(notes)
+    assert notes.read_text() == "{}"
+    assert prof.to_html(notes, overwrite=True) == str(notes)
+    assert "memprof-status" in notes.read_text()
+
+
+# -- time zero in a fresh process -------------------------------------------------------------
+def test_time_zero_of_the_first_capture_in_a_fresh_process():
+    """The first capture of a process pays torch's profiler start-up (tens of ms); time zero
+    must still be when the profiled code starts, not when torch's trace starts."""
+    out = _python(
+        """
+        import json, time, torch, jupyter_memprof
+        model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(),
+                                    torch.nn.Linear(128, 10))
+        opt = torch.optim.Adam(model.parameters())
+        x = torch.randn(32, 64)
+        with jupyter_memprof.profile() as prof:
+            code_start = time.time_ns()
+            model(x).sum().backward()
+            opt.step()
+        start = prof.start_ns
+        print(json.dumps({
+            "code": code_start - start,
+            "op": int(prof.ops["start_ns"].min()) - start,
+            "alloc": int(prof.allocations["alloc_ns"].dropna().min()) - start,
+            "end": prof.end_ns - start,
+        }))
+        """
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    t = json.loads(out.stdout.splitlines()[-1])
+    ms = 1_000_000
+    assert 0 <= t["code"] < 2 * ms
+    assert 0 <= t["op"] < 5 * ms
+    assert 0 <= t["alloc"] < 5 * ms
+    assert t["end"] > t["op"]
