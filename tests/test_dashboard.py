@@ -57,9 +57,11 @@ def prof():
 def _state_at(prof: Profile, device: str, t_ns: int) -> dict[str, int]:
     """Live bytes per category at ``t_ns`` straight from the allocations table."""
     a = prof.allocations[prof.allocations["device"].astype(object) == device]
-    alloc = a["alloc_ns"].astype("Float64").fillna(-np.inf)
-    free = a["free_ns"].astype("Float64").fillna(np.inf)
-    live = a[((alloc <= t_ns) & (free > t_ns)).to_numpy(dtype=bool)]
+    # in int64: absolute ns do not fit a float64 exactly (steps of 256 ns)
+    big = np.iinfo(np.int64)
+    alloc = a["alloc_ns"].to_numpy(dtype=np.int64, na_value=big.min)
+    free = a["free_ns"].to_numpy(dtype=np.int64, na_value=big.max)
+    live = a[(alloc <= t_ns) & (free > t_ns)]
     return live.groupby(live["category"].astype(object))["size_bytes"].sum().to_dict()
 
 

@@ -355,8 +355,8 @@ def test_a_time_range_filters_ops_and_allocations(page, prof):
     # the same count straight from the allocations table
     a = prof.allocations
     start = prof.meta["start_ns"]
-    alloc_ms = (a["alloc_ns"].astype("Float64") - start) / 1e6
-    free_ms = (a["free_ns"].astype("Float64") - start) / 1e6
+    alloc_ms = (a["alloc_ns"] - start).astype("Float64") / 1e6  # subtract in int64 first
+    free_ms = (a["free_ns"] - start).astype("Float64") / 1e6
     live = (alloc_ms.fillna(-1e18) <= t1 + 1e-3) & (free_ms.fillna(1e18) >= t0 - 1e-3)
     assert abs(int(live.sum()) - alive) <= 2  # ends of the range are rounded in the text
     flags = page.evaluate(
