@@ -12,7 +12,7 @@ from importlib.resources import files
 import pytest
 from bokeh.models import CustomJS, CustomJSHover, CustomJSTickFormatter
 
-from jupyter_memprof._units import format_bytes, format_ms
+from jupyter_memprof._units import format_bytes, format_ms, format_records
 from jupyter_memprof._views import dashboard_js
 
 JS = files("jupyter_memprof._views").joinpath("js")
@@ -73,6 +73,25 @@ def test_callbacks_receive_every_name_their_files_use(mlp_adam_profile):
         assert wanted <= set(m.args), (m.code[:80], wanted - set(m.args))
 
 
+def test_the_comparison_passes_exactly_the_names_compare_js_declares(mlp_adam_profile):
+    """compare.js (read through the one loader, dashboard_js.source) gets every name its
+    ``/* global */`` comment lists, and nothing it does not declare."""
+    import jupyter_memprof
+    from jupyter_memprof._views.compare import build
+
+    prof, _ = mlp_adam_profile
+    built = build(jupyter_memprof.compare(prof, prof))
+    models = [m for m in built.layout.references() if isinstance(m, CustomJS)]
+    code = dashboard_js.source("compare.js")
+    ours = [m for m in models if m.code == code]
+    assert len(ours) == 2  # a row clicked, the grouping changed
+    declared = _declared(code, "global") - BOKEH_PARAMETERS
+    assert "mode" in declared and "rows" in declared
+    for m in ours:
+        assert set(m.args) == declared, set(m.args) ^ declared
+    assert {m.args["mode"] for m in ours} == {"select", "by"}
+
+
 BYTES = [0, 1, 1023, 1024, 1280, 1536, 4000, 10239, 1024**2 - 1, 1024**2 - 52, 1536 * 1024]
 BYTES += [5 * 1024**3 + 1, 1024**4 * 3 + 1024**3 // 20, 1024**5 * 2, -2048, -1280, 1279.9]
 MS = [0.0, 0.0004, 0.0005, 0.00125, 0.0625, 0.9999, 0.99996, 1.0, 1.0625, 12.3456789]
@@ -84,9 +103,11 @@ def test_page_and_python_format_numbers_the_same():
     script = dashboard_js.source("units.js") + (
         "\nconst input = JSON.parse(require('fs').readFileSync(0, 'utf8'));"
         "\nconsole.log(JSON.stringify({bytes: input.bytes.map(format_bytes),"
-        " ms: input.ms.map((v) => format_ms(v === null ? NaN : v))}));"
+        " ms: input.ms.map((v) => format_ms(v === null ? NaN : v)),"
+        " records: input.records.map((v) => format_records(v === null ? NaN : v))}));"
     )
-    payload = json.dumps({"bytes": BYTES, "ms": [None if v != v else v for v in MS]})
+    ms = [None if v != v else v for v in MS]
+    payload = json.dumps({"bytes": BYTES, "ms": ms, "records": ms + [1234.4, 1234.5, 2e6]})
     done = subprocess.run(
         [NODE, "-e", script], input=payload, capture_output=True, text=True, timeout=60
     )
@@ -94,6 +115,8 @@ def test_page_and_python_format_numbers_the_same():
     out = json.loads(done.stdout)
     assert out["bytes"] == [format_bytes(v) for v in BYTES]
     assert out["ms"] == [format_ms(v) for v in MS]
+    assert out["records"] == [format_records(v) for v in [*MS, 1234.4, 1234.5, 2e6]]
+    assert out["records"][-3:] == ["record #1,234", "record #1,235", "record #2,000,000"]
     # and the rules themselves
     assert out["bytes"][:11] == [
         "0 B",

@@ -308,3 +308,36 @@ def test_parameters_gradients_and_optimizer_state_are_exact_in_every_scenario(sc
     at_peak = prof.peak_by("category")
     assert at_peak["parameter"] == expected["parameter"]
     assert at_peak.get("optimizer_state", 0) == expected["optimizer_state"]
+
+
+def _fixed_blocks(prof) -> pd.DataFrame:
+    """Parameters, buffers, gradients and optimizer state alive at the end: name, category,
+    reason and size, one row per block, sorted by name."""
+    a = prof.allocations
+    a = a[a["free_ns"].isna() & a["category"].isin(["parameter", "gradient", "optimizer_state"])]
+    cols = ["name", "category", "reason", "size_bytes"]
+    out = a[cols].astype({"name": object, "category": object, "reason": object})
+    return out.sort_values("name", kind="stable").reset_index(drop=True)
+
+
+@pytest.mark.parametrize("scenario", list(scenarios.SCENARIOS))
+def test_parameters_gradients_and_optimizer_state_are_exact_without_stacks(scenario):
+    # README: exact "either way" (with_stack=False / %%memprofile --no-stack): the same names,
+    # categories, reasons and sizes as a capture with Python stacks of the same step
+    ns, step = scenarios.SCENARIOS[scenario]()
+    step()
+    profs = {}
+    for with_stack in (True, False):
+        with jupyter_memprof.profile(namespace=ns, with_stack=with_stack) as prof:
+            step()
+        profs[with_stack] = prof
+    assert profs[False].meta["with_stack"] is False and profs[True].meta["with_stack"] is True
+    assert profs[False].ops["callsite"].isna().all()  # no stacks were recorded
+    fast, full = _fixed_blocks(profs[False]), _fixed_blocks(profs[True])
+    assert len(full) and full["name"].notna().all()
+    assert set(full["category"]) >= {"parameter", "gradient"}
+    pd.testing.assert_frame_equal(fast, full)
+    # and so the fixed costs at the peak
+    for category in ("parameter", "optimizer_state"):
+        got = [p.peak_by("category").get(category, 0) for p in (profs[False], profs[True])]
+        assert got[0] == got[1], category

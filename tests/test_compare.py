@@ -112,3 +112,142 @@ def test_the_notebook_widget_is_the_bokeh_view(pair):
         assert isinstance(widget, BokehModel)
     finally:
         widget.close()
+
+
+EVIL = '<img id="memprof-evil" src=x onerror="alert(1)">'
+
+
+class _Tags(__import__("html.parser").parser.HTMLParser):
+    """The start tags an HTML parser finds in a string (what a browser would build)."""
+
+    def __init__(self, text: str):
+        super().__init__()
+        self.tags: list[str] = []
+        self.feed(text)
+        self.close()
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append(tag)
+
+
+def test_the_header_escapes_labels_that_are_markup(pair):
+    import dataclasses
+    import html
+
+    from bokeh.models import Div
+
+    a, b = pair
+    evil_b = dataclasses.replace(b, meta={**b.meta, "label": EVIL})
+    built = build(jupyter_memprof.compare(a, evil_b))
+    head = next(
+        d
+        for d in built.layout.references()
+        if isinstance(d, Div) and "memprof-compare-summary" in d.css_classes
+    )
+    assert "img" not in _Tags(head.text).tags  # the label is text, not an element
+    assert "&lt;img id=&quot;memprof-evil&quot;" in head.text
+    assert f"b = {EVIL} (peak " in html.unescape(head.text)
+
+
+def build_estimate_pair():
+    """A real capture of a warmed-up step and an estimate of the same step (``device="cpu"``)."""
+    torch.manual_seed(0)
+    model = Encoder()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    ns, step = _encoder_step(model, opt, 8)
+    real = _profile(ns, step, "real")
+
+    def train(model, opt, x, y):
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(x).flatten(0, 1), y).backward()
+        opt.step()
+
+    est = jupyter_memprof.estimate(train, model, opt, ns["x"], ns["y"], device="cpu")
+    return real, est
+
+
+@pytest.fixture(scope="module")
+def estimate_pair():
+    return build_estimate_pair()
+
+
+def test_an_estimate_and_a_real_capture_get_their_own_labelled_x_axes(estimate_pair, pair):
+    from bokeh.models import Div
+
+    real, est = estimate_pair
+    built = build(jupyter_memprof.compare(real, est))
+    plots = sorted(
+        (f for f in built.layout.references() if isinstance(f, figure)), key=lambda f: f.title.text
+    )
+    pa, pb = plots
+    assert pa.title.text.startswith("a = real") and pb.title.text.startswith("b = ")
+    # records and milliseconds have no common unit: one range each, each axis says what it counts
+    assert pa.x_range is not pb.x_range and pa.y_range is pb.y_range
+    assert pa.xaxis[0].axis_label == "ms since the start of the profiled code"
+    assert pb.xaxis[0].axis_label == (
+        f"records since the start of the profiled code ({est.meta['clock']}: an estimate, not time)"
+    )
+    assert "ms" not in pb.xaxis[0].axis_label.split()
+    # each range spans its own profile's clock
+    assert pb.x_range.end == pytest.approx((est.end_ns - est.start_ns) / 1e6)
+    assert pa.x_range.end == pytest.approx((real.end_ns - real.start_ns) / 1e6)
+    head = next(
+        d
+        for d in built.layout.references()
+        if isinstance(d, Div) and "memprof-compare-summary" in d.css_classes
+    )
+    assert "b is an estimate: its x axis counts records" in head.text
+    # the other way round, and two estimates share one range again
+    rev = build(jupyter_memprof.compare(est, real))
+    assert "a is an estimate" in rev.layout.children[0].text
+    same = build(jupyter_memprof.compare(est, est))
+    pa, pb = (f for f in same.layout.references() if isinstance(f, figure))
+    assert pa.x_range is pb.x_range and "estimate" in pa.xaxis[0].axis_label
+    assert "is an estimate" not in same.layout.children[0].text
+    # two real captures: one shared time axis, no note
+    a, b = pair
+    two = build(jupyter_memprof.compare(a, b))
+    assert "is an estimate" not in two.layout.children[0].text
+
+
+def test_compare_an_estimate_against_the_real_capture(estimate_pair):
+    real, est = estimate_pair
+    assert est.meta["estimate"] is True and not real.meta.get("estimate")
+    c = jupyter_memprof.compare(real, est)
+    d = c.diff("category")
+    assert d.equals(jupyter_memprof.diff(real, est))
+    for cat in ("parameter", "gradient", "optimizer_state"):
+        assert d.loc[cat, "a"] > 0 and d.loc[cat, "delta"] == 0, cat
+    peak_a, peak_b = d.attrs["peak_a"], d.attrs["peak_b"]
+    assert abs(peak_b - peak_a) <= 0.02 * peak_a, (peak_a, peak_b)
+    rows = build(c).rows.data
+    for cat in ("parameter", "gradient", "optimizer_state"):
+        assert rows["delta"][rows["key"].index(cat)] == "0 B"
+
+
+def test_to_html_overwrite_replaces_a_foreign_file_only_when_asked(pair, tmp_path):
+    a, b = pair
+    other = tmp_path / "notes.html"
+    other.write_text("my notes")
+    with pytest.raises(FileExistsError, match="overwrite=True"):
+        jupyter_memprof.compare(a, b).to_html(other)
+    assert other.read_text() == "my notes"
+    path = jupyter_memprof.compare(a, b).to_html(other, overwrite=True)
+    assert open(path, encoding="utf-8").read().startswith("<!DOCTYPE html>")
+    # a missing folder fails before anything is built or written
+    with pytest.raises(FileNotFoundError):
+        jupyter_memprof.compare(a, b).to_html(tmp_path / "nope" / "cmp.html")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.html"]
+
+
+def test_the_table_formats_deltas_and_ratios_like_diff(pair):
+    # one formatter for both (jupyter_memprof._analysis.diff): the view's table and str(diff)
+    from jupyter_memprof._analysis.diff import _formatted
+
+    a, b = pair
+    c = jupyter_memprof.compare(a, b)
+    rows = build(c).rows.data
+    want = _formatted(c.diff("category"), None)
+    assert rows["key"] == want.index.tolist()
+    assert rows["delta"] == want["delta"].tolist() and rows["ratio"] == want["ratio"].tolist()
+    assert rows["delta"][0].startswith("+") and rows["ratio"][0].endswith("x")

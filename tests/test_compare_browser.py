@@ -94,3 +94,41 @@ def test_grouping_by_module_and_clicking_a_module(page):
     assert page.evaluate("window.memprofCompareSelected") == {"group": "module", "key": layer}
     # a module is not a category: every area is drawn as usual
     assert all(v > 0.5 for v in fill_alphas(page, "a").values())
+
+
+def test_an_estimate_against_a_real_capture_shows_two_labelled_x_axes(tmp_path):
+    """The page of an estimate against a real capture: each chart on its own x range, labelled
+    with what it counts; the header says so; a row click still highlights both."""
+    from test_compare import build_estimate_pair
+
+    import jupyter_memprof
+
+    real, est = build_estimate_pair()
+    path = jupyter_memprof.compare(real, est).to_html(tmp_path / "est.html")
+    with chromium_page(viewport=(1400, 1400)) as page:
+        errors: list[str] = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.goto("file://" + os.path.abspath(path))
+        page.wait_for_function(
+            "window.memprofReady !== undefined || window.memprofError !== undefined",
+            timeout=30_000,
+        )
+        assert page.evaluate("window.memprofError") is None
+        head = page.locator(".memprof-compare-summary").first.evaluate(DEEP_TEXT)
+        assert "b is an estimate: its x axis counts records" in head
+        axes = page.evaluate(
+            f"""() => {{ const out = {{}};
+                 for (const m of {DOC}.all_models)
+                   if ((m.type === "Plot" || m.type === "Figure") && m.title) out[m.title.text.slice(0, 1)] =
+                     [m.below[0].axis_label, m.x_range.id, m.x_range.end];
+                 return out; }}"""
+        )
+        assert axes["a"][0] == "ms since the start of the profiled code"
+        assert axes["b"][0].startswith("records since the start") and "estimate" in axes["b"][0]
+        assert axes["a"][1] != axes["b"][1]
+        click_row(page, "activation")
+        settle(page, f"() => {DOC}.get_model_by_name('memprof-compare-hl-b').data.y.length > 0")
+        for side in ("a", "b"):  # both highlighted, each on its own clock
+            assert max(model_data(page, f"memprof-compare-hl-{side}", "y")) > 0
+            assert fill_alphas(page, side)["activation"] > 0.5
+        assert errors == []

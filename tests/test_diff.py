@@ -127,8 +127,8 @@ def test_diff_by_op_and_name_and_bad_key(batches):
 
 
 def test_a_profile_against_its_saved_copy_differs_nowhere(batches, tmp_path):
-    # estimate mode is not part of this package yet; a saved and reloaded profile stands
-    # in for "another producer's profile of the same step"
+    # a saved and reloaded profile of the same step differs nowhere (an estimate against the
+    # real capture: test_an_estimate_against_the_real_capture)
     a, _, _ = batches
     path = a.save(tmp_path / "a.memprof")
     for by in ("category", "module", "op", "name"):
@@ -314,3 +314,58 @@ def test_the_dashboard_lists_a_parameter_under_its_module(mlp_adam_profile):
     data = build(prof).allocs.data
     row = list(data["name"]).index("model.fc1.weight")
     assert data["module"][row] == "model.fc1"
+
+
+def test_an_estimate_against_the_real_capture(tmp_path):
+    # the same warmed-up step, captured and estimated on fake tensors (device="cpu")
+    torch.manual_seed(0)
+    model = Encoder()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    ns, step = _encoder_step(model, opt, 16)
+    real = _profile(ns, step, "real")
+
+    def train(model, opt, x, y):
+        opt.zero_grad()
+        nn.functional.cross_entropy(model(x).flatten(0, 1), y).backward()
+        opt.step()
+
+    est = jupyter_memprof.estimate(train, model, opt, ns["x"], ns["y"], device="cpu")
+    assert est.meta["estimate"] is True
+    d = jupyter_memprof.diff(real, est)
+    for cat in ("parameter", "gradient", "optimizer_state"):
+        assert d.loc[cat, "a"] > 0 and d.loc[cat, "delta"] == 0, (cat, d)
+    assert abs(d.attrs["peak_b"] - d.attrs["peak_a"]) <= 0.02 * d.attrs["peak_a"], d
+    # per tensor too: every parameter, gradient and optimizer state, by its (prefixed) name
+    by_name = jupyter_memprof.diff(real, est, by="name")
+    fixed = [k for k in by_name.index if k.startswith(("model.", "opt.state["))]
+    assert any(k.endswith(".grad") for k in fixed) and any("exp_avg" in k for k in fixed)
+    assert (by_name.loc[fixed, "delta"] == 0).all(), by_name.loc[fixed]
+    # and from a saved estimate
+    assert jupyter_memprof.diff(real, est.save(tmp_path / "est.memprof")).equals(d)
+
+
+EVIL = '<img id="memprof-evil" src=x onerror="alert(1)">'
+
+
+def test_the_html_of_a_diff_escapes_labels_that_are_markup(batches):
+    import dataclasses
+    import html
+    from html.parser import HTMLParser
+
+    class Tags(HTMLParser):
+        def __init__(self):
+            super().__init__()
+            self.tags = []
+
+        def handle_starttag(self, tag, attrs):
+            self.tags.append(tag)
+
+    a, b, _ = batches
+    evil = dataclasses.replace(b, meta={**b.meta, "label": EVIL})
+    page = jupyter_memprof.diff(a, evil)._repr_html_()
+    parser = Tags()
+    parser.feed(page)
+    parser.close()
+    assert "img" not in parser.tags and "table" in parser.tags
+    assert "&lt;img id=&quot;memprof-evil&quot;" in page
+    assert f"b = {EVIL} (peak " in html.unescape(page)

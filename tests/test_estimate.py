@@ -550,3 +550,214 @@ def test_containers_and_kwargs_are_copied_and_user_errors_propagate():
     # nothing of the fake run is left active
     t = torch.ones(2) * 2
     assert type(t) is torch.Tensor and t.sum().item() == 4.0
+
+
+# -- an estimate's clock counts records: positions, never milliseconds -------------------------
+_TIME_UNIT = __import__("re").compile(r"\d\s*(ms|µs|s)\b")
+
+
+def test_an_estimates_dashboard_and_lineage_show_positions_not_ms(mlp_estimate, mlp_real):
+    from bokeh.models import CustomJS
+
+    from jupyter_memprof._analysis.lineage import lineage_text
+    from jupyter_memprof._views import dashboard_data as dd
+    from jupyter_memprof._views.dashboard import build
+
+    def texts(prof, built):
+        o, a = built.ops.data, built.allocs.data
+        out = {"start": list(o["start_txt"]), "dur": list(o["dur_txt"])}
+        out["lifetime"] = [t for t, s in zip(a["lifetime"], a["summary"]) if not s]
+        lin = []
+        for s, e in zip(a["lin0"], a["lin1"]):
+            if e > s:
+                lin += dd.decode_lineage(
+                    built.lineage_all.data,
+                    built.lineage_pool,
+                    int(s),
+                    int(e),
+                    records=bool(prof.meta.get("estimate")),
+                )["t_txt"]
+        out["lineage"] = lin
+        biggest = int(prof.allocations.nlargest(1, "size_bytes")["alloc_id"].iloc[0])
+        out["text"] = lineage_text(
+            prof.tables, biggest, prof.start_ns, clock=prof.meta.get("clock")
+        ).splitlines()[1:]
+        return out
+
+    est = texts(mlp_estimate, build(mlp_estimate))
+    for what, values in est.items():
+        assert values, what
+        assert not [v for v in values if _TIME_UNIT.search(v)], (what, values[:5])
+    assert all(v.startswith("record #") for v in est["start"])
+    assert all(v.endswith(("record", "records")) for v in est["dur"])
+    assert all(v.startswith("record #") or v == "before capture" for v in est["lineage"])
+    assert any("records" in v for v in est["lifetime"])
+    assert all("record #" in line or "before capture" in line for line in est["text"])
+    # a real capture keeps its milliseconds
+    real = texts(mlp_real, build(mlp_real))
+    assert all(_TIME_UNIT.search(v) for v in real["start"] + real["dur"])
+    assert all(" ms " in line or "before capture" in line for line in real["text"])
+    # the time filter's text is told which clock it shows (range_selected.js)
+    for prof, want in ((mlp_estimate, True), (mlp_real, False)):
+        cbs = [
+            m
+            for m in build(prof).layout.references()
+            if isinstance(m, CustomJS) and "Time filter" in m.code
+        ]
+        assert [m.args["estimate"] for m in cbs] == [want]
+
+
+@pytest.mark.skipif(__import__("shutil").which("node") is None, reason="node is not installed")
+def test_the_time_filter_of_an_estimate_says_records_not_ms():
+    import json
+    import subprocess
+
+    from jupyter_memprof._views import dashboard_js
+
+    body = dashboard_js.range_selected()
+    out = {}
+    for estimate_ in (True, False):
+        script = (
+            "const allocs = {data: {x0: [0, 5], x1: [3, 9], summary: [0, 0]}};\n"
+            "const ops = {data: {left: [0, 4], right: [2, 8]}};\n"
+            "const alloc_filter = {}, op_filter = {}, filter_info = {};\n"
+            "const cb_obj = {geometry: {type: 'rect', x0: 2.4, x1: 6.6}};\n"
+            f"const estimate = {json.dumps(estimate_)};\n"
+            f"(function () {{\n{body}\n}})();\n"
+            "console.log(filter_info.text);\n"
+        )
+        done = subprocess.run(["node", "-e", script], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        out[estimate_] = done.stdout
+    assert "records #2 &ndash; #7 of the run" in out[True] and " ms" not in out[True]
+    assert "2.400 &ndash; 6.600 ms" in out[False]
+
+
+# -- size rules: memory oneDNN's LSTM kernels allocate that a fake run cannot see ---------------
+class _LSTMTagger(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lstm = nn.LSTM(32, 96, 2, batch_first=True)
+        self.head = nn.Linear(96, 5)
+
+    def forward(self, x):
+        return self.head(self.lstm(x)[0])
+
+
+def _lstm_step(m, o, x, y):
+    o.zero_grad()
+    F.cross_entropy(m(x).flatten(0, 1), y).backward()
+    o.step()
+
+
+@pytest.fixture(scope="module")
+def lstm_pair():
+    torch.manual_seed(0)
+    m = _LSTMTagger()
+    o = torch.optim.Adam(m.parameters(), lr=1e-3)
+    x, y = torch.randn(6, 24, 32), torch.randint(0, 5, (6 * 24,))
+    _lstm_step(m, o, x, y)
+    est = estimate(_lstm_step, m, o, x, y)
+    gc.collect()
+    with jupyter_memprof.profile(namespace={"m": m, "o": o, "x": x, "y": y}) as real:
+        _lstm_step(m, o, x, y)
+    return m, o, x, y, est, real
+
+
+def test_lstm_estimate_matches_the_real_peak_with_size_rules(lstm_pair):
+    m, o, x, y, est, real = lstm_pair
+    pe, pr = est.peak().attrs["peak_bytes"], real.peak().attrs["peak_bytes"]
+    # measured: +1.76% (the rules' blocks are exact; an activation lives longer in the
+    # estimate at its peak); the bench's larger LSTM: +0.04%
+    assert 0 <= (pe - pr) / pr < 0.02, (pe, pr)
+    for role in ("parameter", "gradient", "optimizer_state"):
+        assert _bytes_by_role(est, role) == _bytes_by_role(real, role), role
+    # the workspace each layer's forward hands to its backward: saved, freed by the backward
+    ops = est.ops.set_index("op_id")["name"]
+    a = est.allocations
+    fwd = a[a["alloc_op_id"].map(ops) == "aten::mkldnn_rnn_layer"]
+    assert (fwd["category"] == "activation").any()
+    held = fwd[fwd["free_op_id"].map(ops).str.contains("MkldnnRnnLayerBackward0", na=False)]
+    assert held["size_bytes"].max() > 100_000
+    # kernel temporaries: allocated and freed by the op itself
+    inside = a[
+        (a["alloc_op_id"] == a["free_op_id"])
+        & a["alloc_op_id"].map(ops).str.startswith("aten::mkldnn_rnn_layer")
+    ]
+    assert len(inside) == 2 * 4 + 2 * 4  # 4 per call (ld(96) == 96: no backward reorders)
+    assert set(inside["category"]) == {"temporary"}
+
+
+def test_lstm_without_size_rules_misses_most_of_the_peak(lstm_pair):
+    from jupyter_memprof._producers import fake_recorder
+
+    m, o, x, y, _, real = lstm_pair
+    fake_recorder.SIZE_RULES = False
+    try:
+        before = estimate(_lstm_step, m, o, x, y).peak().attrs["peak_bytes"]
+    finally:
+        fake_recorder.SIZE_RULES = True
+    assert before < 0.6 * real.peak().attrs["peak_bytes"]
+
+
+def test_lstm_size_rules_fit_the_real_kernel_sizes():
+    """The rules' byte counts against a real capture of one layer, at shapes where oneDNN pads
+    leading dimensions (H 100, C 300 > H, batch first, bidirectional)."""
+    from jupyter_memprof._producers.fake_recorder import _SIZE_RULES
+
+    fwd_rule, bwd_rule = _SIZE_RULES.values()
+    lstm = nn.LSTM(300, 100, 1, batch_first=True, bidirectional=True)
+    x = torch.randn(5, 9, 300)
+    with jupyter_memprof.profile() as real:
+        lstm(x)[0].sum().backward()
+    ops = real.ops.set_index("op_id")
+    a = real.allocations
+    for name, rule in (
+        ("aten::mkldnn_rnn_layer", fwd_rule),
+        ("aten::mkldnn_rnn_layer_backward", bwd_rule),
+    ):
+        calls = ops.index[ops["name"] == name]
+        assert len(calls) == 2
+        for op in calls:
+            args = {
+                "input": torch.empty(5, 9, 300),
+                "mode": 2,
+                "train": True,
+                "batch_first": True,
+                "hidden_size": 100,
+            }
+            outs, temps = rule(args)
+            kids = set(ops.index[ops["parent_id"] == op])
+            direct = sorted(int(s) for s in a[a["alloc_op_id"] == op]["size_bytes"])
+            # the summed bias: an aten::add inside the forward, direct in the backward
+            bias = [4 * 100 * 4] if outs else []
+            assert sorted(temps) == sorted([*direct, *bias])
+            if outs:  # the workspace: an aten::empty inside the forward
+                sizes = set(int(s) for s in a[a["alloc_op_id"].isin(kids)]["size_bytes"])
+                assert outs[3] in sizes
+
+
+def test_custom_op_without_a_fake_kernel_is_one_line():
+    lib = torch.library.Library("memprof_test", "DEF")
+    lib.define("opaque(Tensor x) -> Tensor")
+    lib.impl("opaque", lambda x: x * 2, "CPU")
+    model, opt, x, y = _mlp(5)
+    classification_step(model, opt, x, y)
+    before = _snapshot(model, opt)
+    ns = {"model": model, "opt": opt, "x": x}
+
+    def step(model, opt, x):
+        h = torch.ops.memprof_test.opaque(model(x))  # the line the error names
+        h.sum().backward()
+        opt.step()
+
+    with pytest.raises(EstimateError) as err:
+        estimate(step, model, opt, x)
+    text = str(err.value)
+    assert "\n" not in text
+    assert "memprof_test::opaque" in text and "fake" in text and "in step" in text, text
+    assert _fake_in(ns) == []
+    assert _same(_snapshot(model, opt), before)
+    t = torch.ones(2) * 2  # nothing of the fake run is left active
+    assert type(t) is torch.Tensor
+    del lib

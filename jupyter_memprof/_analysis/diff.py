@@ -104,7 +104,7 @@ def summary_line(pa: pd.DataFrame, pb: pd.DataFrame) -> str:
         line = f"peak unchanged ({format_bytes(a)})"
     else:
         pct = f" ({change / a:+.0%})" if a else ""
-        line = f"peak {_signed(change)}{pct}"
+        line = f"peak {signed_bytes(change)}{pct}"
     sa, sb = _grouped(pa, "category"), _grouped(pb, "category")
     d = sb.sub(sa, fill_value=0)
     sign = 1 if change >= 0 else -1
@@ -112,7 +112,7 @@ def summary_line(pa: pd.DataFrame, pb: pd.DataFrame) -> str:
     if moved.empty:
         return line
     top = moved.abs().idxmax()
-    cause = f"{top} {_signed(int(moved[top]))}"
+    cause = f"{top} {signed_bytes(int(moved[top]))}"
     where = _main_module(pa, pb, top, sign)
     return f"{line}: {cause}" + (f", {where}" if where else "")
 
@@ -157,12 +157,16 @@ def diff(
 
 
 # -- text ------------------------------------------------------------------------------------
-def _signed(n: int) -> str:
+def signed_bytes(n: int) -> str:
+    """A change in bytes with its sign: ``'+5.9 MiB'``, ``'-1.0 KiB'``, ``'0 B'`` (the diff
+    table, its summary line and the compare view all print deltas with it)."""
     return ("+" if n > 0 else "") + format_bytes(n) if n else "0 B"
 
 
-def _ratio_text(r: float) -> str:
-    if r is None or (isinstance(r, float) and math.isnan(r)):
+def ratio_text(r: float) -> str:
+    """``b / a`` for people: ``'1.50x'``, ``'new'`` (only b has it), ``'gone'`` (only a), ``''``
+    for NaN (neither)."""
+    if r is None or math.isnan(r):
         return ""
     if math.isinf(r):
         return "new"
@@ -177,8 +181,8 @@ def _formatted(d: pd.DataFrame, rows: int | None) -> pd.DataFrame:
         {
             "a": [format_bytes(v) for v in shown["a"]],
             "b": [format_bytes(v) for v in shown["b"]],
-            "delta": [_signed(int(v)) for v in shown["delta"]],
-            "ratio": [_ratio_text(v) for v in shown["ratio"]],
+            "delta": [signed_bytes(int(v)) for v in shown["delta"]],
+            "ratio": [ratio_text(v) for v in shown["ratio"]],
         },
         index=shown.index,
     )

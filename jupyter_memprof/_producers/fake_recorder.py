@@ -42,6 +42,7 @@ from torch._subclasses.fake_tensor import (
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from .._devices import is_cuda
 from .._errors import EstimateError
 from .._records import MODULE_MARKER, NO_ID, MemoryRecord, OpRecord, TensorRef, UntrackedTensor
 from .._vocab import OpKind
@@ -177,9 +178,10 @@ class FakeRecorder:
         return now - 1 if now > last else NO_ID
 
     # -- memory ---------------------------------------------------------------------------
-    def block(self, t: torch.Tensor, op_id: int, created: bool) -> int:
+    def block(self, t: torch.Tensor, op_id: int, created: bool, nbytes: int | None = None) -> int:
         """The tensor id of ``t``'s storage; a storage seen for the first time is an
-        allocation by ``op_id`` (``created``) or a block from before the run."""
+        allocation by ``op_id`` (``created``) or a block from before the run. ``nbytes``
+        overrides the storage's size (a size rule: the real kernel's block is bigger)."""
         try:
             s = t.untyped_storage()
         except (RuntimeError, NotImplementedError, TypeError):
@@ -189,7 +191,7 @@ class FakeRecorder:
         if hit is not None:
             return hit[0]
         device = self.device_of(t.device)
-        n = s.nbytes()
+        n = s.nbytes() if nbytes is None else nbytes
         if device is None or n == 0:
             return NO_ID
         size = cuda_rounded(n) if device.startswith("cuda") else n
@@ -267,10 +269,36 @@ class FakeRecorder:
                 f"{name} has no fake (meta) implementation, so it cannot run on fake "
                 f"tensors{self._where(op_id)}"
             ) from None
-        for t in _tensors(out):
-            self.block(t, op_id, True)
+        rule = _SIZE_RULES.get(func) if SIZE_RULES else None
+        if rule is None:
+            for t in _tensors(out):
+                self.block(t, op_id, True)
+        else:
+            self._hidden(op_id, out, rule(_bind(func, args, kwargs)))
         self.close(op_id)
         return out
+
+    def _hidden(self, op_id: int, out, sizes: tuple[dict[int, int], list[int]] | None) -> None:
+        """Record ``out`` with the sizes a size rule gives, then the blocks the real kernel
+        allocates and frees inside itself (allocated after the outputs, freed at its end)."""
+        outs, temps = sizes or ({}, [])
+        ref = None
+        for i, t in enumerate(_tensors(out)):
+            ref = ref if ref is not None else t
+            self.block(t, op_id, True, outs.get(i))
+        device = None if ref is None else self.device_of(ref.device)
+        if device != "cpu":  # the rules are measured on the CPU kernels only
+            return
+        live = []
+        for n in temps:
+            tid = self._n_blocks
+            self._n_blocks += 1
+            ptr = self._next_address.get(device, _BASE_ADDRESS)
+            self._next_address[device] = ptr + cuda_rounded(n)
+            self.memory.append(MemoryRecord(self.tick(), ptr, n, tid, tid, device, op_id))
+            live.append((ptr, n, tid))
+        for ptr, n, tid in reversed(live):
+            self.memory.append(MemoryRecord(self.tick(), ptr, -n, tid, tid, device, op_id))
 
     def _where(self, op_id: int) -> str:
         site = self.ops[op_id][13]
@@ -355,6 +383,85 @@ class FakeRecorder:
         self.modules, self.optimizers = [], []
 
 
+# -- size rules: blocks a kernel allocates that a fake run cannot see ---------------------------
+#: Apply the size rules below (the accuracy benchmark turns them off to show what they close).
+SIZE_RULES = True
+_PAGE = 4096
+
+
+def _bind(func, args: tuple, kwargs: dict) -> dict:
+    """The op's arguments by schema name."""
+    names = [a.name for a in func._schema.arguments]
+    return {**dict(zip(names, args)), **kwargs}
+
+
+def _pages(n: int) -> int:
+    return -(-n // _PAGE) * _PAGE
+
+
+def _good_ld(dim: int) -> int:
+    """oneDNN's leading dimension for f32 RNN matrices (``rnn_utils::get_good_ld``): rounded
+    up to 64 bytes, plus 64 bytes where that is a multiple of 256 elements (4K aliasing)."""
+    ld = -(-dim // 16) * 16
+    return ld + 16 if ld % 256 == 0 else ld
+
+
+def _rnn_dims(a: dict) -> tuple[int, int, int, int] | None:
+    """(steps, batch, input size, hidden size) of an f32 LSTM layer, or None (no rule)."""
+    x = a["input"]
+    if x.dtype != torch.float32 or x.dim() != 3 or a.get("mode", 2) != 2 or not a["train"]:
+        return None  # measured: f32 LSTM (mode 2) in training only
+    steps, batch = (x.shape[1], x.shape[0]) if a["batch_first"] else (x.shape[0], x.shape[1])
+    return int(steps), int(batch), int(x.shape[2]), int(a["hidden_size"])
+
+
+def _rnn_temporaries(steps: int, batch: int, inp: int, hidden: int) -> list[int]:
+    """What ``mkldnn_rnn_layer`` (and its backward) allocate and free inside: the summed
+    bias (4H), the weights reordered to oneDNN's ldigo layout (C x ld(4H) and H x ld(4H))
+    and the primitive's scratchpad (gates of every step, two cell buffers, 4664 bytes)."""
+    gates = _good_ld(4 * hidden)
+    scratch = _pages(steps * batch * gates * 4) + 2 * _pages(batch * _good_ld(hidden) * 4) + 4664
+    return [4 * hidden * 4, inp * gates * 4, hidden * gates * 4, scratch]
+
+
+def _mkldnn_rnn_layer(a: dict):
+    """Forward of one LSTM layer and direction on the CPU (oneDNN). The 4th output, the
+    workspace the backward reads, is empty in a fake run; the real one holds the gates of
+    every step, the hidden states and five state buffers, each rounded to 4 KiB pages."""
+    dims = _rnn_dims(a)
+    if dims is None:
+        return None
+    steps, batch, inp, hidden = dims
+    wide, h_ld = _good_ld(max(inp, hidden)), _good_ld(hidden)
+    workspace = (
+        _pages(steps * batch * _good_ld(4 * hidden) * 4)
+        + _pages(steps * batch * h_ld * 4)
+        + 3 * _pages(2 * (steps + 1) * batch * wide * 4)
+        + 2 * _pages(2 * (steps + 1) * batch * hidden * 4)
+    )
+    return {3: workspace}, _rnn_temporaries(steps, batch, inp, hidden)
+
+
+def _mkldnn_rnn_layer_backward(a: dict):
+    """Backward of one LSTM layer: the forward's temporaries again, plus the weights in the
+    backward's ldgoi layout where its padded leading dimension differs from torch's."""
+    dims = _rnn_dims(a)
+    if dims is None:
+        return None
+    steps, batch, inp, hidden = dims
+    temps = _rnn_temporaries(steps, batch, inp, hidden)
+    temps += [4 * hidden * _good_ld(n) * 4 for n in (inp, hidden) if _good_ld(n) != n]
+    return {}, temps
+
+
+#: op -> rule(arguments by name) -> ({output index: real bytes}, [bytes allocated and freed
+#: inside the op]) or None. Measured with torch 2.13 (oneDNN) on x86-64; docs/estimate.md.
+_SIZE_RULES = {
+    torch.ops.aten.mkldnn_rnn_layer.default: _mkldnn_rnn_layer,
+    torch.ops.aten.mkldnn_rnn_layer_backward.default: _mkldnn_rnn_layer_backward,
+}
+
+
 def _real_tensor(a) -> torch.Tensor | None:
     if isinstance(a, torch.Tensor):
         return None if isinstance(a, FakeTensor) or a.device.type == "meta" else a
@@ -388,12 +495,6 @@ class RecordingMode(TorchDispatchMode):
         return self.recorder.run_op(func, args, kwargs)
 
 
-def _is_cuda(value) -> bool:
-    if isinstance(value, torch.device):
-        return value.type == "cuda"
-    return isinstance(value, str) and value.startswith("cuda")
-
-
 class PythonMode(TorchFunctionMode):
     """What only the Python level shows: ``backward()`` calls, ``copy.deepcopy`` of fake
     tensors, and (when CUDA is asked for but absent) device arguments, which are moved to
@@ -420,10 +521,10 @@ class PythonMode(TorchFunctionMode):
         if self.remap is not None:
             if func is torch.Tensor.cuda or func is torch.Tensor.pin_memory:
                 return args[0].to(self.remap)
-            if "device" in kwargs and _is_cuda(kwargs["device"]):
+            if "device" in kwargs and is_cuda(kwargs["device"]):
                 kwargs = {**kwargs, "device": self.remap}
             if func is torch.Tensor.to:
-                args = tuple(self.remap if _is_cuda(a) else a for a in args)
+                args = tuple(self.remap if is_cuda(a) else a for a in args)
         return func(*args, **kwargs)
 
 

@@ -2,7 +2,10 @@
 
 Each profile's timeline starts at the start of its profiled code (time 0), so the same step
 lines up; both charts share the x range (zooming one zooms the other) and the y range (the
-larger peak sets it). Below them, :func:`jupyter_memprof.diff` of the two peaks by category,
+larger peak sets it). An estimate's x axis counts records of the fake run (its clock,
+``meta["clock"]``), not milliseconds: an estimate against a real capture gets one x range
+per chart, each labelled with what it counts, and the header says so; two estimates, or two
+real captures, share one. Below them, :func:`jupyter_memprof.diff` of the two peaks by category,
 module or op. A click on a row highlights that key in both charts: a category stands out
 from the others, and for every key a black line traces its live bytes over time.
 
@@ -16,7 +19,6 @@ from __future__ import annotations
 import html
 import os
 from dataclasses import dataclass
-from importlib import resources
 
 import numpy as np
 import pandas as pd
@@ -35,11 +37,12 @@ from bokeh.models import (
 )
 from bokeh.plotting import figure
 
-from .._analysis.diff import Diff
+from .._analysis.diff import Diff, ratio_text, signed_bytes
 from .._analysis.diff import diff as diff_tables
-from .._io import atomic_write
+from .._io import atomic_write, check_target
 from .._units import format_bytes
 from . import dashboard_data as dd
+from . import dashboard_js
 from .dashboard import _bytes_axis
 
 #: Keys per grouping that get a highlight series (the largest changes).
@@ -49,6 +52,7 @@ HIGHLIGHT_POINTS = 600
 #: Diff rows per grouping shown in the table.
 TABLE_ROWS = 200
 GROUPINGS = ("category", "module", "op")
+_WHAT = "jupyter_memprof HTML page"
 
 
 def _is_our_html(path: str) -> bool:
@@ -59,10 +63,6 @@ def _is_our_html(path: str) -> bool:
     except OSError:
         return False
     return head.startswith("<!DOCTYPE html>") and "<title>jupyter_memprof:" in head
-
-
-def _script() -> str:
-    return resources.files(__package__).joinpath("js", "compare.js").read_text(encoding="utf-8")
 
 
 def _key_series(prof, by: str, keys: list[str], device: str, fr: dd.Window) -> dict:
@@ -113,22 +113,12 @@ def _category_series(tl: dd.Timeline, keys: list[str]) -> dict:
 
 def _table_columns(d: pd.DataFrame) -> dict[str, list]:
     d = d.head(TABLE_ROWS)
-    ratio = []
-    for r in d["ratio"]:
-        if np.isnan(r):
-            ratio.append("")
-        elif np.isinf(r):
-            ratio.append("new")
-        elif r == 0:
-            ratio.append("gone")
-        else:
-            ratio.append(f"{r:.2f}x")
     return {
         "key": [str(k) for k in d.index],
         "a": [format_bytes(v) for v in d["a"]],
         "b": [format_bytes(v) for v in d["b"]],
-        "delta": [("+" if v > 0 else "") + format_bytes(v) for v in d["delta"]],
-        "ratio": ratio,
+        "delta": [signed_bytes(int(v)) for v in d["delta"]],
+        "ratio": [ratio_text(float(r)) for r in d["ratio"]],
         "delta_bytes": [int(v) for v in d["delta"]],
     }
 
@@ -171,10 +161,15 @@ class Comparison:
     def build(self) -> Built:
         return build(self)
 
-    def to_html(self, path: str | os.PathLike) -> str:
-        """Write the comparison as one standalone interactive HTML file; returns the path."""
+    def to_html(self, path: str | os.PathLike, *, overwrite: bool = False) -> str:
+        """Write the comparison as one standalone interactive HTML file; returns the path.
+
+        Written atomically; an existing file is replaced when it is a page this package
+        wrote, or with ``overwrite=True`` (anything else raises ``FileExistsError`` before
+        the view is built)."""
         from .dashboard_html import standalone_html
 
+        check_target(path, what=_WHAT, overwrite=overwrite, is_own_kind=_is_our_html)
         page = standalone_html(
             self.build().layout, f"jupyter_memprof: {self.a.label} vs {self.b.label}"
         )
@@ -183,7 +178,7 @@ class Comparison:
             with open(tmp, "w", encoding="utf-8") as fh:
                 fh.write(page)
 
-        return atomic_write(path, write, what="HTML report", is_own_kind=_is_our_html)
+        return atomic_write(path, write, what=_WHAT, overwrite=overwrite, is_own_kind=_is_our_html)
 
     def show(self):
         """The comparison as a notebook widget."""
@@ -202,8 +197,21 @@ class Comparison:
         return self.diff("category").text()
 
 
+#: The x axis of a real capture, and of an estimate (whose clock counts records, not time).
+TIME_AXIS = "ms since the start of the profiled code"
+ESTIMATE_AXIS = "records since the start of the profiled code ({clock}: an estimate, not time)"
+
+
+def x_axis_label(prof) -> str:
+    """What a profile's x axis counts: milliseconds, or for an estimate the records of its
+    fake run (``meta["clock"]``), which the views draw one per "ms"."""
+    if prof.meta.get("estimate"):
+        return ESTIMATE_AXIS.format(clock=prof.meta.get("clock") or "op sequence")
+    return TIME_AXIS
+
+
 def _timeline_figure(
-    side: str, title: str, tl: dd.Timeline, x_range, y_range, hl: ColumnDataSource
+    side: str, title: str, tl: dd.Timeline, x_range, y_range, hl: ColumnDataSource, x_label: str
 ):
     src = ColumnDataSource(dict(tl.columns), name=f"memprof-compare-timeline-{side}")
     dd.stack(src.data, tl.categories, tl.categories)
@@ -217,7 +225,7 @@ def _timeline_figure(
         title=title,
         css_classes=[f"memprof-compare-timeline-{side}"],
     )
-    p.xaxis.axis_label = "ms since the start of the profiled code"
+    p.xaxis.axis_label = x_label
     _bytes_axis(p.yaxis[0])
     areas = {
         c: p.varea_step(
@@ -236,7 +244,7 @@ def _timeline_figure(
     items = [LegendItem(label=c, renderers=[r]) for c, r in areas.items()]
     items.append(LegendItem(label="clicked row (its own bytes)", renderers=[line]))
     p.add_layout(Legend(items=items, location="top_left"), "right")
-    if tl.peak_ms is not None:
+    if tl.peak_ms is not None:  # on this chart's own clock
         p.add_layout(
             Span(location=tl.peak_ms, dimension="height", line_color="#000000", line_dash="dashed")
         )
@@ -251,18 +259,28 @@ def build(cmp: Comparison) -> Built:
     dev_b = da.attrs.get("device_b") or (b.devices or ["cpu"])[0]
     fa, fb = dd.window(a), dd.window(b)
     tla, tlb = dd.timeline(a, dev_a, fa), dd.timeline(b, dev_b, fb)
-    end = max(fa.end_ms, fb.end_ms, 1e-3)
     top = max(tla.peak_bytes, tlb.peak_bytes, 1)
-    x_range = Range1d(0, end, bounds=(0, end))
     y_range = Range1d(0, top * 1.1)
+    label_a, label_b = x_axis_label(a), x_axis_label(b)
+    if label_a == label_b:  # one clock: one x range, zooming one chart zooms the other
+        end = max(fa.end_ms, fb.end_ms, 1e-3)
+        x_a = x_b = Range1d(0, end, bounds=(0, end))
+    else:  # records against milliseconds: no common unit, so each chart has its own range
+        end_a, end_b = max(fa.end_ms, 1e-3), max(fb.end_ms, 1e-3)
+        x_a = Range1d(0, end_a, bounds=(0, end_a))
+        x_b = Range1d(0, end_b, bounds=(0, end_b))
     hl_a = ColumnDataSource({"t": [], "y": []}, name="memprof-compare-hl-a")
     hl_b = ColumnDataSource({"t": [], "y": []}, name="memprof-compare-hl-b")
 
     def title(p, tl, dev):
         return f"{p.label} ({dev}): peak {format_bytes(tl.peak_bytes)}"
 
-    pa, areas_a = _timeline_figure("a", "a = " + title(a, tla, dev_a), tla, x_range, y_range, hl_a)
-    pb, areas_b = _timeline_figure("b", "b = " + title(b, tlb, dev_b), tlb, x_range, y_range, hl_b)
+    pa, areas_a = _timeline_figure(
+        "a", "a = " + title(a, tla, dev_a), tla, x_a, y_range, hl_a, label_a
+    )
+    pb, areas_b = _timeline_figure(
+        "b", "b = " + title(b, tlb, dev_b), tlb, x_b, y_range, hl_b, label_b
+    )
 
     tables, series = {}, {}
     for by in GROUPINGS:
@@ -305,7 +323,7 @@ def build(cmp: Comparison) -> Built:
         text="Click a row to highlight it in both timelines.",
         css_classes=["memprof-compare-status"],
     )
-    code = _script()
+    code = dashboard_js.source("compare.js")
     common = dict(
         rows=rows,
         by=by,
@@ -325,6 +343,7 @@ def build(cmp: Comparison) -> Built:
             f"<b>{html.escape(cmp.summary)}</b><br>"
             f"<span>a = {html.escape(a.label)} (peak {format_bytes(da.attrs['peak_a'])}), "
             f"b = {html.escape(b.label)} (peak {format_bytes(da.attrs['peak_b'])})</span>"
+            + _clock_note(a, b)
         ),
         css_classes=["memprof-compare-summary"],
         sizing_mode="stretch_width",
@@ -341,10 +360,24 @@ def build(cmp: Comparison) -> Built:
     return Built(layout, rows, by)
 
 
+def _clock_note(a, b) -> str:
+    """The header's line on x axes when exactly one side is an estimate ('' otherwise)."""
+    est = [side for side, p in (("a", a), ("b", b)) if p.meta.get("estimate")]
+    if len(est) != 1:
+        return ""
+    real = "b" if est == ["a"] else "a"
+    return (
+        f'<br><span class="memprof-compare-clock">{est[0]} is an estimate: its x axis counts '
+        f"records of the fake run, not time, so the two timelines have separate x axes "
+        f"({real} in ms); compare their shapes and bytes, not their times.</span>"
+    )
+
+
 def compare(a, b, *, device: str | None = None) -> Comparison:
     """Compare two profiles (or saved files): both timelines on one time axis, aligned at the
-    start of the profiled code, and one byte scale, with the diff of their peaks; a click on
-    a row highlights that category, module or op in both. ``.to_html(path)`` writes it as
+    start of the profiled code (an estimate against a real capture: one x axis each, records
+    and ms), and one byte scale, with the diff of their peaks; a click on a row highlights
+    that category, module or op in both. ``.to_html(path)`` writes it as
     one standalone file; in a notebook it shows as a widget."""
     from .._profile import _as_profile
 

@@ -265,6 +265,7 @@ def build(
         lin_info=sh.lin_info,
         op_hint=_OP_HINT,
         lin_hint=_LIN_HINT,
+        estimate=sh.estimate,
     )
     sh.ops.selected.js_on_change("indices", CustomJS(args=common, code=js.op_selected()))
     sh.allocs.selected.js_on_change("indices", CustomJS(args=common, code=js.alloc_selected()))
@@ -292,7 +293,8 @@ def _timeline_panel(sh: _Shared, timelines: list[dd.Timeline], cats: list[str] |
     overview.add_tools(range_tool)
     filters = dict(alloc_filter=sh.alloc_filter, op_filter=sh.op_filter, filter_info=sh.filter_info)
     selected = CustomJS(
-        args=dict(allocs=sh.allocs, ops=sh.ops, **filters), code=js.range_selected()
+        args=dict(allocs=sh.allocs, ops=sh.ops, estimate=sh.estimate, **filters),
+        code=js.range_selected(),
     )
     cleared = CustomJS(args=dict(filter_hint=_FILTER_HINT, **filters), code=js.range_cleared())
 

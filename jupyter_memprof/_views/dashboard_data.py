@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 
 from .._analysis.schema import Category, Phase, Relation
-from .._units import format_bytes, format_ms
+from .._units import format_bytes, format_time
 
 TIMELINE_POINTS = 4000
 ALLOC_BUDGET = 2000
@@ -304,6 +304,7 @@ def select_ops(prof, win: Window, must: set[int], budget: int = OP_BUDGET) -> Op
     left = win.ms(o["start_ns"])
     right = win.ms(o["end_ns"])
     depth = o["depth"].to_numpy(dtype="int64")
+    est = bool(prof.meta.get("estimate"))  # an estimate's clock counts records, not ms
     cols = {
         "op_id": o["op_id"].to_numpy(dtype="int64"),
         "name": _str(o["name"].astype("object")),
@@ -315,8 +316,8 @@ def select_ops(prof, win: Window, must: set[int], budget: int = OP_BUDGET) -> Op
         "left": left,
         "right": right,
         "dur": right - left,
-        "dur_txt": [format_ms(v) for v in right - left],
-        "start_txt": [format_ms(v) for v in left],
+        "dur_txt": [format_time(v, records=est, span=True) for v in right - left],
+        "start_txt": [format_time(v, records=est) for v in left],
         "top": depth + 0.05,
         "bottom": depth + 0.95,
         "cy": depth + 0.5,
@@ -446,14 +447,16 @@ def allocation_columns(prof, sel: Allocations, ops: Ops, win: Window) -> dict[st
     )
     lane[order] = np.arange(len(a))
 
+    est = bool(prof.meta.get("estimate"))  # an estimate's clock counts records, not ms
+
     def lifetime(i: int) -> str:
         if np.isnan(t_alloc[i]) and np.isnan(t_free[i]):
             return "whole capture"
         if np.isnan(t_alloc[i]):
-            return f"until {format_ms(t_free[i])}"
+            return f"until {format_time(t_free[i], records=est)}"
         if np.isnan(t_free[i]):
             return "still alive"
-        return format_ms(t_free[i] - t_alloc[i])
+        return format_time(t_free[i] - t_alloc[i], records=est, span=True)
 
     cat = _str(a["category"].astype("object"), "unknown")
     names = _str(a["name"])
@@ -587,11 +590,15 @@ def lineage_columns(
     return cols, pool, starts.tolist(), ends.tolist()
 
 
-def decode_lineage(cols: dict, pool: list[str], start: int, end: int) -> dict[str, list[str]]:
-    """The display rows of one block from :func:`lineage_columns` (what the page shows)."""
+def decode_lineage(
+    cols: dict, pool: list[str], start: int, end: int, *, records: bool = False
+) -> dict[str, list[str]]:
+    """The display rows of one block from :func:`lineage_columns` (what the page shows);
+    ``records=True`` for an estimate (times are records of its fake run, not ms)."""
     out = {
         "t_txt": [
-            format_ms(v) if np.isfinite(v) else "before capture" for v in cols["t"][start:end]
+            format_time(v, records=records) if np.isfinite(v) else "before capture"
+            for v in cols["t"][start:end]
         ]
     }
     for k in LINEAGE_STRINGS:

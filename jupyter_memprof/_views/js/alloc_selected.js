@@ -1,7 +1,8 @@
 // allocs.selected changed (a row of the allocations table, or a lifetime bar): show the
 // block's lineage (decoded from the flat lineage table) and highlight its ops.
+// `estimate`: times are positions in a fake run (records), not milliseconds.
 /* global allocs, ops, flows, lin_all, lin_view, pool, op_info, lin_info, op_hint, lin_hint */
-/* global esc, set_sel, echo, empty_of, format_ms */
+/* global estimate, esc, set_sel, echo, empty_of, format_ms, format_records */
 
 if (echo("allocs", allocs)) return;
 const sel = allocs.selected.indices;
@@ -28,7 +29,8 @@ const data = {t_txt: [], version: []};
 const strings = ["op_name", "relation", "category", "phase", "module", "callsite"];
 for (const k of strings) data[k] = [];
 for (let k = s; k < e; k++) {
-  data.t_txt.push(Number.isFinite(L.t[k]) ? format_ms(L.t[k]) : "before capture");
+  const when = estimate ? format_records(L.t[k]) : format_ms(L.t[k]);
+  data.t_txt.push(Number.isFinite(L.t[k]) ? when : "before capture");
   data.version.push(L.version[k] >= 0 ? String(L.version[k]) : "");
   for (const c of strings) data[c].push(text(L[c][k]));
 }

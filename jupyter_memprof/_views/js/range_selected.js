@@ -1,5 +1,6 @@
 // SelectionGeometry on a timeline (box select along time): filter ops and blocks by time.
-/* global cb_obj, allocs, ops, alloc_filter, op_filter, filter_info */
+// `estimate`: the x axis counts records of a fake run (an estimate's clock), not milliseconds.
+/* global cb_obj, allocs, ops, alloc_filter, op_filter, filter_info, estimate */
 
 const g = cb_obj.geometry;
 if (g.type !== "rect") return;
@@ -21,5 +22,8 @@ for (let k = 0; k < ob.length; k++) {
 }
 alloc_filter.booleans = ab;
 op_filter.booleans = ob;
-filter_info.text = `<b>Time filter</b> ${t0.toFixed(3)} &ndash; ${t1.toFixed(3)} ms: ` +
+const span = estimate
+  ? `records #${Math.max(0, Math.round(t0))} &ndash; #${Math.max(0, Math.round(t1))} of the run`
+  : `${t0.toFixed(3)} &ndash; ${t1.toFixed(3)} ms`;
+filter_info.text = `<b>${estimate ? "Position filter" : "Time filter"}</b> ${span}: ` +
   `${ka} of ${na} listed blocks alive, ${ko} of ${ob.length} shown ops running.`;

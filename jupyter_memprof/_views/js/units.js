@@ -1,7 +1,8 @@
 // Units for people, in the page: the same rules, and the same float operations, as
-// jupyter_memprof/_units.py (format_bytes, format_ms), so a number reads the same in a
-// table built in Python and in a tooltip built here. tests/test_units.py runs both.
-/* exported format_bytes, format_ms */
+// jupyter_memprof/_units.py (format_bytes, format_ms, format_records), so a number reads the same in a
+// table built in Python and in a tooltip built here. tests/test_browser_code.py
+// (test_page_and_python_format_numbers_the_same) runs both.
+/* exported format_bytes, format_ms, format_records */
 
 const UNITS = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
 
@@ -44,4 +45,11 @@ const format_ms = (ms) => {
     if (k < 1000000) return `${sign}${text} ms`;
   }
   return `${sign}${fixed(a / 1000, 3)[1]} s`;
+};
+
+// a place on an estimate's clock, which counts records, not time: "record #1,234"
+const format_records = (ms) => {
+  if (ms === null || ms === undefined || !Number.isFinite(ms)) return "";
+  const k = Math.floor(Math.abs(ms) + 0.5);
+  return `record #${ms < 0 && k ? "-" : ""}${k.toLocaleString("en-US")}`;
 };
