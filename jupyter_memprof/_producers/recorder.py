@@ -135,7 +135,7 @@ def _stop_profiler(tp) -> None:
     finally:
         if events.profiler_running():
             with contextlib.suppress(Exception), _quiet_stderr():
-                torch.autograd._disable_profiler()
+                events.force_off()
 
 
 def _cell_namer():

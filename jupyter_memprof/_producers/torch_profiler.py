@@ -389,7 +389,7 @@ def read_trace(kineto_results, namer: FrameNamer | None = None) -> Trace:
                 push((c, callsite, in_autograd))
     return Trace(
         ops,
-        [TensorRef(*t) for t in tensors],
+        list(map(functools.partial(tuple.__new__, TensorRef), tensors)),
         memory,
         [UntrackedTensor(tid, *v) for tid, v in untracked.items()],
         n_events,
@@ -440,6 +440,12 @@ def prepare() -> None:
 def profiler_running() -> bool:
     """True while any torch profiler (autograd or kineto) is collecting in this process."""
     return bool(torch._C._autograd._profiler_enabled())
+
+
+def force_off() -> None:
+    """Turn torch's profiler off whatever state its Python object is in (when torch's own
+    stop failed half way); what it recorded is lost."""
+    torch.autograd._disable_profiler()
 
 
 def trace_start_ns(kineto_results) -> int | None:
