@@ -196,7 +196,7 @@ def test_device_and_category_filters(prof):
     cats = set(built.allocs.data["category"])
     assert cats <= {"parameter", "gradient"} and "parameter" in cats
     n_param = int((prof.allocations["category"].astype(object) == "parameter").sum())
-    assert built.allocs.data["category"].count("parameter") == n_param
+    assert list(built.allocs.data["category"]).count("parameter") == n_param
 
 
 def test_one_timeline_per_device(prof):

@@ -231,7 +231,10 @@ def test_the_panels_release_frees_the_profile_and_tells_every_panel(panels, shel
     assert tab_widgets
     a.receive({"type": "list"})
     (listed,) = [p for p in a.sent[-1]["profiles"] if p["sid"] == sid]
-    assert listed["memory_bytes"] == _comm._memory_bytes(prof) > 0
+    # the tables' memory, measured once when the profile was listed (pandas adds a few
+    # hundred bytes of caches, such as index engines, as views read the tables later)
+    fresh = _comm._memory_bytes(prof)
+    assert fresh > 0 and abs(listed["memory_bytes"] - fresh) <= 0.02 * fresh
     assert listed["memory_text"].endswith("B")
     tables = weakref.ref(prof.allocations)
     del prof, listed

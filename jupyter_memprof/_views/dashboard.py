@@ -23,12 +23,15 @@ from __future__ import annotations
 import html
 import itertools
 import os
+import weakref
 from dataclasses import dataclass
 
 import numpy as np
 from bokeh.layouts import column, row
 from bokeh.models import (
     AdaptiveTicker,
+    AllIndices,
+    AllLabels,
     BooleanFilter,
     BoxSelectTool,
     Button,
@@ -47,9 +50,11 @@ from bokeh.models import (
     Range1d,
     RangeTool,
     Span,
+    StringEditor,
     StringFormatter,
     TableColumn,
     TapTool,
+    UnionRenderers,
 )
 from bokeh.plotting import figure
 from bokeh.transform import dodge
@@ -101,6 +106,31 @@ class Built:
     lineage_pool: list[str]  # the strings lineage_all's codes point into
 
 
+class _Kit:
+    """Stateless models every view of one dashboard shares instead of one each (Bokeh makes
+    a new one per table column, axis, data source and renderer by default): fewer models to
+    build and to send, the same page."""
+
+    def __init__(self) -> None:
+        self.editor = StringEditor()  # tables are not editable: never shown
+        self.text = StringFormatter()
+        self.union = UnionRenderers()
+        self.everything = AllIndices()
+        self.labels = AllLabels()
+
+    def slim(self, p) -> None:
+        """Share the kit in figure ``p``: its renderers' filters and sources' selection
+        policies, its axes' label policies; renderers that are never muted (legends hide)
+        get Bokeh's automatic muted glyph instead of a model of their own."""
+        for r in p.renderers:
+            r.muted_glyph = "auto"
+            if isinstance(r.view.filter, AllIndices):
+                r.view.filter = self.everything
+            r.data_source.selection_policy = self.union
+        for axis in (*p.xaxis, *p.yaxis):
+            axis.major_label_policy = self.labels
+
+
 @dataclass
 class _Shared:
     """The models several views share: the time axis, the sources, filters and messages."""
@@ -118,14 +148,16 @@ class _Shared:
     op_info: Div
     lin_info: Div
     filter_info: Div
+    kit: _Kit
     x_label: str = "ms since capture start"
     estimate: bool = False
     limit: int | None = None  # an estimate's memory limit (bytes), drawn on its device
     oom: tuple[str, float] | None = None  # (device, x) where an estimate went over it
 
 
-def _cds(columns: dict, name: str) -> ColumnDataSource:
-    """A ColumnDataSource; numeric columns as numpy arrays (sent as compact binary)."""
+def _cds(columns: dict, name: str, kit: _Kit | None = None) -> ColumnDataSource:
+    """A ColumnDataSource; numeric columns as numpy arrays (sent as compact binary), text
+    columns as numpy arrays of ``str`` (sent as one plain list, not encoded item by item)."""
     data = {}
     for k, v in columns.items():
         arr = v if isinstance(v, np.ndarray) else None
@@ -135,15 +167,21 @@ def _cds(columns: dict, name: str) -> ColumnDataSource:
                 arr = np.asarray(v, dtype="int64")
             elif kinds <= {int, float, np.int64, np.float64}:
                 arr = np.asarray(v, dtype="float64")
-        if arr is None or arr.dtype.kind not in "iuf":
+            elif kinds <= {str, np.str_}:
+                arr = np.asarray(v, dtype=str)
+        if arr is None or not len(arr) or arr.dtype.kind not in "iufU":
             data[k] = list(v)
-        elif arr.dtype.kind in "iu" and (len(arr) == 0 or np.abs(arr).max() < 2**31):
+        elif arr.dtype.kind == "U":
+            data[k] = arr
+        elif arr.dtype.kind in "iu" and np.abs(arr).max() < 2**31:
             data[k] = arr.astype("int32")
         elif arr.dtype == np.float32:
             data[k] = arr
         else:
             data[k] = arr.astype("float64")
-    return ColumnDataSource(data=data, name=name)
+    if kit is None:
+        return ColumnDataSource(data=data, name=name)
+    return ColumnDataSource(data=data, name=name, selection_policy=kit.union)
 
 
 def _header_html(prof) -> str:
@@ -170,13 +208,14 @@ def _title(text: str, note: str = "") -> Div:
     )
 
 
-def _table(source, columns, *, height=TABLE_HEIGHT, **kwargs) -> DataTable:
+def _table(kit: _Kit, source, columns, *, height=TABLE_HEIGHT, **kwargs) -> DataTable:
     """A DataTable whose every cell is plain text (StringFormatter escapes it)."""
-    text = StringFormatter()
     return DataTable(
         source=source,
         columns=[
-            TableColumn(field=field, title=title, formatter=text, width=width)
+            TableColumn(
+                field=field, title=title, formatter=kit.text, editor=kit.editor, width=width
+            )
             for field, title, width in columns
         ],
         height=height,
@@ -204,31 +243,24 @@ def build(
 ) -> Built:
     """Build the linked Bokeh views of ``prof`` (optionally one device / some categories;
     ``header=False`` leaves out the summary at the top)."""
-    win = dd.window(prof)
-    devs = [device] if device is not None else prof.devices
     cats = list(categories) if categories is not None else None
-
-    # what to show (level of detail), as columns
-    sel = dd.select_allocations(prof, device, cats)
-    alloc_ids = sel.table["alloc_id"].astype("int64").tolist()
-    lin = dd.lineage_rows(prof, alloc_ids)
-    ops = dd.select_ops(prof, win, dd.must_show_ops(sel, lin, dd.OP_BUDGET // 2))
-    acols = dd.allocation_columns(prof, sel, ops, win)
-    lcols, pool, lin0, lin1 = dd.lineage_columns(prof, lin, alloc_ids, ops, win)
-    acols["lin0"] = lin0 + [0] * len(sel.summarised)
-    acols["lin1"] = lin1 + [0] * len(sel.summarised)
+    shown = _shown(prof, device, cats)
+    win, sel, ops, acols, pool = shown.win, shown.sel, shown.ops, shown.acols, shown.pool
+    lcols, timelines = shown.lcols, shown.timelines
 
     end_ms = max(win.end_ms, 1e-6)
     pad = end_ms * 0.01
+    kit = _Kit()
     sh = _Shared(
+        kit=kit,
         uid=f"memprof-{os.getpid()}-{next(_ids)}",
         end_ms=end_ms,
         x_range=Range1d(-pad, end_ms + pad, bounds=(-pad, end_ms + pad), name="memprof-time"),
-        ops=_cds(ops.columns, "memprof-ops"),
-        allocs=_cds(acols, "memprof-allocations"),
-        flows=_cds(dd.flow_columns(prof, ops), "memprof-flows"),
-        lin_all=_cds(lcols, "memprof-lineage-all"),
-        lin_view=_cds({k: [] for k in LINEAGE_VIEW_COLUMNS}, "memprof-lineage"),
+        ops=_cds(ops.columns, "memprof-ops", kit),
+        allocs=_cds(acols, "memprof-allocations", kit),
+        flows=_cds(shown.flows, "memprof-flows", kit),
+        lin_all=_cds(lcols, "memprof-lineage-all", kit),
+        lin_view=_cds({k: [] for k in LINEAGE_VIEW_COLUMNS}, "memprof-lineage", kit),
         op_filter=BooleanFilter(name="memprof-ops-filter"),
         alloc_filter=BooleanFilter(name="memprof-allocations-filter"),
         op_info=Div(text=_OP_HINT, name="memprof-op-info", sizing_mode="stretch_width"),
@@ -242,7 +274,6 @@ def build(
         oom = prof.meta.get("oom")
         if oom:
             sh.oom = (str(oom["device"]), float(win.ms([int(oom["time_ns"])])[0]))
-    timelines = [dd.timeline(prof, dev, win) for dev in devs]
     top = [Div(text=_header_html(prof), sizing_mode="stretch_width", name="memprof-header")]
     layout = column(
         *(top if header else []),
@@ -270,6 +301,65 @@ def build(
     sh.ops.selected.js_on_change("indices", CustomJS(args=common, code=js.op_selected()))
     sh.allocs.selected.js_on_change("indices", CustomJS(args=common, code=js.alloc_selected()))
     return Built(layout, sh.ops, sh.allocs, sh.lin_view, sh.lin_all, pool)
+
+
+@dataclass
+class _Shown:
+    """What a dashboard of one profile shows (:mod:`.dashboard_data`), before any model."""
+
+    win: dd.Window
+    sel: dd.Allocations
+    ops: dd.Ops
+    acols: dict
+    lcols: dict
+    pool: list[str]
+    flows: dict
+    timelines: list[dd.Timeline]
+
+
+# The last profile's selection, reused while that profile lives: the dashboard under a cell,
+# then ``prof.to_html`` (or ``prof.show()`` again) choose the same rows. It holds only what the
+# views derived (no table, no profile: a weak reference tells whether the profile is the same).
+_last: list = []
+
+
+def _shown(prof, device: str | None, cats: list[str] | None) -> _Shown:
+    key = (device, None if cats is None else tuple(cats), *map(id, prof.tables.values()))
+    if _last and _last[0]() is prof and _last[1] == key:
+        return _last[2]
+    forget(None)
+    win = dd.window(prof)
+    devs = [device] if device is not None else prof.devices
+    peaks = {dev: dd.peak_or_none(prof, dev) for dev in devs}
+    sel = dd.select_allocations(prof, device, cats, peaks=peaks)
+    alloc_ids = sel.table["alloc_id"].astype("int64").tolist()
+    lin = dd.lineage_rows(prof, alloc_ids)
+    ops = dd.select_ops(prof, win, dd.must_show_ops(sel, lin, dd.OP_BUDGET // 2))
+    acols = dd.allocation_columns(prof, sel, ops, win)
+    lcols, pool, lin0, lin1 = dd.lineage_columns(prof, lin, alloc_ids, ops, win)
+    acols["lin0"] = np.asarray(lin0 + [0] * len(sel.summarised), dtype=np.int64)
+    acols["lin1"] = np.asarray(lin1 + [0] * len(sel.summarised), dtype=np.int64)
+    shown = _Shown(
+        win,
+        sel,
+        ops,
+        acols,
+        lcols,
+        pool,
+        dd.flow_columns(prof, ops),
+        [dd.timeline(prof, dev, win, peak=peaks[dev]) for dev in devs],
+    )
+    try:
+        _last[:] = [weakref.ref(prof), key, shown]
+    except TypeError:  # a profile-like object without weak references: no reuse
+        pass
+    return shown
+
+
+def forget(prof=None) -> None:
+    """Drop the reused selection of ``prof`` (of any profile when None)."""
+    if _last and (prof is None or _last[0]() is prof or _last[0]() is None):
+        _last.clear()
 
 
 # --------------------------------------------------------------------------------------------
@@ -302,7 +392,7 @@ def _timeline_panel(sh: _Shared, timelines: list[dd.Timeline], cats: list[str] |
     for k, tl in enumerate(timelines):
         visible = [c for c in tl.categories if cats is None or c in cats]
         dd.stack(tl.columns, tl.categories, visible)
-        src = _cds(tl.columns, f"memprof-timeline-{tl.device}")
+        src = _cds(tl.columns, f"memprof-timeline-{tl.device}", sh.kit)
         charts.append(_timeline_chart(sh, tl, src, visible, selected, cleared))
         overview.step(
             x="t",
@@ -312,6 +402,7 @@ def _timeline_panel(sh: _Shared, timelines: list[dd.Timeline], cats: list[str] |
             line_color=_OVERVIEW_COLORS[k % len(_OVERVIEW_COLORS)],
             **({"legend_label": tl.device} if len(timelines) > 1 else {}),
         )
+    sh.kit.slim(overview)
     if overview.legend:
         overview.legend.location = "top_left"
         overview.legend.label_text_font_size = "9px"
@@ -417,6 +508,7 @@ def _timeline_chart(sh, tl: dd.Timeline, src, visible, selected, cleared):
             )
         )
     _limit_marks(sh, tl, p)
+    sh.kit.slim(p)
     return p
 
 
@@ -530,6 +622,7 @@ def _op_panel(sh: _Shared, ops: dd.Ops):
         ("self bytes", "@self_txt"),
         ("total bytes", "@total_txt"),
     ]
+    sh.kit.slim(tree)
     link_tips = [("forward", "@fname"), ("backward", "@bname"), ("seq_nr", "@seq_nr")]
     tree.add_tools(
         HoverTool(renderers=[quads], tooltips=op_tips),
@@ -538,6 +631,7 @@ def _op_panel(sh: _Shared, ops: dd.Ops):
         TapTool(renderers=[quads], mode="replace"),
     )
     op_table = _table(
+        sh.kit,
         sh.ops,
         [
             ("name", "op", 300),
@@ -578,6 +672,7 @@ def _op_panel(sh: _Shared, ops: dd.Ops):
 # --------------------------------------------------------------------------------------------
 def _allocation_panel(sh: _Shared, sel: dd.Allocations):
     table = _table(
+        sh.kit,
         sh.allocs,
         [
             ("name", "name", 220),
@@ -631,6 +726,7 @@ def _allocation_panel(sh: _Shared, sel: dd.Allocations):
     life.add_tools(
         HoverTool(renderers=[bars], tooltips=tips), TapTool(renderers=[bars], mode="replace")
     )
+    sh.kit.slim(life)
     note = f"{len(sel.table):,} of {sel.total:,} blocks listed, largest first"
     if len(sel.summarised):
         note += f"; the {sel.total - len(sel.table):,} smaller ones are summarised at the end"
@@ -648,6 +744,7 @@ def _allocation_panel(sh: _Shared, sel: dd.Allocations):
 # --------------------------------------------------------------------------------------------
 def _lineage_panel(sh: _Shared):
     table = _table(
+        sh.kit,
         sh.lin_view,
         [
             ("t_txt", "time", 80),

@@ -54,18 +54,71 @@ PHASE_COLORS: dict[str, str] = {
 SUMMARY_CATEGORY_COLOR = "#dddddd"
 
 
-def _str(values, missing: str = "") -> list[str]:
-    """A column as plain Python strings (NA -> ``missing``), ready for JSON."""
-    s = pd.Series(values, dtype="object")
-    return [
-        missing if v is None or v is pd.NA or (isinstance(v, float) and np.isnan(v)) else str(v)
-        for v in s
-    ]
+def _str(values, missing: str = "") -> np.ndarray:
+    """A column as text (NA -> ``missing``): a numpy array of ``str``, which Bokeh sends as
+    one plain list (no per-element encoding). Each distinct value is converted once."""
+    codes, uniques = pd.factorize(pd.Series(values, dtype=None if _is_col(values) else object))
+    lut = np.array([str(u) for u in uniques] + [missing], dtype=str)
+    return lut[codes]  # NA (code -1) picks the trailing ``missing``
+
+
+def _is_col(values) -> bool:
+    return isinstance(values, (pd.Series, pd.Index, np.ndarray, pd.api.extensions.ExtensionArray))
+
+
+def _formatted(values, fmt) -> np.ndarray:
+    """``fmt(v)`` for each number of ``values`` (text), each distinct value formatted once."""
+    arr = np.asarray(values)
+    if not len(arr):
+        return np.zeros(0, dtype=str)
+    uniques, codes = np.unique(arr, return_inverse=True)
+    if len(uniques) * 2 > len(arr):  # mostly distinct: no point in sharing
+        return np.array([fmt(v) for v in arr.tolist()], dtype=str)
+    return np.array([fmt(v) for v in uniques.tolist()], dtype=str)[codes.reshape(-1)]
 
 
 def _ns(values) -> np.ndarray:
     """Nullable integer ns -> float64 ns with NaN for NA."""
     return pd.to_numeric(pd.Series(values), errors="coerce").astype("float64").to_numpy()
+
+
+def _is(col: pd.Series, value) -> np.ndarray:
+    """``col == value`` as a boolean array (a categorical column compares its codes)."""
+    if isinstance(col.dtype, pd.CategoricalDtype):
+        cats = col.cat.categories
+        if value not in cats:
+            return np.zeros(len(col), dtype=bool)
+        return col.cat.codes.to_numpy() == cats.get_loc(value)
+    return (col.astype("object") == value).to_numpy(dtype=bool)
+
+
+def _ids(values) -> np.ndarray:
+    """Nullable integer ids -> int64 with -1 for NA."""
+    return pd.array(values, dtype="Int64").to_numpy(dtype=np.int64, na_value=-1)
+
+
+def op_positions(prof, op_ids) -> np.ndarray:
+    """Row of each op id in ``prof.ops`` (int64), -1 for NA or an id it does not have."""
+    q = np.asarray(op_ids, dtype=np.int64)
+    all_ids = prof.ops["op_id"].to_numpy(dtype=np.int64)
+    n = len(all_ids)
+    if not n or not len(q):
+        return np.full(len(q), -1, dtype=np.int64)
+    if all_ids[0] == 0 and all_ids[-1] == n - 1 and np.array_equal(all_ids, np.arange(n)):
+        return np.where((q >= 0) & (q < n), q, -1)  # ids are rows: the tables' usual layout
+    order = np.argsort(all_ids, kind="stable")
+    at = order[np.searchsorted(all_ids, q, sorter=order).clip(0, n - 1)]
+    return np.where((q >= 0) & (all_ids[at] == q), at, -1)
+
+
+def _lookup(text: np.ndarray, mapping: dict[str, str], default: str) -> np.ndarray:
+    """``mapping.get(t, default)`` for each string of ``text``."""
+    if not len(text):
+        return np.zeros(0, dtype=str)
+    uniques, codes = np.unique(text, return_inverse=True)
+    return np.array([mapping.get(u, default) for u in uniques.tolist()], dtype=str)[
+        codes.reshape(-1)
+    ]
 
 
 # ----------------------------------------------------------------------------------------
@@ -83,6 +136,8 @@ class Window:
         """Absolute ns (array-like, NA allowed) -> ms since the capture started (NaN for NA).
 
         The subtraction happens in integers: absolute ns do not fit a float64 exactly."""
+        if isinstance(ns, np.ndarray) and ns.dtype.kind in "iu":  # no NA: plain int64
+            return (ns.astype(np.int64) - self.start_ns).astype("float64") / 1e6
         if isinstance(ns, (pd.Series, pd.Index, np.ndarray, pd.api.extensions.ExtensionArray)):
             arr = pd.Series(ns).astype("Int64").array
         else:  # a list may mix ints and None: build the nullable array directly (exact)
@@ -120,13 +175,12 @@ def m4_indices(total: np.ndarray, budget: int) -> np.ndarray:
     edges = np.linspace(0, n, buckets + 1).astype(np.int64)
     starts, ends = edges[:-1], edges[1:]
     keep = [starts, ends - 1]
-    # a loop over buckets (a few hundred to a thousand), each argmin/argmax vectorised
-    lo = np.empty(buckets, dtype=np.int64)
-    hi = np.empty(buckets, dtype=np.int64)
-    for b, (s, e) in enumerate(zip(starts, ends, strict=True)):
-        seg = total[s:e]
-        lo[b] = s + int(np.argmin(seg))
-        hi[b] = s + int(np.argmax(seg))
+    # the first lowest and first highest point of each bucket, all buckets at once
+    lens = ends - starts
+    lo_hit = np.flatnonzero(total == np.repeat(np.minimum.reduceat(total, starts), lens))
+    hi_hit = np.flatnonzero(total == np.repeat(np.maximum.reduceat(total, starts), lens))
+    lo = lo_hit[np.searchsorted(lo_hit, starts)]
+    hi = hi_hit[np.searchsorted(hi_hit, starts)]
     keep += [lo, hi, np.array([int(np.argmax(total))])]
     return np.unique(np.concatenate(keep))
 
@@ -141,51 +195,59 @@ class Timeline:
     peak_bytes: int
 
 
-def timeline(prof, device: str, win: Window, budget: int = TIMELINE_POINTS) -> Timeline:
+def timeline(
+    prof, device: str, win: Window, budget: int = TIMELINE_POINTS, *, peak=None
+) -> Timeline:
     """The stacked category timeline of one device, thinned to ``budget`` points.
 
     Wide form: one row per state change (``time_ns`` of the timeline table), one column of live
     bytes per category, carried forward from the long-form ``prof.timeline``. A first point at
     the capture start and a last point at its end make the areas span the whole capture.
+    ``peak``: ``prof.peak(device)`` when the caller has it already.
     """
-    tl = prof.timeline[prof.timeline["device"].astype("object") == device]
+    tl = prof.timeline[_is(prof.timeline["device"], device)]
+    tl = tl[tl["category"].notna().to_numpy()]
     cats_all = Category.values()
-    if len(tl):
-        tl = tl.assign(category=tl["category"].astype("object"))
-        wide = tl.pivot_table(
-            index="time_ns", columns="category", values="bytes", aggfunc="last", sort=True
-        )
-        wide = wide.ffill().fillna(0)
-    else:
-        wide = pd.DataFrame(index=pd.Index([], name="time_ns", dtype="int64"))
-    cats = [c for c in cats_all if c in wide.columns and (wide[c] != 0).any()]
-    wide = wide.reindex(columns=cats, fill_value=0).astype("float64")
-    times = wide.index.to_numpy(dtype="int64")
-    values = wide.to_numpy()
+    # the long form's last value per (time, category), carried forward: a pivot in numpy
+    times, row = np.unique(tl["time_ns"].to_numpy(dtype=np.int64), return_inverse=True)
+    row = row.reshape(-1)
+    col = pd.Categorical(tl["category"].astype("object"), categories=cats_all).codes
+    col = np.asarray(col, dtype=np.int64)
+    ok = col >= 0
+    wide = np.full((len(times), len(cats_all)), np.nan)
+    if ok.any():
+        key = (row * len(cats_all) + col)[ok]
+        last = len(key) - 1 - np.unique(key[::-1], return_index=True)[1]  # last row per key
+        wide[row[ok][last], col[ok][last]] = tl["bytes"].to_numpy(dtype="float64")[ok][last]
+        have = ~np.isnan(wide)
+        src = np.maximum.accumulate(np.where(have, np.arange(len(times))[:, None], 0), axis=0)
+        wide = wide[src, np.arange(len(cats_all))]
+    wide = np.nan_to_num(wide, nan=0.0)
+    present = set(tl["category"].astype("object").unique().tolist())
+    shown = [j for j, c in enumerate(cats_all) if c in present and (wide[:, j] != 0).any()]
+    cats = [cats_all[j] for j in shown]
+    values = wide[:, shown]
     total = values.sum(axis=1) if len(cats) else np.zeros(len(times))
     points_in = len(times)
 
     # the op running at each point: from the events table's op column (innermost op)
-    op_name = np.array([""] * len(times), dtype=object)
-    op_module = np.array([""] * len(times), dtype=object)
+    op_at = np.full(len(times), -1, dtype=np.int64)
     ev = prof.events
     if len(times) and "op_id" in ev.columns and len(ev):
-        ev = ev[ev["device"].astype("object") == device][["time_ns", "op_id"]]
-        ev = ev.dropna(subset=["op_id"]).drop_duplicates("time_ns", keep="last")
-        ops = prof.ops.set_index("op_id")
-        op_of_time = pd.Series(ev["op_id"].to_numpy(), index=ev["time_ns"].to_numpy())
-        ids = pd.Series(times).map(op_of_time)
-        have = ids.notna().to_numpy()
-        if have.any():
-            idx = ids[have].astype("int64")
-            known = idx.isin(ops.index).to_numpy()
-            sel = np.flatnonzero(have)[known]
-            op_name[sel] = _str(ops.loc[idx[known], "name"].to_numpy())
-            op_module[sel] = _str(ops.loc[idx[known], "module"].to_numpy())
+        mine = _is(ev["device"], device)
+        et = ev["time_ns"].to_numpy(dtype=np.int64)[mine]
+        eo = _ids(ev["op_id"])[mine]
+        et, eo = et[eo >= 0], eo[eo >= 0]
+        if len(et):
+            order = np.argsort(et, kind="stable")
+            et, eo = et[order], eo[order]
+            last = np.append(et[1:] != et[:-1], True)  # the last event at each time
+            et, eo = et[last], eo[last]
+            at = np.searchsorted(et, times).clip(0, len(et) - 1)
+            op_at = op_positions(prof, np.where(et[at] == times, eo[at], -1))
 
     keep = m4_indices(total, budget)
-    times, values, total = times[keep], values[keep], total[keep]
-    op_name, op_module = op_name[keep], op_module[keep]
+    times, values, total, op_at = times[keep], values[keep], total[keep], op_at[keep]
 
     # open with the capture start (state before the first event: empty, unless the first
     # event is at the start) and close with the capture end (last state held)
@@ -193,24 +255,22 @@ def timeline(prof, device: str, win: Window, budget: int = TIMELINE_POINTS) -> T
         times = np.concatenate([[win.start_ns], times])
         values = np.vstack([np.zeros((1, len(cats))), values])
         total = np.concatenate([[0.0], total])
-        op_name = np.concatenate([[""], op_name])
-        op_module = np.concatenate([[""], op_module])
+        op_at = np.concatenate([[-1], op_at])
     if times[-1] < win.end_ns:
         times = np.concatenate([times, [win.end_ns]])
         values = np.vstack([values, values[-1:]])
         total = np.concatenate([total, total[-1:]])
-        op_name = np.concatenate([op_name, [""]])
-        op_module = np.concatenate([op_module, [""]])
+        op_at = np.concatenate([op_at, [-1]])
 
-    cols: dict[str, object] = {"t": win.ms(times), "total": total}
+    cols: dict[str, object] = {"t": win.ms(np.asarray(times, dtype=np.int64)), "total": total}
     for j, c in enumerate(cats):
         cols[f"b_{c}"] = values[:, j]
-    cols["op"] = list(op_name)
-    cols["module"] = list(op_module)
+    cols["op"] = _op_text(prof, "name", op_at)
+    cols["module"] = _op_text(prof, "module", op_at)
 
     peak_ms, peak_bytes = None, 0
     try:
-        pk = prof.peak(device)
+        pk = prof.peak(device) if peak is None else peak
         peak_ns, peak_bytes = pk.attrs.get("peak_ns"), int(pk.attrs.get("peak_bytes") or 0)
         if peak_ns is not None:
             peak_ms = float(win.ms([peak_ns])[0])
@@ -220,6 +280,17 @@ def timeline(prof, device: str, win: Window, budget: int = TIMELINE_POINTS) -> T
         i = int(np.argmax(total))
         peak_ms, peak_bytes = float(cols["t"][i]), int(total[i])
     return Timeline(device, cats, cols, points_in, peak_ms, peak_bytes)
+
+
+def _op_text(prof, column: str, pos: np.ndarray) -> np.ndarray:
+    """``prof.ops[column]`` as text at rows ``pos`` ("" where ``pos`` is -1 or NA)."""
+    out = np.zeros(len(pos), dtype=str)
+    have = pos >= 0
+    if have.any():
+        text = _str(prof.ops[column].take(pos[have]))
+        out = out.astype(text.dtype)
+        out[have] = text
+    return out
 
 
 def stack(columns: dict, categories: list[str], visible: list[str]) -> None:
@@ -299,37 +370,43 @@ def select_ops(prof, win: Window, must: set[int], budget: int = OP_BUDGET) -> Op
                 add = np.zeros(n, dtype=bool)
                 add[chunk] = True
                 keep = _with_ancestors(keep | add, parent_pos)
-        o = o[keep]
-    o = o.sort_values(["start_ns", "depth"], kind="stable").reset_index(drop=True)
-    left = win.ms(o["start_ns"])
-    right = win.ms(o["end_ns"])
-    depth = o["depth"].to_numpy(dtype="int64")
+        pos = np.flatnonzero(keep)
+    else:
+        pos = np.arange(n)
+    start_ns = o["start_ns"].to_numpy(dtype=np.int64)[pos]
+    depth = o["depth"].to_numpy(dtype="int64")[pos]
+    order = np.lexsort((depth, start_ns))  # by start, then depth; ties keep table order
+    pos, start_ns, depth = pos[order], start_ns[order], depth[order]
+    left = win.ms(start_ns)
+    right = win.ms(o["end_ns"].to_numpy(dtype=np.int64)[pos])
     est = bool(prof.meta.get("estimate"))  # an estimate's clock counts records, not ms
+    self_b = o["self_alloc_bytes"].to_numpy()[pos]
+    total_b = o["total_alloc_bytes"].to_numpy()[pos]
     cols = {
-        "op_id": o["op_id"].to_numpy(dtype="int64"),
-        "name": _str(o["name"].astype("object")),
-        "kind": _str(o["kind"].astype("object")),
-        "phase": _str(o["phase"].astype("object"), "other"),
-        "module": _str(o["module"]),
-        "callsite": _str(o["callsite"]),
-        "thread": o["thread"].to_numpy(dtype="int64"),
+        "op_id": op_ids[pos],
+        "name": _str(o["name"].take(pos)),
+        "kind": _str(o["kind"].take(pos)),
+        "phase": _str(o["phase"].take(pos), "other"),
+        "module": _str(o["module"].take(pos)),
+        "callsite": _str(o["callsite"].take(pos)),
+        "thread": o["thread"].to_numpy(dtype="int64")[pos],
         "left": left,
         "right": right,
         "dur": right - left,
-        "dur_txt": [format_time(v, records=est, span=True) for v in right - left],
-        "start_txt": [format_time(v, records=est) for v in left],
+        "dur_txt": _formatted(right - left, lambda v: format_time(v, records=est, span=True)),
+        "start_txt": _formatted(left, lambda v: format_time(v, records=est)),
         "top": depth + 0.05,
         "bottom": depth + 0.95,
         "cy": depth + 0.5,
         "cx": (left + right) / 2,
-        "self_b": o["self_alloc_bytes"].to_numpy(dtype="float64"),
-        "total_b": o["total_alloc_bytes"].to_numpy(dtype="float64"),
-        "self_txt": [format_bytes(v) for v in o["self_alloc_bytes"]],
-        "total_txt": [format_bytes(v) for v in o["total_alloc_bytes"]],
+        "self_b": self_b.astype("float64"),
+        "total_b": total_b.astype("float64"),
+        "self_txt": _formatted(self_b, format_bytes),
+        "total_txt": _formatted(total_b, format_bytes),
     }
-    cols["color"] = [PHASE_COLORS.get(p, PHASE_COLORS["other"]) for p in cols["phase"]]
-    row_of = {int(i): r for r, i in enumerate(cols["op_id"])}
-    return Ops(cols, row_of, n, n - len(o), int(depth.max()) if len(depth) else 0)
+    cols["color"] = _lookup(cols["phase"], PHASE_COLORS, PHASE_COLORS["other"])
+    row_of = dict(zip(cols["op_id"].tolist(), range(len(pos))))
+    return Ops(cols, row_of, n, n - len(pos), int(depth.max()) if len(depth) else 0)
 
 
 def nearest_shown(op_ids, prof, ops: Ops) -> np.ndarray:
@@ -363,6 +440,14 @@ def nearest_shown(op_ids, prof, ops: Ops) -> np.ndarray:
 # ----------------------------------------------------------------------------------------
 # allocations and their lineage
 # ----------------------------------------------------------------------------------------
+def peak_or_none(prof, device: str):
+    """``prof.peak(device)``, or None where the peak analysis cannot answer (no events)."""
+    try:
+        return prof.peak(device)
+    except Exception:  # no peak on this device (no events)
+        return None
+
+
 @dataclass
 class Allocations:
     table: pd.DataFrame  # the shown blocks (rows of prof.allocations), in display order
@@ -376,19 +461,22 @@ def select_allocations(
     device: str | None = None,
     categories: list[str] | None = None,
     budget: int = ALLOC_BUDGET,
+    *,
+    peaks: dict | None = None,
 ) -> Allocations:
-    """The blocks to list, largest first, and the summarised rest (see the module docstring)."""
+    """The blocks to list, largest first, and the summarised rest (see the module docstring).
+    ``peaks``: ``{device: prof.peak(device)}`` (None where it cannot answer), when the caller
+    has them already."""
     a = prof.allocations
     if device is not None:
-        a = a[a["device"].astype("object") == device]
+        a = a[_is(a["device"], device)]
     if categories is not None:
-        a = a[a["category"].astype("object").isin(list(categories))]
+        a = a[a["category"].astype("object").isin(list(categories)).to_numpy(dtype=bool)]
     total = len(a)
     peak_ids: set[int] = set()
     for dev in [device] if device is not None else prof.devices:
-        try:
-            pk = prof.peak(dev)
-        except Exception:  # no peak on this device (no events): nothing to add
+        pk = peaks.get(dev) if peaks is not None and dev in peaks else peak_or_none(prof, dev)
+        if pk is None:  # no peak on this device (no events): nothing to add
             continue
         if len(pk) and "alloc_id" in pk.columns:
             peak_ids |= set(pk["alloc_id"].astype("int64").tolist())
@@ -419,85 +507,83 @@ def select_allocations(
 def allocation_columns(prof, sel: Allocations, ops: Ops, win: Window) -> dict[str, object]:
     """Columns of the allocations source: shown blocks first, then the summarised rows."""
     a = sel.table
-    o = prof.ops.set_index("op_id")
-    alloc_op = _ns(a["alloc_op_id"])
-    has_op = ~np.isnan(alloc_op)
-    known = np.zeros(len(a), dtype=bool)
-    known[has_op] = np.isin(alloc_op[has_op].astype(np.int64), o.index.to_numpy())
-    op_name = np.array([""] * len(a), dtype=object)
-    op_module = np.array([""] * len(a), dtype=object)
-    thread = np.full(len(a), -1, dtype=np.int64)
-    if known.any():
-        ids = alloc_op[known].astype(np.int64)
-        op_name[known] = _str(o.loc[ids, "name"].astype("object").to_numpy())
-        op_module[known] = _str(o.loc[ids, "module"].to_numpy())
-        thread[known] = o.loc[ids, "thread"].to_numpy(dtype=np.int64)
+    n = len(a)
+    alloc_ids = a["alloc_id"].to_numpy(dtype=np.int64)
+    op_ids = _ids(a["alloc_op_id"])
+    at = op_positions(prof, op_ids)
+    op_name = _op_text(prof, "name", at)
+    op_module = _op_text(prof, "module", at)
+    thread = np.full(n, -1, dtype=np.int64)
+    thread[at >= 0] = prof.ops["thread"].to_numpy(dtype=np.int64)[at[at >= 0]]
     if "module" in a.columns:  # the block's own module (a parameter's holder...), else its op's
-        own = a["module"].astype(object).to_numpy()
-        has = pd.notna(own)
-        op_module[has] = _str(own[has])
+        own = a["module"]
+        has = own.notna().to_numpy(dtype=bool)
+        if has.any():
+            own_text = _str(own[has])
+            op_module = op_module.astype(np.result_type(op_module, own_text))
+            op_module[has] = own_text
     t_alloc = win.ms(a["alloc_ns"])
     t_free = win.ms(a["free_ns"])
     x0 = np.where(np.isnan(t_alloc), 0.0, t_alloc)
     x1 = np.where(np.isnan(t_free), win.end_ms, t_free)
     # lanes of the lifetime chart: per device, in order of allocation time
-    lane = np.zeros(len(a), dtype=np.int64)
-    order = np.lexsort(
-        (a["alloc_id"].to_numpy(), x0, a["device"].astype("object").map(str).to_numpy())
-    )
-    lane[order] = np.arange(len(a))
+    lane = np.zeros(n, dtype=np.int64)
+    order = np.lexsort((alloc_ids, x0, a["device"].astype("object").map(str).to_numpy()))
+    lane[order] = np.arange(n)
 
     est = bool(prof.meta.get("estimate"))  # an estimate's clock counts records, not ms
+    no_alloc, no_free = np.isnan(t_alloc), np.isnan(t_free)
+    lifetime = np.full(n, "", dtype=object)
+    lifetime[no_alloc & no_free] = "whole capture"
+    only_free = no_alloc & ~no_free
+    lifetime[only_free] = [f"until {format_time(v, records=est)}" for v in t_free[only_free]]
+    lifetime[~no_alloc & no_free] = "still alive"
+    both = ~no_alloc & ~no_free
+    lifetime[both] = _formatted(
+        t_free[both] - t_alloc[both], lambda v: format_time(v, records=est, span=True)
+    )
 
-    def lifetime(i: int) -> str:
-        if np.isnan(t_alloc[i]) and np.isnan(t_free[i]):
-            return "whole capture"
-        if np.isnan(t_alloc[i]):
-            return f"until {format_time(t_free[i], records=est)}"
-        if np.isnan(t_free[i]):
-            return "still alive"
-        return format_time(t_free[i] - t_alloc[i], records=est, span=True)
-
-    cat = _str(a["category"].astype("object"), "unknown")
-    names = _str(a["name"])
-    cols: dict[str, list] = {
-        "alloc_id": a["alloc_id"].astype("int64").tolist(),
-        "name": [n or f"block {i}" for n, i in zip(names, a["alloc_id"], strict=True)],
-        "category": cat,
-        "reason": _str(a["reason"]),
-        "size": a["size_bytes"].astype("float64").tolist(),
-        "size_txt": [format_bytes(v) for v in a["size_bytes"]],
-        "device": _str(a["device"].astype("object")),
-        "op": list(op_name),
-        "module": list(op_module),
-        "lifetime": [lifetime(i) for i in range(len(a))],
-        "at_peak": ["yes" if int(i) in sel.peak_ids else "" for i in a["alloc_id"]],
-        "t_alloc": t_alloc.tolist(),
-        "x0": x0.tolist(),
-        "x1": x1.tolist(),
-        "y": lane.astype("float64").tolist(),
-        "thread": thread.tolist(),
-        "op_row": nearest_shown(a["alloc_op_id"], prof, ops).tolist(),
-        "color": [CATEGORY_COLORS.get(c, CATEGORY_COLORS["unknown"]) for c in cat],
-        "summary": [False] * len(a),
-    }
+    cat = _str(a["category"], "unknown")
+    names = _str(a["name"]).astype(object)
+    unnamed = names == ""
+    names[unnamed] = [f"block {i}" for i in alloc_ids[unnamed].tolist()]
+    size = a["size_bytes"].to_numpy()
     s = sel.summarised
-    for _, r in s.iterrows():
-        cols["alloc_id"].append(-1)
-        cols["name"].append(f"({int(r['count']):,} smaller blocks, summarised)")
-        cols["category"].append(str(r["category"]))
-        cols["reason"].append("")
-        cols["size"].append(float(r["size_bytes"]))
-        cols["size_txt"].append(format_bytes(r["size_bytes"]))
-        cols["device"].append(str(r["device"]))
-        for k in ("op", "module", "lifetime", "at_peak"):
-            cols[k].append("")
-        for k in ("t_alloc", "x0", "x1", "y"):
-            cols[k].append(float("nan"))
-        cols["thread"].append(-1)
-        cols["op_row"].append(-1)
-        cols["color"].append(SUMMARY_CATEGORY_COLOR)
-        cols["summary"].append(True)
+    m = len(s)
+    s_size = s["size_bytes"].to_numpy()
+    nan = np.full(m, np.nan)
+    none = np.full(m, -1, dtype=np.int64)
+    blank = np.full(m, "", dtype=object)
+
+    def text(shown, summarised) -> np.ndarray:
+        return np.concatenate([np.asarray(shown, dtype=object), summarised]).astype(str)
+
+    cols: dict[str, object] = {
+        "alloc_id": np.concatenate([alloc_ids, none]),
+        "name": text(names, [f"({int(c):,} smaller blocks, summarised)" for c in s["count"]]),
+        "category": text(cat, np.array([str(c) for c in s["category"]], dtype=object)),
+        "reason": text(_str(a["reason"]), blank),
+        "size": np.concatenate([size.astype("float64"), s_size.astype("float64")]),
+        "size_txt": text(
+            _formatted(size, format_bytes), np.array([format_bytes(v) for v in s_size], object)
+        ),
+        "device": text(_str(a["device"]), np.array([str(d) for d in s["device"]], dtype=object)),
+        "op": text(op_name, blank),
+        "module": text(op_module, blank),
+        "lifetime": text(lifetime, blank),
+        "at_peak": text(np.where(np.isin(alloc_ids, list(sel.peak_ids)), "yes", ""), blank),
+        "t_alloc": np.concatenate([t_alloc, nan]),
+        "x0": np.concatenate([x0, nan]),
+        "x1": np.concatenate([x1, nan]),
+        "y": np.concatenate([lane.astype("float64"), nan]),
+        "thread": np.concatenate([thread, none]),
+        "op_row": np.concatenate([nearest_shown(a["alloc_op_id"], prof, ops), none]),
+        "color": text(
+            _lookup(cat, CATEGORY_COLORS, CATEGORY_COLORS["unknown"]),
+            np.full(m, SUMMARY_CATEGORY_COLOR, dtype=object),
+        ),
+        "summary": [False] * n + [True] * m,
+    }
     return cols
 
 

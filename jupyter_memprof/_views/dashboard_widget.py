@@ -10,7 +10,7 @@ import ipywidgets as widgets
 from jupyter_bokeh import BokehModel
 
 from . import dashboard_data as dd
-from .dashboard import build
+from .dashboard import build, forget
 from .dashboard_html import load_bokehjs_in_notebook
 
 
@@ -38,6 +38,7 @@ def close_dashboards(prof=None) -> int:
     found = [d for d in list(_open) if prof is None or d.profile is prof]
     for d in found:
         d.close()
+    forget(prof)  # and the selection kept for its next dashboard
     return len(found)
 
 
