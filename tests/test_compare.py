@@ -3,7 +3,7 @@
 import pytest
 import torch
 from bokeh.plotting import figure
-from test_diff import Encoder, _encoder_step, _profile
+from test_diff import Encoder, _encoder_step, _profile, real_and_estimate
 
 import jupyter_memprof
 from jupyter_memprof._views.compare import Comparison, build
@@ -150,20 +150,8 @@ def test_the_header_escapes_labels_that_are_markup(pair):
 
 
 def build_estimate_pair():
-    """A real capture of a warmed-up step and an estimate of the same step (``device="cpu"``)."""
-    torch.manual_seed(0)
-    model = Encoder()
-    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-    ns, step = _encoder_step(model, opt, 8)
-    real = _profile(ns, step, "real")
-
-    def train(model, opt, x, y):
-        opt.zero_grad()
-        torch.nn.functional.cross_entropy(model(x).flatten(0, 1), y).backward()
-        opt.step()
-
-    est = jupyter_memprof.estimate(train, model, opt, ns["x"], ns["y"], device="cpu")
-    return real, est
+    """A real capture of a warmed-up step and an estimate of the same step."""
+    return real_and_estimate(8)
 
 
 @pytest.fixture(scope="module")

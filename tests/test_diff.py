@@ -316,12 +316,13 @@ def test_the_dashboard_lists_a_parameter_under_its_module(mlp_adam_profile):
     assert data["module"][row] == "model.fc1"
 
 
-def test_an_estimate_against_the_real_capture(tmp_path):
-    # the same warmed-up step, captured and estimated on fake tensors (device="cpu")
+def real_and_estimate(batch: int):
+    """A real capture of a warmed-up step and an estimate of the same step on fake tensors
+    (``device="cpu"``)."""
     torch.manual_seed(0)
     model = Encoder()
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-    ns, step = _encoder_step(model, opt, 16)
+    ns, step = _encoder_step(model, opt, batch)
     real = _profile(ns, step, "real")
 
     def train(model, opt, x, y):
@@ -329,7 +330,11 @@ def test_an_estimate_against_the_real_capture(tmp_path):
         nn.functional.cross_entropy(model(x).flatten(0, 1), y).backward()
         opt.step()
 
-    est = jupyter_memprof.estimate(train, model, opt, ns["x"], ns["y"], device="cpu")
+    return real, jupyter_memprof.estimate(train, model, opt, ns["x"], ns["y"], device="cpu")
+
+
+def test_an_estimate_against_the_real_capture(tmp_path):
+    real, est = real_and_estimate(16)
     assert est.meta["estimate"] is True
     d = jupyter_memprof.diff(real, est)
     for cat in ("parameter", "gradient", "optimizer_state"):

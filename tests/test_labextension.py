@@ -348,6 +348,18 @@ class _Kernel:
             if msg["msg_type"].startswith("comm_"):
                 self.seen.append(msg)
 
+    def drain(self, quiet_s: float = 3.0) -> None:
+        """Keep every comm message published until the kernel has been quiet for
+        ``quiet_s`` (replies to comm requests are no children of an execution, so
+        :meth:`run` does not see them)."""
+        while True:
+            try:
+                msg = self.kc.get_iopub_msg(timeout=quiet_s)
+            except queue.Empty:
+                return
+            if msg["msg_type"].startswith("comm_"):
+                self.seen.append(msg)
+
     def close(self) -> None:
         self.kc.stop_channels()
         self.km.shutdown_kernel(now=True)

@@ -273,7 +273,7 @@ def test_in_a_kernel_the_panels_release_frees_the_dashboard_under_the_cell(tmp_p
         k.seen.clear()
         for data in ([1, 2], None, {"type": "release", "sid": 10**9}):
             k.send("comm_msg", {"comm_id": a, "data": data})
-        _drain(k)  # (not run(): it drops what is not a child of its execution)
+        k.drain()  # (not run(): it drops what is not a child of its execution)
         assert [m["content"]["data"]["type"] for m in k.seen if _on(m, a)] == ["error"] * 3
         assert [m for m in k.seen if _on(m, b)] == []
 
@@ -282,20 +282,6 @@ def test_in_a_kernel_the_panels_release_frees_the_dashboard_under_the_cell(tmp_p
         assert k.run("gc.collect(); print(w() is None, '_memprof' in dir())") == "True False\n"
     finally:
         k.close()
-
-
-def _drain(k) -> None:
-    """Keep every comm message the kernel has published (replies to comm requests are not
-    children of an execution, so ``run`` does not see them)."""
-    import queue
-
-    while True:
-        try:
-            msg = k.kc.get_iopub_msg(timeout=3)
-        except queue.Empty:
-            return
-        if msg["msg_type"].startswith("comm_"):
-            k.seen.append(msg)
 
 
 def _on(msg: dict, comm_id: str, kind: str | None = None) -> bool:
