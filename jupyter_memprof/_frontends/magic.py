@@ -246,7 +246,9 @@ def _unquote(value: str | None) -> str | None:
 def _devices(values: list[str] | None) -> str | list[str] | None:
     if not values:
         return None
-    out = [p.strip() for v in values for p in v.split(",") if p.strip()]
+    from .._devices import split_devices
+
+    out = split_devices(values)
     if not out:
         raise UsageError("--device needs a device: 'cpu', 'cuda' or 'cuda:N'")
     return out[0] if len(out) == 1 else out

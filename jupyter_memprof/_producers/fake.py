@@ -23,6 +23,7 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from .._devices import is_present, parse_device
+from .._errors import DeviceError
 from .._records import Capture, Trace
 from .fake_copy import FakeCopier
 from .fake_recorder import FakeRecorder, PythonMode, RecordingMode
@@ -73,9 +74,10 @@ class FakeRun:
             return None
         if self.plan.device is not None:
             return self.plan.device
-        if device.type == "cuda":
-            return f"cuda:{device.index or 0}"
-        return str(device)
+        try:
+            return parse_device(device, need_present=False)
+        except DeviceError:  # a device we do not model: keep torch's name for it
+            return str(device)
 
     def convert(self, obj: Any) -> Any:
         return self.copier.convert(obj)
