@@ -96,7 +96,12 @@ def one_line(exc: BaseException) -> str:
 def regular_file(path: str, what: str) -> int:
     """The size of ``path``; refuses anything but a regular file (a folder, a FIFO or a
     device would block, or read forever). A missing file is FileNotFoundError."""
-    st = os.stat(path)
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise
+    except (OSError, ValueError) as exc:  # a NUL byte, a name too long, no permission, ...
+        raise ProfileFileError(f"{shown(path)} cannot be read ({one_line(exc)})") from None
     if not stat.S_ISREG(st.st_mode):
         kind = "a folder" if stat.S_ISDIR(st.st_mode) else "not a regular file"
         raise ProfileFileError(f"{shown(path)} is {kind}, not {what}")
@@ -190,6 +195,8 @@ META_FIELDS = {
     "oom": _oom,
     "error": _str,
     "analysis_error": _str,
+    "analysis_interrupted": lambda v: type(v) is bool,
+    "stop_error": _str,
     "device": _str,
     "compute_device": _str,
     "clock": _str,

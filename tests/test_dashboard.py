@@ -379,3 +379,25 @@ def test_widget_controls_and_lineage_to_variable(prof, ipython_shell):
     assert set(w._built.allocs.data["category"]) == {"parameter"}
     w._device.value = "cpu"
     assert set(w._built.allocs.data["device"]) == {"cpu"}
+
+
+def test_the_reused_selection_follows_the_tables_and_dies_with_the_profile():
+    import gc
+
+    from jupyter_memprof._views import dashboard as D
+
+    p = training_step_profile(blocks=1)
+    first = D._shown(p, None, None)
+    assert D._shown(p, None, None) is first  # show() then to_html(): chosen once
+    p.allocations = p.allocations.copy()  # a table replaced: chosen again
+    second = D._shown(p, None, None)
+    assert second is not first and D._shown(p, None, None) is second
+    p.meta["estimate"] = True  # what the times mean changed: chosen again
+    assert D._shown(p, None, None) is not second
+    jupyter_memprof.release(p)  # released: nothing derived from it stays
+    assert D._last == []
+    D._shown(p, None, None)
+    assert D._last
+    del p
+    gc.collect()
+    assert D._last == []  # the profile died: so did its selection

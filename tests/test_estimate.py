@@ -761,3 +761,21 @@ def test_custom_op_without_a_fake_kernel_is_one_line():
     t = torch.ones(2) * 2  # nothing of the fake run is left active
     assert type(t) is torch.Tensor
     del lib
+
+
+def test_lstm_size_rules_stay_on_the_cpu(lstm_pair):
+    """The rules are measured on the CPU kernels: an estimate for CUDA (computed on the CPU
+    path here) records neither their workspace sizes nor their temporaries."""
+    m, o, x, y, cpu_est, _ = lstm_pair
+    cuda_est = estimate(_lstm_step, m, o, x, y, device="cuda:0")
+
+    def rnn_blocks(prof):
+        ops = prof.ops.set_index("op_id")["name"]
+        a = prof.allocations
+        return a[a["alloc_op_id"].map(ops).str.startswith("aten::mkldnn_rnn_layer", na=False)]
+
+    cpu, cuda = rnn_blocks(cpu_est), rnn_blocks(cuda_est)
+    assert (cpu["alloc_op_id"] == cpu["free_op_id"]).sum() == 16  # the CPU's temporaries
+    assert (cuda["alloc_op_id"] == cuda["free_op_id"]).sum() == 0
+    assert set(cuda["device"]) == {"cuda:0"}
+    assert cuda["size_bytes"].max() < cpu["size_bytes"].max()  # no oneDNN workspace

@@ -104,7 +104,14 @@ def test_inner_meta_not_an_object(saved, tmp_path):
 
 @pytest.mark.parametrize(
     "field,value",
-    [("start_ns", "soon"), ("end_ns", 1.5), ("devices", "cpu"), ("oom", {"device": 1})],
+    [
+        ("start_ns", "soon"),
+        ("end_ns", 1.5),
+        ("devices", "cpu"),
+        ("oom", {"device": 1}),
+        ("analysis_interrupted", "yes"),  # read by the summary and the magic
+        ("stop_error", ["x"]),
+    ],
 )
 def test_meta_field_of_the_wrong_type(saved, tmp_path, field, value):
     # before: loaded, then prof.start_ns / repr(prof) / the summary raised
@@ -112,6 +119,12 @@ def test_meta_field_of_the_wrong_type(saved, tmp_path, field, value):
         saved, tmp_path / "p.memprof", "meta.json", lambda d: d["meta"].update({field: value})
     )
     _refused(path, f"metadata field {field!r}")
+
+
+def test_a_path_the_system_refuses_is_one_error(tmp_path):
+    # before: ValueError from os.stat (embedded null byte), outside the promised errors
+    with pytest.raises(ProfileFileError, match="cannot be read"):
+        jupyter_memprof.load(str(tmp_path / "p\0.memprof"))
 
 
 def test_format_version_not_a_number(saved, tmp_path):

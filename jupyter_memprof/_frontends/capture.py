@@ -91,10 +91,15 @@ class profile(contextlib.AbstractContextManager):  # lower case: reads like a fu
         # built before the profiler starts, so its cost stays out of the capture
         self._profile = Profile.empty(label=self.label, devices=self.devices)
         recorder = Recorder(self.devices, self.with_stack, self._names)
-        recorder.start()
-        self._recorder = recorder
-        self._t0 = time.perf_counter()
-        self._start_ns = time.time_ns()
+        recorder.start()  # undoes itself when it fails
+        try:
+            self._recorder = recorder
+            self._t0 = time.perf_counter()
+            self._start_ns = time.time_ns()
+        except BaseException:  # an interrupt right after the start: nothing stays on
+            self._recorder = None
+            recorder.stop()
+            raise
         return self._profile
 
     def finish(self, exc: BaseException | None = None) -> Profile:

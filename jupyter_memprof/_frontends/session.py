@@ -128,13 +128,18 @@ def _forget(profile: Profile | None) -> None:
     when it holds that profile (any profile when None)."""
     # Only if the views were ever imported: no dashboard exists otherwise (and importing
     # them would load Bokeh and ipywidgets for nothing).
-    if f"{__package__.rsplit('.', 1)[0]}._views.dashboard_widget" in sys.modules:
+    views = f"{__package__.rsplit('.', 1)[0]}._views"
+    if f"{views}.dashboard_widget" in sys.modules:
         from .._views.dashboard_widget import close_dashboards
 
         try:
             close_dashboards(profile)
         except Exception:
             log.warning("closing the dashboards of a released profile failed", exc_info=True)
+    if f"{views}.dashboard" in sys.modules:  # its reused selection (e.g. after to_html)
+        from .._views.dashboard import forget
+
+        forget(profile)
     if profile is None:
         with _lock:
             widgets = [w for ws in _tracked.values() for w in ws]

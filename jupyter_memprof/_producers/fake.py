@@ -60,6 +60,7 @@ class FakeRun:
 
     def __init__(self, where: Plan, namespace: Callable[[dict[int, Any]], dict] | None = None):
         self.plan = where
+        self._device_names: dict[torch.device, str] = {}
         self.mode = FakeTensorMode()
         self.copier = FakeCopier(self.mode, where.compute)
         self.recorder = FakeRecorder(self._device_of, FrameNamer(_cell_namer()))
@@ -74,10 +75,14 @@ class FakeRun:
             return None
         if self.plan.device is not None:
             return self.plan.device
-        try:
-            return parse_device(device, need_present=False)
-        except DeviceError:  # a device we do not model: keep torch's name for it
-            return str(device)
+        name = self._device_names.get(device)
+        if name is None:  # once per device, not per storage
+            try:
+                name = parse_device(device, need_present=False)
+            except DeviceError:  # a device we do not model: keep torch's name for it
+                name = str(device)
+            self._device_names[device] = name
+        return name
 
     def convert(self, obj: Any) -> Any:
         return self.copier.convert(obj)

@@ -282,12 +282,13 @@ class FakeRecorder:
         """Record ``out`` with the sizes a size rule gives, then the blocks the real kernel
         allocates and frees inside itself (allocated after the outputs, freed at its end)."""
         outs, temps = sizes or ({}, [])
-        ref = None
-        for i, t in enumerate(_tensors(out)):
-            ref = ref if ref is not None else t
-            self.block(t, op_id, True, outs.get(i))
-        device = None if ref is None else self.device_of(ref.device)
+        tensors = list(_tensors(out))
+        device = self.device_of(tensors[0].device) if tensors else None
         if device != "cpu":  # the rules are measured on the CPU kernels only
+            outs, temps = {}, []
+        for i, t in enumerate(tensors):
+            self.block(t, op_id, True, outs.get(i))
+        if not temps:
             return
         live = []
         for n in temps:

@@ -11,6 +11,7 @@ import os
 import sys
 import threading
 import time
+import types
 from collections.abc import Callable, Iterator
 
 import torch
@@ -38,13 +39,22 @@ class _Slot:
         self._lock = threading.Lock()
         self._holder: tuple[str, int, str] | None = None  # (what, thread id, thread name)
 
-    def claim(self, what: str) -> _Claim:
-        """Take the slot for ``what`` ("capture" or "estimate"), or raise CaptureError."""
+    def claim(self, what: str, owner=None) -> _Claim:
+        """Take the slot for ``what`` ("capture" or "estimate"), or raise CaptureError.
+        With ``owner``, the claim is stored as ``owner._claim`` before anything else can
+        happen (an interrupt included), so the owner can always free it."""
         if not self._lock.acquire(blocking=False):
             raise CaptureError(self._busy(what))
-        thread = threading.current_thread()
-        self._holder = (what, thread.ident or 0, thread.name)
-        return _Claim(self)
+        try:
+            claim = _Claim(self)
+            if owner is not None:
+                owner._claim = claim
+            thread = threading.current_thread()
+            self._holder = (what, thread.ident or 0, thread.name)
+        except BaseException:
+            self._free()
+            raise
+        return claim
 
     def _busy(self, what: str) -> str:
         holder = self._holder  # None while the holder is between acquire and this line
@@ -84,11 +94,13 @@ SLOT = _Slot()
 @contextlib.contextmanager
 def exclusive(what: str) -> Iterator[None]:
     """Hold the process's one capture slot for a block (estimate mode's fake run)."""
-    claim = SLOT.claim(what)
+    holder = types.SimpleNamespace(_claim=None)
     try:
+        SLOT.claim(what, owner=holder)
         yield
     finally:
-        claim.release()
+        if holder._claim is not None:
+            holder._claim.release()
 
 
 def _run_all(*steps: Callable[[], object]) -> None:
@@ -197,7 +209,7 @@ class Recorder:
         interrupt lands) after the profiler started, everything started is undone again."""
         if self._running:
             raise CaptureError("this recorder is already running")
-        self._claim = SLOT.claim("capture")
+        SLOT.claim("capture", owner=self)
         try:
             events.prepare()
             if events.profiler_running():

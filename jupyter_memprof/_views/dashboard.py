@@ -319,14 +319,51 @@ class _Shown:
 
 # The last profile's selection, reused while that profile lives: the dashboard under a cell,
 # then ``prof.to_html`` (or ``prof.show()`` again) choose the same rows. It holds only what the
-# views derived (no table, no profile: a weak reference tells whether the profile is the same).
+# views derived, never a table or the profile: weak references tell whether the profile and
+# each of its tables are still the very same objects, and the profile's death drops it.
 _last: list = []
 
 
+def _key(prof, device: str | None, cats: list[str] | None) -> tuple:
+    """What the selection depends on besides the tables: the choice, the window, the clock."""
+    meta = prof.meta
+    return (
+        device,
+        None if cats is None else tuple(cats),
+        prof.start_ns,
+        prof.end_ns,
+        bool(meta.get("estimate")),
+        meta.get("limit"),
+    )
+
+
+def _reusable(prof, key: tuple) -> bool:
+    if not _last:
+        return False
+    ref, old_key, tables = _last[0], _last[1], _last[2]
+    if ref() is not prof or old_key != key:
+        return False
+    now = prof.tables
+    return tables.keys() == now.keys() and all(tables[k]() is now[k] for k in now)
+
+
+def _remember(prof, key: tuple, shown: _Shown) -> None:
+    def dropped(ref) -> None:  # the profile died: its selection goes with it
+        if _last and _last[0] is ref:
+            _last.clear()
+
+    try:
+        ref = weakref.ref(prof, dropped)
+        tables = {k: weakref.ref(df) for k, df in prof.tables.items()}
+    except TypeError:  # a profile-like object without weak references: no reuse
+        return
+    _last[:] = [ref, key, tables, shown]
+
+
 def _shown(prof, device: str | None, cats: list[str] | None) -> _Shown:
-    key = (device, None if cats is None else tuple(cats), *map(id, prof.tables.values()))
-    if _last and _last[0]() is prof and _last[1] == key:
-        return _last[2]
+    key = _key(prof, device, cats)
+    if _reusable(prof, key):
+        return _last[3]
     forget(None)
     win = dd.window(prof)
     devs = [device] if device is not None else prof.devices
@@ -349,10 +386,7 @@ def _shown(prof, device: str | None, cats: list[str] | None) -> _Shown:
         dd.flow_columns(prof, ops),
         [dd.timeline(prof, dev, win, peak=peaks[dev]) for dev in devs],
     )
-    try:
-        _last[:] = [weakref.ref(prof), key, shown]
-    except TypeError:  # a profile-like object without weak references: no reuse
-        pass
+    _remember(prof, key, shown)
     return shown
 
 
