@@ -10,6 +10,7 @@ unchanged. Past this module a device is ``"cpu"`` or ``"cuda:N"``.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from typing import Any
 
@@ -68,6 +69,15 @@ def parse_device(name: Any, *, need_present: bool) -> str:
     if need_present:
         _check_present(name, index, _cuda_count())
     return f"cuda:{index or 0}"
+
+
+_NAME = re.compile(r"cpu|cuda:[0-9]{1,6}")
+
+
+def is_device_name(name: object) -> bool:
+    """Whether ``name`` is a device name as records carry them (``"cpu"`` or ``"cuda:N"``,
+    the producer interface's rule). Cheap and torch-free: for checking files on load."""
+    return isinstance(name, str) and _NAME.fullmatch(name) is not None
 
 
 def is_present(device: str) -> bool:

@@ -38,6 +38,7 @@ import numpy as np
 import pandas as pd
 
 from ._analysis import schema as S
+from ._devices import is_device_name
 from ._errors import ProfileFileError
 from ._io import atomic_write
 from ._units import format_bytes
@@ -185,7 +186,7 @@ META_FIELDS = {
     "start_ns": _is_int,
     "end_ns": _is_int,
     "captured_at": _is_int,
-    "devices": _str_list,
+    "devices": lambda v: _str_list(v) and all(is_device_name(d) for d in v),
     "estimate": lambda v: type(v) is bool,
     "simulated_cuda": lambda v: type(v) is bool,
     "with_stack": lambda v: type(v) is bool,
@@ -355,10 +356,7 @@ def check_tables(tables: dict[str, pd.DataFrame], path: str) -> dict[str, pd.Dat
                 )
     for name in _DEVICE_COLUMNS:
         for device in tables[name]["device"].cat.categories:
-            kind, _, index = device.partition(":")
-            if not (kind.isascii() and kind.isidentifier()) or (
-                index and not (index.isascii() and index.isdigit())
-            ):
+            if not is_device_name(device):
                 raise ProfileFileError(
                     f"{where}: table {name!r} names a device {device!r} that is not a device"
                 )

@@ -121,6 +121,15 @@ def test_meta_field_of_the_wrong_type(saved, tmp_path, field, value):
     _refused(path, f"metadata field {field!r}")
 
 
+def test_a_device_that_is_no_device_name(saved, tmp_path):
+    # before: "cpu" flipped to "bpu" loaded, then prof.peak() raised ValueError
+    def change(d):
+        d["data"]["device"] = ["bpu" if v == "cpu" else v for v in d["data"]["device"]]
+
+    path = _with_json(saved, tmp_path / "p.memprof", "allocations.json", change)
+    _refused(path, "device 'bpu'")
+
+
 def test_a_path_the_system_refuses_is_one_error(tmp_path):
     # before: ValueError from os.stat (embedded null byte), outside the promised errors
     with pytest.raises(ProfileFileError, match="cannot be read"):
