@@ -26,6 +26,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 
 from scenarios import SCENARIOS
 
+from jupyter_memprof._frontends.capture import build_tables
 from jupyter_memprof._producers.recorder import Recorder
 from jupyter_memprof._profile import Profile
 
@@ -40,7 +41,7 @@ def capture(make):
     recorder.start()
     step()
     recorder.stop()
-    tables, meta = recorder.tables()
+    tables, meta = build_tables(recorder)  # keeps torch's raw result for MemoryProfile
     return Profile(**tables, meta=meta), recorder.kineto_results
 
 

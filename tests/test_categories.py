@@ -341,3 +341,14 @@ def test_parameters_gradients_and_optimizer_state_are_exact_without_stacks(scena
     for category in ("parameter", "optimizer_state"):
         got = [p.peak_by("category").get(category, 0) for p in (profs[False], profs[True])]
         assert got[0] == got[1], category
+
+
+def test_the_categories_benchmark_captures_as_profile_does():
+    """benchmarks/bench_categories.py (run by hand, not in CI) still runs its capture path:
+    it once called a Recorder method that had gone."""
+    import bench_categories
+
+    prof, results = bench_categories.capture(scenarios.mlp_adam)
+    assert results is not None  # torch's raw result, for its MemoryProfile
+    exact, _ = profile_scenario(scenarios.mlp_adam)
+    assert prof.peak_by("category").to_dict() == exact.peak_by("category").to_dict()
