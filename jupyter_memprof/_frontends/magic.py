@@ -512,9 +512,9 @@ def _check_html_target(path: str) -> None:
     from .._io import WriteRefused, check_target
 
     def is_report(target: str) -> bool:  # bokeh is imported only when a file is there
-        from .._views.dashboard_html import _is_dashboard_page
+        from .._views.dashboard_html import is_our_page
 
-        return _is_dashboard_page(target)
+        return is_our_page(target)
 
     try:
         check_target(os.path.expanduser(path), is_own_kind=is_report)

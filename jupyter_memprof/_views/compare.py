@@ -55,16 +55,6 @@ GROUPINGS = ("category", "module", "op")
 _WHAT = "jupyter_memprof HTML page"
 
 
-def _is_our_html(path: str) -> bool:
-    """A page this package wrote (its title starts with ``jupyter_memprof:``)."""
-    try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            head = fh.read(2048)
-    except OSError:
-        return False
-    return head.startswith("<!DOCTYPE html>") and "<title>jupyter_memprof:" in head
-
-
 def _key_series(prof, by: str, keys: list[str], device: str, fr: dd.Window) -> dict:
     """Live bytes over time of the blocks of each key (module or allocating op), thinned."""
     a = prof.allocations
@@ -167,9 +157,9 @@ class Comparison:
         Written atomically; an existing file is replaced when it is a page this package
         wrote, or with ``overwrite=True`` (anything else raises ``FileExistsError`` before
         the view is built)."""
-        from .dashboard_html import standalone_html
+        from .dashboard_html import is_our_page, standalone_html
 
-        check_target(path, what=_WHAT, overwrite=overwrite, is_own_kind=_is_our_html)
+        check_target(path, what=_WHAT, overwrite=overwrite, is_own_kind=is_our_page)
         page = standalone_html(
             self.build().layout, f"jupyter_memprof: {self.a.label} vs {self.b.label}"
         )
@@ -178,7 +168,7 @@ class Comparison:
             with open(tmp, "w", encoding="utf-8") as fh:
                 fh.write(page)
 
-        return atomic_write(path, write, what=_WHAT, overwrite=overwrite, is_own_kind=_is_our_html)
+        return atomic_write(path, write, what=_WHAT, overwrite=overwrite, is_own_kind=is_our_page)
 
     def show(self):
         """The comparison as a notebook widget."""

@@ -121,7 +121,9 @@ def load_bokehjs_in_notebook(force: bool = False) -> bool:
     return True
 
 
-def _is_dashboard_page(path: str) -> bool:
+def is_our_page(path: str) -> bool:
+    """A page :func:`standalone_html` wrote (a dashboard or a comparison): the only kind of
+    file an HTML export replaces without ``overwrite=True``."""
     try:
         with open(path, "rb") as fh:
             return b'id="memprof-status"' in fh.read(4096)
@@ -141,7 +143,7 @@ def write_html(prof, path, *, overwrite: bool = False) -> str:
 
     path = os.fspath(path)
     check_target(path, what="jupyter_memprof dashboard", overwrite=overwrite,
-                 is_own_kind=_is_dashboard_page)  # fmt: skip
+                 is_own_kind=is_our_page)  # fmt: skip
     built = build(prof)
     page = standalone_html(built.layout, f"jupyter_memprof: {prof.label}")
 
@@ -150,5 +152,5 @@ def write_html(prof, path, *, overwrite: bool = False) -> str:
             fh.write(page)
 
     atomic_write(path, write, what="jupyter_memprof dashboard", overwrite=overwrite,
-                 is_own_kind=_is_dashboard_page)  # fmt: skip
+                 is_own_kind=is_our_page)  # fmt: skip
     return path
