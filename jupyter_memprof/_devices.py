@@ -101,6 +101,20 @@ def is_cuda(value: Any) -> bool:
         return False
 
 
+#: CUDA's caching allocator hands out blocks in multiples of this many bytes.
+CUDA_BLOCK = 512
+
+
+def block_bytes(device: str, nbytes: int) -> int:
+    """The bytes a request of ``nbytes`` holds on ``device``: CUDA's caching allocator rounds
+    every request up to a multiple of :data:`CUDA_BLOCK` (its default configuration; what
+    ``torch.cuda.memory_allocated`` counts), the CPU allocator holds what was asked. A
+    request of 0 bytes allocates nothing on either."""
+    if nbytes <= 0 or not device.startswith("cuda"):
+        return nbytes
+    return -(-nbytes // CUDA_BLOCK) * CUDA_BLOCK
+
+
 def resolve_devices(device: str | Iterable[str] | None) -> list[str]:
     """Normalise a capture's ``device`` option to a list like ``["cpu", "cuda:0"]``.
 

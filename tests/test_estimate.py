@@ -11,7 +11,7 @@ from torch import nn
 
 import jupyter_memprof
 from jupyter_memprof import EstimateError, estimate
-from jupyter_memprof._producers.fake_recorder import cuda_rounded
+from jupyter_memprof._producers.fake_recorder import CUDNN_HINT, cuda_rounded
 
 
 def classification_step(model, opt, x, y):
@@ -143,15 +143,40 @@ def test_cuda_estimate_without_cuda_rounds_to_512(warm_mlp):
     prof = estimate(classification_step, model, opt, x, y, device="cuda:0")
     assert prof.meta["device"] == "cuda:0"
     assert prof.meta["simulated_cuda"] is (not torch.cuda.is_available())
-    assert set(prof.allocations["device"].astype(str)) == {"cuda:0"}
-    assert (prof.allocations["size_bytes"] % 512 == 0).all()
+    a = prof.allocations
+    on_cuda = a["device"].astype(str) == "cuda:0"
+    assert (a.loc[on_cuda, "size_bytes"] % 512 == 0).all()
     params = sum(cuda_rounded(p.numel() * p.element_size()) for p in model.parameters())
     assert _bytes_by_role(prof, "parameter") == params
     assert _bytes_by_role(prof, "gradient") == params
-    # float32 step counters: 4 bytes each, one 512-byte block each on CUDA
-    steps = 512 * len(list(model.parameters()))
-    assert _bytes_by_role(prof, "optimizer_state") == 2 * params + steps
+    # float32 step counters stay on the CPU, 4 bytes each, as torch keeps them for
+    # parameters on CUDA (on a GPU, foreach Adam adds CPU scalars of its own)
+    n = len(list(model.parameters()))
+    cpu = a[~on_cuda]
+    steps = cpu[cpu["category"].astype(str) == "optimizer_state"]
+    assert set(cpu["device"].astype(str)) == {"cpu"} and list(steps["size_bytes"]) == [4] * n
+    if prof.meta["simulated_cuda"]:
+        assert len(cpu) == n
+    assert _bytes_by_role(prof, "optimizer_state") == 2 * params + 4 * n
+    assert prof.peak().attrs["device"] == "cuda:0"
     assert "estimate" in repr(prof)
+
+
+def test_one_block_size_rule_for_both_producers():
+    """CUDA's caching allocator holds multiples of 512 bytes (what torch.cuda.memory_allocated
+    counts, measured on an H100); the CPU holds what was asked; nothing for 0 bytes."""
+    from jupyter_memprof._devices import block_bytes
+
+    assert [block_bytes("cuda:0", n) for n in (0, 1, 40, 512, 513, 2048)] == [
+        0,
+        512,
+        512,
+        512,
+        1024,
+        2048,
+    ]
+    assert [block_bytes("cpu", n) for n in (0, 1, 40, 513)] == [0, 1, 40, 513]
+    assert cuda_rounded(40) == 512
 
 
 def test_cuda_factories_and_moves_inside_the_step():
@@ -763,6 +788,7 @@ def test_custom_op_without_a_fake_kernel_is_one_line():
     del lib
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA here: no simulated CUDA path")
 def test_lstm_size_rules_stay_on_the_cpu(lstm_pair):
     """The rules are measured on the CPU kernels: an estimate for CUDA (computed on the CPU
     path here) records neither their workspace sizes nor their temporaries."""
@@ -779,3 +805,20 @@ def test_lstm_size_rules_stay_on_the_cpu(lstm_pair):
     assert (cuda["alloc_op_id"] == cuda["free_op_id"]).sum() == 0
     assert set(cuda["device"]) == {"cuda:0"}
     assert cuda["size_bytes"].max() < cpu["size_bytes"].max()  # no oneDNN workspace
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+def test_cudnn_lstm_on_a_gpu_is_one_clear_error_and_works_with_cudnn_off(lstm_pair):
+    """On a GPU, cuDNN's RNN backward has no meta kernel and fails on fake tensors: one
+    EstimateError line with the way out, which works."""
+    m, o, x, y, _, _ = lstm_pair
+    with pytest.raises(EstimateError) as err:
+        estimate(_lstm_step, m, o, x, y, device="cuda:0")
+    text = str(err.value)
+    assert "\n" not in text and "cuDNN" in text
+    assert text.endswith(CUDNN_HINT)
+    with torch.backends.cudnn.flags(enabled=False):
+        prof = estimate(_lstm_step, m, o, x, y, device="cuda:0")
+    assert prof.meta["simulated_cuda"] is False
+    params = sum(cuda_rounded(p.numel() * p.element_size()) for p in m.parameters())
+    assert _bytes_by_role(prof, "parameter") == params

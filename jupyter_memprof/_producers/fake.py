@@ -10,7 +10,8 @@ Devices: the run computes on a fake device and attributes every block to the dev
 for. Where that is CUDA and this torch has no CUDA, the run computes on fake CPU tensors
 (fake CUDA tensors cannot record autograd history without CUDA: the process aborts) and the
 blocks are attributed to the CUDA device; kernels then follow their CPU path. Optimizers take
-their multi-tensor (``foreach``) path there, as they do on CUDA by default.
+their multi-tensor (``foreach``) path for CUDA, simulated or not, as they do on CUDA by default
+(torch's own choice tests exact tensor types, which fake tensors fail).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from .._devices import is_present, parse_device
 from .._errors import DeviceError
 from .._records import Capture, Trace
 from .fake_copy import FakeCopier
-from .fake_recorder import FakeRecorder, PythonMode, RecordingMode
+from .fake_recorder import FakeRecorder, PythonMode, RecordingMode, cudnn_rnn_error
 from .live import SessionNames
 from .recorder import _cell_namer, exclusive
 from .torch_profiler import FrameNamer
@@ -73,7 +74,7 @@ class FakeRun:
     def _device_of(self, device: torch.device) -> str | None:
         if device.type == "meta":
             return None
-        if self.plan.device is not None:
+        if self.plan.device is not None and (self.plan.simulated or device == self.plan.compute):
             return self.plan.device
         name = self._device_names.get(device)
         if name is None:  # once per device, not per storage
@@ -100,6 +101,9 @@ class FakeRun:
 
     def _run(self, fn: Callable, args: tuple, kwargs: dict) -> None:
         rec = self.recorder
+        if self.plan.device is not None and self.plan.device != "cpu":
+            # scalars kept on the CPU (step counters) are CPU blocks, also when simulated
+            rec.pinned = {t.untyped_storage()._cdata: "cpu" for t in self.copier.cpu_scalars}
         copies = self.copier.copied()
         for obj in copies:
             _register_held(rec, obj)
@@ -115,7 +119,13 @@ class FakeRun:
             stack.enter_context(PythonMode(rec, remap))
             rec.start()
             stack.callback(rec.stop)
-            fn(*args, **kwargs)
+            try:
+                fn(*args, **kwargs)
+            except RuntimeError as exc:
+                error = cudnn_rnn_error(exc, rec)
+                if error is None:
+                    raise
+                raise error from None
         self.names = SessionNames(self.ns(), rec)
         self.end_rows = self.names.rows("end", rec.storage)
 

@@ -36,21 +36,31 @@ class FakeCopier:
         self.memo: dict[int, Any] = {}  # id(real) -> fake, every object copied
         self.fakes: dict[int, Any] = {}  # id(real) -> fake, the objects passed (for naming)
         self._keep: list[Any] = []  # the real objects, so their ids stay theirs
+        self.cpu_scalars: list[torch.Tensor] = []  # fake scalars kept on the CPU
 
     # -- tensors ------------------------------------------------------------------------
     def tensor(self, t: torch.Tensor) -> torch.Tensor:
         hit = self.memo.get(id(t))
         if hit is not None:
             return hit
-        if t.dim() == 0 and t.device.type == "cpu" and not t.requires_grad:
-            # scalars (an optimizer's step counter) keep their value: code reads it with
+        scalar = t.dim() == 0 and not t.requires_grad and not t.is_meta
+        if scalar:
+            # Scalars (an optimizer's step counter) keep their value: code reads it with
             # `.item()`, which a fake tensor without a value cannot answer. The value is a
-            # private clone: the real tensor is never written.
+            # private clone: the real tensor is never written. They also stay on their
+            # device when that is the CPU: torch keeps a step counter there for parameters on
+            # any device (unless `capturable` or `fused`, which put it on the parameter's
+            # device: such a scalar moves with the parameters).
+            value = t.detach().clone()
+            if self.compute is not None and value.device.type != "cpu":
+                value = value.to(self.compute)
             converter = self.mode.fake_tensor_converter
-            fake = converter.from_real_tensor(self.mode, t.detach().clone(), make_constant=True)
+            fake = converter.from_real_tensor(self.mode, value, make_constant=True)
+            if fake.device.type == "cpu":
+                self.cpu_scalars.append(fake)
         else:
             fake = self.mode.from_tensor(t, static_shapes=True)
-        if self.compute is not None and fake.device != self.compute:
+        if self.compute is not None and fake.device != self.compute and not scalar:
             with self.mode, torch.no_grad():
                 moved = fake.to(self.compute)
             if isinstance(t, torch.nn.Parameter):

@@ -42,7 +42,7 @@ from torch._subclasses.fake_tensor import (
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from .._devices import is_cuda
+from .._devices import block_bytes, is_cuda
 from .._errors import EstimateError
 from .._records import MODULE_MARKER, NO_ID, MemoryRecord, OpRecord, TensorRef, UntrackedTensor
 from .._vocab import OpKind
@@ -50,8 +50,6 @@ from .torch_profiler import FrameNamer
 
 #: How far the fake clock advances per record (views in milliseconds then count records).
 CLOCK_STEP_NS = 1_000_000
-#: CUDA's caching allocator hands out multiples of this many bytes.
-CUDA_BLOCK = 512
 _BASE_ADDRESS = 0x7F0000000000
 _LIFT = frozenset({torch.ops.aten.lift_fresh.default, torch.ops.aten.lift_fresh_copy.default})
 _AUTOGRAD_CALLS = frozenset({torch.Tensor.backward, torch.autograd.backward, torch.autograd.grad})
@@ -59,9 +57,41 @@ _DATA_DEPENDENT = (DataDependentOutputException, DynamicOutputShapeException)
 _MAX_SEQ = 1 << 62  # AccumulateGrad nodes carry UINT64_MAX: no sequence number
 
 
+CUDNN_HINT = (
+    ": estimate with `torch.backends.cudnn.flags(enabled=False)` (PyTorch's own kernels, "
+    "whose memory can differ from cuDNN's) or on a machine without CUDA"
+)
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+
+def cudnn_rnn_error(exc: BaseException, recorder: FakeRecorder) -> EstimateError | None:
+    """The EstimateError for an error autograd raised around cuDNN's RNN kernels on fake CUDA
+    tensors (their backward needs a weight buffer that a fake forward does not make), or
+    ``None`` for any other error."""
+    if not (recorder.cudnn_rnn and isinstance(exc, RuntimeError)):
+        return None
+    text = str(exc)
+    if "weight_buf" not in text and "CUDNN" not in text.upper():
+        return None
+    return EstimateError(
+        f"cuDNN's RNN kernels cannot run on fake CUDA tensors ({_first_line(exc)})" + CUDNN_HINT
+    )
+
+
+def _has_meta(func) -> bool:
+    """Whether an aten op has a meta kernel (fake tensors run it instead of the real one)."""
+    try:
+        return bool(torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "Meta"))
+    except (AttributeError, RuntimeError):
+        return True
+
+
 def cuda_rounded(nbytes: int) -> int:
-    """The size CUDA's caching allocator reserves for a request of ``nbytes``."""
-    return max(CUDA_BLOCK, -(-nbytes // CUDA_BLOCK) * CUDA_BLOCK)
+    """The size CUDA's caching allocator reserves for a request of ``nbytes`` (> 0)."""
+    return block_bytes("cuda", nbytes)
 
 
 class FakeRecorder:
@@ -82,6 +112,8 @@ class FakeRecorder:
         self.modules: list[torch.nn.Module] = []
         self.optimizers: list[torch.optim.Optimizer] = []
         self.foreach_optimizers = False
+        self.cudnn_rnn = False  # a cuDNN RNN op ran (see cudnn_rnn_error)
+        self.pinned: dict[int, str] = {}  # storage key -> device, over device_of
         self.active = False
         self.in_autograd = 0
         self._clock = 0
@@ -190,11 +222,11 @@ class FakeRecorder:
         hit = self._storages.get(key)
         if hit is not None:
             return hit[0]
-        device = self.device_of(t.device)
+        device = self.pinned.get(key) or self.device_of(t.device)
         n = s.nbytes() if nbytes is None else nbytes
         if device is None or n == 0:
             return NO_ID
-        size = cuda_rounded(n) if device.startswith("cuda") else n
+        size = block_bytes(device, n)
         tid = self._n_blocks
         self._n_blocks += 1
         ptr = self._next_address.get(device, _BASE_ADDRESS)
@@ -239,6 +271,8 @@ class FakeRecorder:
     def run_op(self, func, args: tuple, kwargs: dict):
         self.sync_backward()
         name = func._schema.name
+        if name.startswith("aten::_cudnn_rnn"):
+            self.cudnn_rnn = True
         op_id = self.open(name, OpKind.OP, seq=self.forward_seq())
         flags, by_name = self._write_flags(func)
         shapes: list = []
@@ -268,6 +302,16 @@ class FakeRecorder:
             raise EstimateError(
                 f"{name} has no fake (meta) implementation, so it cannot run on fake "
                 f"tensors{self._where(op_id)}"
+            ) from None
+        except RuntimeError as exc:
+            if _has_meta(func):
+                raise  # the op's own error, as the real run would raise it
+            # No meta kernel: fake tensors ran the real kernel on stand-in inputs, and it
+            # failed (cuDNN's RNN backward does, on a GPU: its weight buffer is not there).
+            raise EstimateError(
+                f"{name} has no fake (meta) implementation and its real kernel failed on fake "
+                f"tensors ({_first_line(exc)}){self._where(op_id)}"
+                + (CUDNN_HINT if "cudnn" in name else "")
             ) from None
         rule = _SIZE_RULES.get(func) if SIZE_RULES else None
         if rule is None:
@@ -335,11 +379,17 @@ class FakeRecorder:
         self.sync_backward()
         if all(o is not optimizer for o in self.optimizers):
             self.optimizers.append(optimizer)
-        if self.foreach_optimizers:
-            # the multi-tensor path is what optimizers take on CUDA by default
-            for group in optimizer.param_groups:
-                if group.get("foreach", False) is None and not group.get("fused"):
-                    group["foreach"] = True
+        # The multi-tensor (foreach) path is what optimizers take on CUDA by default. Torch
+        # decides it by the tensors' exact types, which fake tensors fail, so it is chosen
+        # here: for CUDA computed on the CPU (simulated), and for fake CUDA tensors.
+        for group in optimizer.param_groups:
+            if group.get("foreach", False) is not None or group.get("fused"):
+                continue
+            if group.get("differentiable"):
+                continue
+            params = group.get("params") or ()
+            if self.foreach_optimizers or (params and all(p.device.type == "cuda" for p in params)):
+                group["foreach"] = True
         self._step_op = self.open(
             f"Optimizer.step#{type(optimizer).__name__}.step", OpKind.OPTIMIZER
         )

@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from .._devices import block_bytes
 from .._records import MODULE_MARKER, NameRow
 from .._vocab import Role
 from .torch_profiler import annotation
@@ -119,7 +120,8 @@ def _storage(t: torch.Tensor) -> tuple[str, int, int] | None:
         s = t.untyped_storage()
         if t.device.type == "meta":
             return None
-        return str(t.device), s.data_ptr(), s.nbytes()
+        device = str(t.device)
+        return device, s.data_ptr(), block_bytes(device, s.nbytes())
     except (RuntimeError, NotImplementedError):  # sparse, nested, fake tensors...
         return None
 
