@@ -8,7 +8,8 @@ rounds and their spread (min-max). Every time starts at the end of the profiled 
 - ours: ``with jupyter_memprof.profile():`` exits with every table built (torch's profiler
   stopped, its events read, tables, categories, timeline); then the dashboard widget built
   (``prof.show()``) and the standalone HTML written (``prof.to_html``), each counted from the
-  end of the code;
+  end of the code; once as in a script, once as in a notebook cell with the extension loaded
+  (torch's raw result freed after the cell, that free timed on its own);
 - torch: a plain ``torch.profiler.profile`` with the same flags (memory, shapes, stacks)
   stopped, then ``MemoryProfile(result).timeline``, what torch needs for its memory timeline;
 - floor: the same plain profiler stopped, then a bare walk of the event tree that reads every
@@ -40,6 +41,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_analysis import floor_walk, make_model
 
 import jupyter_memprof
+from jupyter_memprof._producers.recorder import LATER
 
 warnings.filterwarnings("ignore", category=FutureWarning)
 
@@ -75,12 +77,25 @@ class Workload:
         return time.perf_counter() - t
 
 
-def ours(work: Workload, html_path: str, *, with_stack: bool = True, views: bool = True) -> dict:
+def ours(
+    work: Workload,
+    html_path: str,
+    *,
+    with_stack: bool = True,
+    views: bool = True,
+    notebook: bool = False,
+) -> dict:
+    """``notebook``: as in a cell with the extension loaded, where torch's raw result is
+    freed after the cell (IPython's post_run_cell): that free is timed on its own."""
     gc.collect()
-    with jupyter_memprof.profile(namespace=work.ns, with_stack=with_stack) as prof:
-        step_s = work.run()
-        end = time.perf_counter()
-    tables_s = time.perf_counter() - end
+    LATER.enabled = notebook
+    try:
+        with jupyter_memprof.profile(namespace=work.ns, with_stack=with_stack) as prof:
+            step_s = work.run()
+            end = time.perf_counter()
+        tables_s = time.perf_counter() - end
+    finally:
+        LATER.enabled = False
     out = {
         "step": step_s,
         "stop": prof.meta["stop_s"],
@@ -96,6 +111,10 @@ def ours(work: Workload, html_path: str, *, with_stack: bool = True, views: bool
         t = time.perf_counter()
         prof.to_html(html_path)
         out["html"] = tables_s + time.perf_counter() - t
+    if notebook:
+        t = time.perf_counter()
+        LATER.free()  # what post_run_cell does once the cell's output is out
+        out["free_after"] = time.perf_counter() - t
     jupyter_memprof._frontends.session.release(prof.session_id)
     return out
 
@@ -167,6 +186,7 @@ def measure(steps: int, rounds: int) -> dict[str, list[float]]:
         for r in range(rounds):
             variants = [
                 ("ours", lambda: ours(work, html)),
+                ("nb", lambda: ours(work, html, notebook=True)),
                 ("torch", lambda: plain_torch(work)),
                 ("nostack", lambda: ours(work, html, with_stack=False, views=False)),
                 ("torch_nostack", lambda: plain_torch(work, with_stack=False, analyse=False)),
@@ -208,6 +228,22 @@ def main() -> None:
             f"| {int(med(r['ours.events'])):,} | {fmt(r['ours.tables'])} | {fmt(r['torch.torch'])} "
             f"| {fmt(r['torch.floor'])} | {o / t:.3f}x | {o / f:.2f}x | {fmt(r['ours.widget'])} "
             f"| {fmt(r['ours.html'])} |"
+        )
+
+    print(
+        "\nIn a notebook (the extension loaded: torch's raw result is freed after the cell, "
+        "once its output is out):\n"
+    )
+    print(
+        "| events | every table | ours/torch | ours/floor | widget built | to_html written "
+        "| freed after the cell |"
+    )
+    print("|---:|---:|---:|---:|---:|---:|---:|")
+    for _, r in results:
+        o, t, f = med(r["nb.tables"]), med(r["torch.torch"]), med(r["torch.floor"])
+        print(
+            f"| {int(med(r['nb.events'])):,} | {fmt(r['nb.tables'])} | {o / t:.3f}x | {o / f:.2f}x "
+            f"| {fmt(r['nb.widget'])} | {fmt(r['nb.html'])} | {fmt(r['nb.free_after'], 'ms')} |"
         )
 
     print("\nWhere ours goes, and the profiler's stop against a plain torch profiler's:\n")

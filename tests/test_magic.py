@@ -26,9 +26,38 @@ def blocks_of(prof: Profile, nbytes: int):
 
 
 # -- loading -------------------------------------------------------------------------------
+def test_torchs_raw_result_is_freed_after_the_cell_not_before(shell, run):
+    """The raw result's destructor holds the GIL: the cell's tables come first, the free
+    after the cell (post_run_cell), for the magic and for profile() in a cell alike."""
+    from jupyter_memprof._producers.recorder import LATER
+
+    cell = (
+        "import weakref, jupyter_memprof\n"
+        "from jupyter_memprof._producers.recorder import LATER\n"
+        "with jupyter_memprof.profile() as p_later:\n"
+        "    torch.ones(300)\n"
+        "held_later = len(LATER)\n"
+        "raw_later = weakref.ref(LATER._items[0])\n"
+    )
+    result, _ = run(cell)
+    assert result.success and shell.user_ns["held_later"] == 1
+    assert shell.user_ns["raw_later"]() is None and len(LATER) == 0  # freed after the cell
+    assert len(blocks_of(shell.user_ns["p_later"], 1200)) == 1
+    result, _ = run("%%memprofile --no-display -o m_later\nx_later = torch.ones(400)")
+    assert result.success and len(LATER) == 0
+    assert len(blocks_of(shell.user_ns["m_later"], 1600)) == 1
+    del shell.user_ns["raw_later"], shell.user_ns["p_later"], shell.user_ns["m_later"]
+
+
 def test_load_twice_unload_leaves_nothing_behind(shell, run):
     magics = shell.magics_manager.magics
-    callbacks = {name: list(cbs) for name, cbs in shell.events.callbacks.items()}
+    from jupyter_memprof._producers.recorder import LATER
+
+    # the shell's callbacks without ours (the extension frees torch's raw results after cells)
+    callbacks = {
+        name: [cb for cb in cbs if cb != LATER.free] for name, cbs in shell.events.callbacks.items()
+    }
+    assert LATER.free in shell.events.callbacks["post_run_cell"] and LATER.enabled
     registry = set(shell.magics_manager.registry)
     shell.extension_manager.unload_extension("jupyter_memprof")
     assert "memprofile" not in magics["line"] and "memprofile" not in magics["cell"]
@@ -50,6 +79,7 @@ def test_load_twice_unload_leaves_nothing_behind(shell, run):
     assert LAST not in shell.user_ns
     assert set(shell.magics_manager.registry) <= registry
     assert {name: list(cbs) for name, cbs in shell.events.callbacks.items()} == callbacks
+    assert not LATER.enabled and len(LATER) == 0
     result, out = run("%%memprofile\nx = 1")
     assert isinstance(result.error_in_exec, UsageError) and "memprofile" in out
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import contextlib
 import inspect
 import keyword
 import os
@@ -34,6 +35,7 @@ from IPython.core.magic import (
     output_can_be_silenced,
 )
 
+from .._producers.recorder import LATER
 from .progress import in_kernel, progress_for
 
 #: The user-namespace variable that always holds the latest profile.
@@ -595,6 +597,9 @@ def load_extension(shell) -> None:
         return
     shell.register_magics(MemprofMagics)
     _comm_call("start", shell)
+    # torch's raw result of a capture is freed after the cell, once its output is out
+    shell.events.register("post_run_cell", LATER.free)
+    LATER.enabled = True
 
 
 def unload_extension(shell) -> None:
@@ -612,3 +617,7 @@ def unload_extension(shell) -> None:
     ):
         del shell.user_ns[LAST]
     _comm_call("stop", shell)
+    LATER.enabled = False
+    with contextlib.suppress(ValueError):  # not registered
+        shell.events.unregister("post_run_cell", LATER.free)
+    LATER.free()

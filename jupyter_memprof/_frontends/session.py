@@ -99,8 +99,10 @@ def release_profile(prof: Profile | int | None = None) -> int:
     freed. Returns how many registered profiles were released. An id that is not registered
     raises KeyError; a Profile that is not (loaded from a file, released before) is still
     closed everywhere it is shown."""
+    from .._producers.recorder import LATER
     from .._profile import Profile
 
+    LATER.free()  # torch's raw results not freed yet (they belong to no profile)
     if prof is None:
         n = sum(release(sid) for sid, _ in items())
         _forget(None)

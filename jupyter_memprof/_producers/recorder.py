@@ -103,6 +103,43 @@ def exclusive(what: str) -> Iterator[None]:
             holder._claim.release()
 
 
+# -- torch's raw results, freed when nobody waits ---------------------------------------------
+class _Later:
+    """Torch's raw results whose freeing waits until the user is no longer waiting.
+
+    Freeing a capture's raw result is one C++ destructor that holds the GIL (about 2 ms per
+    1,000 events; a thread does not help). Inside IPython with the extension loaded, the
+    extension frees them after each cell (``post_run_cell``), once the cell's output is out;
+    elsewhere nothing is handed over and a result is freed at once. The next capture, and
+    :func:`jupyter_memprof.release`, free them too.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._items: list[object] = []
+        self.enabled = False  # set while a shell frees them after each cell
+
+    def hand_over(self, raw: object) -> bool:
+        """Keep ``raw`` for :meth:`free`; False (nothing kept) when nobody would free it."""
+        if not self.enabled:
+            return False
+        with self._lock:
+            self._items.append(raw)
+        return True
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def free(self, *_: object) -> None:
+        """Free every result handed over (an IPython event callback: arguments ignored)."""
+        with self._lock:
+            items, self._items = self._items, []
+        items.clear()
+
+
+LATER = _Later()
+
+
 def _run_all(*steps: Callable[[], object]) -> None:
     """Run every step even when one fails; then raise the first failure (an interrupt
     during one step does not skip the others either)."""
@@ -210,6 +247,7 @@ class Recorder:
         if self._running:
             raise CaptureError("this recorder is already running")
         SLOT.claim("capture", owner=self)
+        LATER.free()  # an earlier capture's raw result: not inside this one
         try:
             events.prepare()
             if events.profiler_running():
@@ -320,7 +358,12 @@ class Recorder:
         )
 
     def release(self) -> None:
-        """Let go of torch's raw result (it can be large)."""
-        if self._torch_profiler is not None:
-            self._torch_profiler.profiler = None
-        self._torch_profiler = None
+        """Let go of torch's raw result (it can be large): freed now, or after the cell when
+        a shell frees results then (:data:`LATER`)."""
+        tp, self._torch_profiler = self._torch_profiler, None
+        if tp is None:
+            return
+        raw, tp.profiler = tp.profiler, None
+        if raw is not None and LATER.hand_over(raw):
+            return
+        del raw
