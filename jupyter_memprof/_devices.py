@@ -105,14 +105,22 @@ def is_cuda(value: Any) -> bool:
 CUDA_BLOCK = 512
 
 
+def cuda_block_bytes(nbytes):
+    """The bytes CUDA's caching allocator holds for requests of ``nbytes`` (an int or a
+    numpy array): each rounded up to a multiple of :data:`CUDA_BLOCK` (its default
+    configuration; what ``torch.cuda.memory_allocated`` counts). 0 bytes allocate nothing."""
+    rounded = -(-nbytes // CUDA_BLOCK) * CUDA_BLOCK
+    if isinstance(nbytes, int):
+        return rounded if nbytes > 0 else nbytes
+    import numpy as np
+
+    return np.where(nbytes > 0, rounded, nbytes)
+
+
 def block_bytes(device: str, nbytes: int) -> int:
-    """The bytes a request of ``nbytes`` holds on ``device``: CUDA's caching allocator rounds
-    every request up to a multiple of :data:`CUDA_BLOCK` (its default configuration; what
-    ``torch.cuda.memory_allocated`` counts), the CPU allocator holds what was asked. A
-    request of 0 bytes allocates nothing on either."""
-    if nbytes <= 0 or not device.startswith("cuda"):
-        return nbytes
-    return -(-nbytes // CUDA_BLOCK) * CUDA_BLOCK
+    """The bytes a request of ``nbytes`` holds on ``device``: CUDA rounds it
+    (:func:`cuda_block_bytes`), the CPU allocator holds what was asked."""
+    return cuda_block_bytes(nbytes) if device.startswith("cuda") else nbytes
 
 
 def resolve_devices(device: str | Iterable[str] | None) -> list[str]:

@@ -13,7 +13,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from .._devices import CUDA_BLOCK
+from .._devices import cuda_block_bytes
 from .._records import Trace
 from . import schema as S
 from .schema import OpKind, Phase
@@ -357,7 +357,7 @@ def build_allocations(
         size = np.maximum(g["size_bytes"], g["live_size"].fillna(0).astype("int64"))
         # a view's furthest byte is a request: CUDA's block around it is rounded
         cuda = g["device"].astype(str).str.startswith("cuda").to_numpy()
-        g["size_bytes"] = np.where(cuda, -(-size // CUDA_BLOCK) * CUDA_BLOCK, size)
+        g["size_bytes"] = np.where(cuda, cuda_block_bytes(size.to_numpy()), size)
         g = g.drop(columns=["live_size"])
         extra = pd.DataFrame(
             {
