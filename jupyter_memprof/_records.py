@@ -31,6 +31,7 @@ Rules every producer keeps (the analysis relies on them):
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import NamedTuple
 
 from ._vocab import OpKind, Role
@@ -98,6 +99,9 @@ class Trace(NamedTuple):
     memory: list[MemoryRecord]
     untracked: list[UntrackedTensor]
     event_count: int  # nodes in torch's event tree (for benchmarks and progress)
+    #: modules seen by torch's Python tracer as ``(id(module), class name)``, by
+    #: ``OpRecord.module_index``; empty when the producer names modules itself
+    module_calls: Sequence[tuple[int, str]] = ()
 
 
 class NameRow(NamedTuple):

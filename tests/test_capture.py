@@ -424,3 +424,40 @@ def test_empty_profile_round_trips(tmp_path):
         assert getattr(back, name).empty
     assert back.meta["label"] == "nothing"
     assert back.peak().attrs["peak_bytes"] == 0
+
+
+class _Trainer:
+    """Holds a model in an attribute, as training frameworks do."""
+
+    def __init__(self) -> None:
+        self.model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU())
+
+
+@pytest.mark.parametrize("with_stack", [True, False])
+def test_modules_are_named_alike_with_and_without_python_stacks(with_stack):
+    """With stacks, module calls come from torch's Python tracer (no forward hooks); without,
+    from our hooks' annotations. Either way: a model held in an attribute of a variable, one
+    held by no variable, and one made and dropped inside the block get the same paths."""
+    from torch.nn.modules import module as nn_module
+
+    trainer = _Trainer()
+    hidden = [torch.nn.Sequential(torch.nn.Linear(8, 4))]  # a private name: not in the namespace
+    x = torch.randn(2, 8)
+    ns = {"trainer": trainer, "x": x, "_hidden": hidden}
+    with jupyter_memprof.profile(namespace=ns, with_stack=with_stack) as prof:
+        hooked = len(nn_module._global_forward_pre_hooks)
+        trainer.model(x)
+        hidden[0](x)
+        torch.nn.Linear(8, 2)(x)  # made and dropped inside the block
+    assert hooked == (0 if with_stack else 1)
+    mods = prof.ops.loc[prof.ops["kind"] == "module", ["name", "module"]]
+    assert mods.astype(str).values.tolist() == [
+        ["nn.Module: Sequential", "Sequential"],
+        ["nn.Module: Linear", "Sequential.0"],
+        ["nn.Module: ReLU", "Sequential.1"],
+        ["nn.Module: Sequential", "Sequential_2"],
+        ["nn.Module: Linear", "Sequential_2.0"],
+        ["nn.Module: Linear", "Linear"],
+    ]
+    weights = prof.names.loc[prof.names["name"].str.endswith(".weight"), "name"]
+    assert {"Sequential.0.weight", "Sequential_2.0.weight"} <= set(weights)

@@ -184,24 +184,33 @@ def test_a_nested_capture_in_the_same_thread_is_refused():
 
 # -- start and stop are exception safe --------------------------------------------------------
 @pytest.mark.parametrize("failure", [RuntimeError("no more hooks"), KeyboardInterrupt()])
+@pytest.mark.parametrize(
+    "with_stack, owner, register",
+    [
+        # without stacks: the second of three global hooks (module pre, module post, optimizer)
+        (False, nn_module, "register_module_forward_hook"),
+        # with stacks the Python tracer sees modules: the optimizer hook is the only one
+        (True, optim_module, "register_optimizer_step_pre_hook"),
+    ],
+)
 def test_a_hook_install_failing_midway_stops_the_profiler_and_removes_the_hooks(
-    monkeypatch, failure
+    monkeypatch, failure, with_stack, owner, register
 ):
-    """The second of three global hooks cannot be registered (or Ctrl-C lands there), after
-    the profiler started. Before: the profiler stayed on and the first hook stayed
-    registered, so every later capture was refused."""
-    real = nn_module.register_module_forward_hook
+    """A global hook cannot be registered (or Ctrl-C lands there), after the profiler
+    started. Before: the profiler stayed on and the hooks registered before it stayed, so
+    every later capture was refused."""
+    real = getattr(owner, register)
 
-    def second_fails(*args, **kwargs):
+    def fails(*args, **kwargs):
         raise failure
 
-    monkeypatch.setattr(nn_module, "register_module_forward_hook", second_fails)
+    monkeypatch.setattr(owner, register, fails)
     with pytest.raises(type(failure)):
-        with jupyter_memprof.profile(namespace={}):
+        with jupyter_memprof.profile(namespace={}, with_stack=with_stack):
             pytest.fail("the block must not run")
     assert not profiler_running()
     assert not _our_hooks()
-    monkeypatch.setattr(nn_module, "register_module_forward_hook", real)
+    monkeypatch.setattr(owner, register, real)
     _capture_works()
 
 
@@ -262,7 +271,7 @@ def test_a_hook_removal_raising_still_removes_the_others_and_keeps_the_profile(m
             keep = torch.ones(250)
             monkeypatch.setattr(RemovableHandle, "remove", first_one_sticks)
     monkeypatch.undo()
-    assert len(_our_hooks()) == 1  # the stuck one; the other two are gone
+    assert len(_our_hooks()) == 1  # the stuck one; any others are gone
     real_remove(stuck[0])
     assert not _our_hooks() and not profiler_running()
     assert _registered(prof)

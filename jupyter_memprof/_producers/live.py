@@ -1,8 +1,9 @@
 """What the live session knows: modules and optimizers that ran, and names for tensors.
 
 The profiler sees storages and pointers; users think in ``model.fc1.weight`` and
-``opt.state[model.fc1.weight].exp_avg``. During a capture, global hooks remember every
-``nn.Module`` that is called and every optimizer that steps. Before and after the capture we
+``opt.state[model.fc1.weight].exp_avg``. During a capture, torch's Python tracer (with Python
+stacks) or global hooks (without) see every ``nn.Module`` that is called, and a global hook
+every optimizer that steps. Before and after the capture we
 read parameters, buffers, gradients, optimizer state and the user's tensor variables straight
 from those objects (and from the notebook namespace) into plain rows of the ``names`` table:
 (name, role, device, storage pointer, storage bytes). Matching those rows to blocks is left to
@@ -12,6 +13,7 @@ the tables, so the analysis stays a pure function of tables.
 from __future__ import annotations
 
 import contextlib
+import gc
 import threading
 from typing import Any
 
@@ -24,19 +26,23 @@ from .torch_profiler import annotation
 
 
 class ModuleHooks:
-    """Global forward hooks that bracket every module call with a profiler annotation.
+    """Global hooks: one on optimizer steps (which optimizers ran), and, with ``modules``,
+    forward hooks that bracket every module call with a profiler annotation.
 
-    The annotation (``memprof.module#<index>``) puts module calls in the event tree whether or
-    not Python stacks are recorded, and the index leads back to the live module object for
+    The annotation (``memprof.module#<index>``) puts module calls in the event tree when
+    Python stacks are not recorded, and the index leads back to the live module object for
     its dotted path. Forward hooks run with ``always_call=True`` so a module that raises still
-    closes its annotation.
+    closes its annotation. With Python stacks the capture goes without them: torch's Python
+    tracer records module calls itself, and any global forward hook sends every module call
+    through ``nn.Module``'s slow path, about 20 more events each (see ``read_trace``).
 
     The hooks run inside the capture, and with Python stacks recorded every call they make
     (even ``len`` or ``list.append``) is an event torch must store, stop and hand back. So
     they make as few calls as they can, and the annotation is torch's C++ one.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, modules: bool = True) -> None:
+        self._hook_modules = modules
         self.modules: list[torch.nn.Module] = []
         self.optimizers: list[torch.optim.Optimizer] = []
         self._index: dict[int, str] = {}  # id(module) -> its annotation's name
@@ -50,11 +56,13 @@ class ModuleHooks:
         from torch.optim import optimizer as optim_module
 
         try:
-            for register, hook, kwargs in (
-                (nn_module.register_module_forward_pre_hook, self._pre, {}),
-                (nn_module.register_module_forward_hook, self._post, {"always_call": True}),
-                (optim_module.register_optimizer_step_pre_hook, self._optimizer_step, {}),
-            ):
+            hooks = [(optim_module.register_optimizer_step_pre_hook, self._optimizer_step, {})]
+            if self._hook_modules:
+                hooks[:0] = [
+                    (nn_module.register_module_forward_pre_hook, self._pre, {}),
+                    (nn_module.register_module_forward_hook, self._post, {"always_call": True}),
+                ]
+            for register, hook, kwargs in hooks:
                 self._handles.append(register(hook, **kwargs))
         except BaseException:
             with contextlib.suppress(Exception):  # the install's error is the one to report
@@ -107,6 +115,51 @@ class ModuleHooks:
     def _optimizer_step(self, optimizer, args, kwargs):
         if all(o is not optimizer for o in self.optimizers):
             self.optimizers.append(optimizer)
+
+
+def modules_by_id(calls, namespace: dict | None) -> list[torch.nn.Module | None]:
+    """The live module objects behind ``Trace.module_calls`` (``(id, class name)`` pairs),
+    None for a module that is gone.
+
+    Modules reachable from the namespace are found by walking it: variables holding a module,
+    and modules held in an attribute of a variable's object (``trainer.model``). Any other
+    module that ran is looked up among the objects the garbage collector tracks (about
+    0.1 s per 300k objects, paid only when such a module ran). An id matches only a module
+    of the recorded class, so an address reused by a new object after the module was freed
+    is not mistaken for it.
+    """
+    wanted = {key: cls for key, cls in calls}
+    found: dict[int, torch.nn.Module] = {}
+
+    def walk(v: Any) -> None:
+        for m in v.modules():
+            if id(m) in wanted:
+                found[id(m)] = m
+
+    for _, v in _public(namespace):
+        if isinstance(v, torch.nn.Module):
+            walk(v)
+    if len(found) < len(wanted):
+        for _, v in _public(namespace):
+            if isinstance(v, (torch.nn.Module, type)):
+                continue
+            try:  # a user object's attribute lookup may run its code and raise
+                attrs = getattr(v, "__dict__", None)
+            except Exception:
+                continue
+            if isinstance(attrs, dict):
+                for a in list(attrs.values()):
+                    if isinstance(a, torch.nn.Module) and id(a) not in found:
+                        walk(a)
+    if len(found) < len(wanted):
+        for obj in gc.get_objects():
+            key = id(obj)
+            if key in wanted and key not in found and isinstance(obj, torch.nn.Module):
+                found[key] = obj
+    return [
+        m if m is not None and type(m).__name__ == cls else None
+        for m, cls in ((found.get(key), cls) for key, cls in calls)
+    ]
 
 
 def _public(namespace: dict | None) -> list[tuple[str, Any]]:

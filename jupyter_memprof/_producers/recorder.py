@@ -19,7 +19,7 @@ import torch
 from .._errors import CaptureError
 from .._records import Capture
 from . import torch_profiler as events
-from .live import ModuleHooks, SessionNames
+from .live import ModuleHooks, SessionNames, modules_by_id
 
 Progress = Callable[[str, int, int], object]
 
@@ -272,7 +272,8 @@ class Recorder:
                 # torch warns once per process, on file descriptor 2, when a block allocated
                 # before the capture is freed inside it. Spend that warning here, silently.
                 del burner
-            self.hooks = ModuleHooks()  # before install: a partial install is removed
+            # with stacks, torch's Python tracer records module calls (see read_trace)
+            self.hooks = ModuleHooks(modules=not self.with_stack)  # a partial install is undone
             self.hooks.install()
             self._running = True
         except BaseException:
@@ -335,24 +336,44 @@ class Recorder:
     def kineto_results(self):
         return self._torch_profiler.profiler.kineto_results
 
-    def session_names(self) -> tuple[SessionNames, list]:
-        """Names as the session knows them now, and every name row (start and end)."""
-        names = SessionNames(self._namespace(), self.hooks)
+    def session_names(
+        self, modules: list[torch.nn.Module] | None = None
+    ) -> tuple[SessionNames, list]:
+        """Names as the session knows them now, and every name row (start and end).
+        ``modules``: the modules that ran, when the trace names them (else the hooks do)."""
+        ran = self.hooks
+        if modules is not None:
+            opts = self.hooks.optimizers if self.hooks is not None else []
+            ran = types.SimpleNamespace(modules=modules, optimizers=opts)
+        names = SessionNames(self._namespace(), ran)
         return names, [*self.start_rows, *names.rows("end")]
 
     def capture(self, progress: Progress | None = None) -> Capture:
         """Read torch's events into records: the producer's whole output."""
         if progress is not None:
             progress("reading events", 0, 1)
-        names, rows = self.session_names()
         results = self.kineto_results
-        trace = events.read_trace(results, events.FrameNamer(_cell_namer()))
-        modules = names.hooked_modules
+        trace = events.read_trace(
+            results, events.FrameNamer(_cell_namer()), tracer_modules=self.with_stack
+        )
+        if self.with_stack:  # modules from the Python tracer: (id, class) pairs
+            found = modules_by_id(trace.module_calls, self._namespace())
+            names, rows = self.session_names([m for m in found if m is not None])
+            paths = [
+                names.module_path(m) if m is not None else cls
+                for m, (_, cls) in zip(found, trace.module_calls)
+            ]
+            classes = [cls for _, cls in trace.module_calls]
+        else:
+            names, rows = self.session_names()
+            modules = names.hooked_modules
+            paths = [names.module_path(m) for m in modules]
+            classes = [type(m).__name__ for m in modules]
         return Capture(
             trace=trace,
             names=rows,
-            module_paths=[names.module_path(m) for m in modules],
-            module_classes=[type(m).__name__ for m in modules],
+            module_paths=paths,
+            module_classes=classes,
             devices=list(self.devices),
             start_ns=_time_zero(self.start_ns, trace, events.trace_start_ns(results)),
         )

@@ -201,7 +201,9 @@ def _kind(name: str, scope) -> OpKind:
     return OpKind.ANNOTATION
 
 
-def read_trace(kineto_results, namer: FrameNamer | None = None) -> Trace:
+def read_trace(
+    kineto_results, namer: FrameNamer | None = None, *, tracer_modules: bool = False
+) -> Trace:
     """Walk torch's event tree once and return plain records, ops in start-time order.
 
     Op nesting comes from time containment on each thread, not from the tree's shape: with
@@ -209,6 +211,13 @@ def read_trace(kineto_results, namer: FrameNamer | None = None) -> Trace:
     frame that opened it, and the ops it encloses are not its children in the tree. The tree
     is still used for what it is right about: the Python frames above each op (callsite).
     ``op_id`` is the position in start-time order, so parents precede their children.
+
+    Module calls come from one of two sources. Without Python stacks, the capture's hooks
+    bracket each call with a ``memprof.module#<index>`` annotation. With Python stacks
+    (``tracer_modules``), the Python tracer already records every ``nn.Module`` call as a
+    frame carrying the module's address and class, so those frames become the module ops and
+    ``Trace.module_calls`` lists each module's ``(id, class name)`` by ``module_index``: the
+    hooks would only add events (about 20 per module call) and stop time.
     """
     namer = namer or FrameNamer()
     roots = kineto_results.experimental_event_tree()
@@ -223,6 +232,8 @@ def read_trace(kineto_results, namer: FrameNamer | None = None) -> Trace:
     is_user = namer.is_user
     label = namer.label
     n_events = 0
+    module_calls: list[tuple[int, str]] = []
+    module_index_of: dict[int, int] = {}  # a module's id -> its module_index
     # storages allocated during the capture: their address and size come from the allocator
     allocated: set[int] = set()
     untracked: dict[int, list] = {}
@@ -383,6 +394,13 @@ def read_trace(kineto_results, namer: FrameNamer | None = None) -> Trace:
                         )
             except UnicodeDecodeError:
                 pass
+            if tracer_modules and tag == _PY_CALL:
+                module = ev.extra_fields.module
+                if module is not None:
+                    _module_call(
+                        ev, module, callsite, in_autograd, ops, open_ops, module_calls,
+                        module_index_of,
+                    )  # fmt: skip
         children = ev.children
         if children:
             for c in reversed(children):
@@ -393,7 +411,56 @@ def read_trace(kineto_results, namer: FrameNamer | None = None) -> Trace:
         memory,
         [UntrackedTensor(tid, *v) for tid, v in untracked.items()],
         n_events,
+        module_calls,
     )
+
+
+def _module_call(
+    ev, module, callsite, in_autograd, ops, open_ops, module_calls, module_index_of
+) -> None:
+    """An ``nn.Module`` call the Python tracer recorded: a module op, nested by time like
+    the dispatcher ops around it."""
+    key = module.self_ptr
+    index = module_index_of.get(key)
+    if index is None:
+        index = module_index_of[key] = len(module_calls)
+        module_calls.append((key, module.cls_name))
+    op_id = len(ops)
+    start = ev.start_time_ns
+    end = ev.end_time_ns
+    thread = ev.start_tid
+    st = open_ops.get(thread)
+    if st is None:
+        st = open_ops[thread] = []
+    while st and st[-1][0] <= start:
+        st.pop()
+    if st:
+        _, parent, pdepth, node, module_ctx, backward, optimizer = st[-1]
+        depth = pdepth + 1
+    else:
+        parent, depth, node, module_ctx, backward, optimizer = NO_ID, 0, NO_ID, NO_ID, False, False
+    backward = backward or in_autograd
+    ops.append(
+        OpRecord(
+            op_id=op_id,
+            parent_id=parent,
+            depth=depth,
+            name=f"{MODULE_MARKER}{index}",
+            kind=OpKind.MODULE,
+            start_ns=start,
+            end_ns=end,
+            thread=thread,
+            seq_nr=NO_ID,
+            backward=backward,
+            optimizer=optimizer,
+            module_index=index,
+            module_ctx=module_ctx,
+            callsite=callsite,
+            input_shapes=[],
+            node_id=node,
+        )
+    )
+    st.append((end if end >= start else 1 << 62, op_id, depth, node, op_id, backward, optimizer))
 
 
 def _untracked(untracked: dict, tid: int, t, sizes, dev_names) -> None:
