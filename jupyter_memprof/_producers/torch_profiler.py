@@ -192,6 +192,11 @@ class FrameNamer:
 
 
 # -- the walk --------------------------------------------------------------------------
+#: the open-op entry an op outside every other op sees as its enclosing one:
+#: (end_ns, op_id, depth, node, module_ctx, backward, optimizer); its child has depth 0
+_OUTSIDE = (0, NO_ID, -1, NO_ID, NO_ID, False, False)
+
+
 def _kind(name: str, scope) -> OpKind:
     """The kind of an event that is not a dispatcher op (those are decided before)."""
     if scope == _BACKWARD_SCOPE or name.startswith("autograd::engine::evaluate_function"):
@@ -260,18 +265,8 @@ def read_trace(
                 st = open_ops[thread] = []
             while st and st[-1][0] <= start:
                 st.pop()
-            if st:
-                _, parent, pdepth, node, module_ctx, backward, optimizer = st[-1]
-                depth = pdepth + 1
-            else:
-                parent, depth, node, module_ctx, backward, optimizer = (
-                    NO_ID,
-                    0,
-                    NO_ID,
-                    NO_ID,
-                    False,
-                    False,
-                )
+            _, parent, depth, node, module_ctx, backward, optimizer = st[-1] if st else _OUTSIDE
+            depth += 1
             # ops run by `loss.backward()` / `torch.autograd.grad` itself (the seed gradient)
             backward = backward or in_autograd
             inputs = f.inputs
@@ -428,17 +423,11 @@ def _module_call(
     op_id = len(ops)
     start = ev.start_time_ns
     end = ev.end_time_ns
-    thread = ev.start_tid
-    st = open_ops.get(thread)
-    if st is None:
-        st = open_ops[thread] = []
+    st = open_ops.setdefault(ev.start_tid, [])
     while st and st[-1][0] <= start:
         st.pop()
-    if st:
-        _, parent, pdepth, node, module_ctx, backward, optimizer = st[-1]
-        depth = pdepth + 1
-    else:
-        parent, depth, node, module_ctx, backward, optimizer = NO_ID, 0, NO_ID, NO_ID, False, False
+    _, parent, depth, node, module_ctx, backward, optimizer = st[-1] if st else _OUTSIDE
+    depth += 1
     backward = backward or in_autograd
     ops.append(
         OpRecord(
@@ -449,7 +438,7 @@ def _module_call(
             kind=OpKind.MODULE,
             start_ns=start,
             end_ns=end,
-            thread=thread,
+            thread=ev.start_tid,
             seq_nr=NO_ID,
             backward=backward,
             optimizer=optimizer,
