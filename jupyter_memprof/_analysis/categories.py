@@ -71,7 +71,8 @@ import numpy as np
 import pandas as pd
 
 from . import schema as S
-from .schema import Category, Phase, Role
+from .schema import Category, OpKind, Role
+from .tables import _KIND, BACKWARD, FORWARD, OPTIMIZER, OTHER, _find, _levels, _runs
 
 C = Category
 
@@ -82,40 +83,68 @@ _ROLE_RULES = {
     Role.GRADIENT.value: (C.GRADIENT, ".grad of a parameter"),
 }
 _ROLE_PRIORITY = {"parameter": 0, "buffer": 1, "optimizer_state": 2, "gradient": 3, "variable": 4}
+_CATEGORY = S.codes_of(S.CATEGORY_DTYPE)
+_ROLE = S.codes_of(S.ROLE_DTYPE)
 
 
-def block_names(names: pd.DataFrame) -> pd.DataFrame:
-    """One (name, role, module) per block: model roles beat plain variables; the end of the
-    capture beats its start."""
-    n = names.dropna(subset=["alloc_id"])
-    if n.empty:
-        return pd.DataFrame(
-            {
-                "name": pd.Series([], dtype=S.STRING),
-                "role": pd.Series([], dtype=object),
-                "module": pd.Series([], dtype=S.STRING),
-            }
-        )
-    n = n.assign(
-        _p=n["role"].astype(object).map(_ROLE_PRIORITY),
-        _w=(n["when"].astype(object) == "end").map({True: 0, False: 1}),
-    )
-    n = n.sort_values(["alloc_id", "_p", "_w"]).drop_duplicates("alloc_id")
-    return n.set_index(n["alloc_id"].astype("int64"))[["name", "role", "module"]].assign(
-        role=lambda d: d["role"].astype(object)
-    )
+class _Strings:
+    """Codes for the strings of one column (reasons, module paths): the rules work on codes
+    and the column is built once at the end (:func:`schema.taken_strings`)."""
+
+    def __init__(self) -> None:
+        self.values: list[str] = []
+        self.code: dict[str, int] = {}
+
+    def __call__(self, value: str) -> int:
+        c = self.code.get(value)
+        if c is None:
+            c = self.code[value] = len(self.values)
+            self.values.append(value)
+        return c
+
+    def codes(self, values) -> np.ndarray:
+        """Codes of ``values`` (None or NA: -1)."""
+        return np.array([-1 if v is None or v is pd.NA else self(v) for v in values], np.int64)
+
+    def column(self, codes: np.ndarray):
+        return S.taken_strings(codes, self.values)
+
+
+def _named(names: pd.DataFrame, alloc_ids: np.ndarray) -> np.ndarray:
+    """For each block (by position), the row of ``names`` that names it, or -1: model roles
+    beat plain variables; the end of the capture beats its start."""
+    out = np.full(len(alloc_ids), -1, dtype=np.int64)
+    rows = np.flatnonzero(names["alloc_id"].notna().to_numpy())
+    if not len(rows):
+        return out
+    block = names["alloc_id"].to_numpy(dtype=np.int64, na_value=0)[rows]
+    roles = names["role"].astype(object).to_numpy()[rows].tolist()
+    priority = np.array([_ROLE_PRIORITY.get(r, len(_ROLE_PRIORITY)) for r in roles], np.int64)
+    start = (names["when"].astype(object).to_numpy()[rows] != "end").astype(np.int64)
+    order, first = _runs((block, priority, start), by=1)
+    chosen = order[first]
+    pos = pd.Index(alloc_ids).get_indexer(block[chosen])
+    ok = pos >= 0
+    out[pos[ok]] = rows[chosen[ok]]
+    return out
 
 
 def _inside_module(ops: pd.DataFrame) -> np.ndarray:
     """For every op: does it run inside an nn.Module call (a module op among its ancestors)?"""
     n = len(ops)
-    inside = ops["kind"].to_numpy(dtype=object) == "module"
+    inside = ops["kind"].cat.codes.to_numpy() == _KIND[OpKind.MODULE.value]
     parent = ops["parent_id"].to_numpy(dtype=np.int64, na_value=-1)
-    depth = ops["depth"].to_numpy()
-    order = np.argsort(depth, kind="stable")
-    for level in np.split(order, np.flatnonzero(np.diff(depth[order])) + 1)[1:] if n else []:
+    for level in _levels(ops["depth"].to_numpy())[1:] if n else []:
         inside[level] |= inside[parent[level]]
     return inside
+
+
+def _at(arr: np.ndarray, idx: np.ndarray, missing) -> np.ndarray:
+    """``arr[idx]``, ``missing`` where ``idx`` is negative."""
+    out = np.full(len(idx), missing, dtype=arr.dtype)
+    ok = idx >= 0
+    out[ok] = arr[idx[ok]]
+    return out
 
 
 def categorise(tables: dict[str, pd.DataFrame]) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -123,67 +152,64 @@ def categorise(tables: dict[str, pd.DataFrame]) -> tuple[pd.DataFrame, pd.DataFr
     ops, allocs, versions = tables["ops"], tables["allocations"], tables["versions"]
     uses, names = tables["uses"], tables["names"]
     n = len(allocs)
-    allocs = allocs.copy()
-    versions = versions.copy()
     if n == 0:
-        return allocs, versions
+        return allocs.copy(), versions.copy()
 
-    cat = np.full(n, None, dtype=object)
-    why = np.full(n, None, dtype=object)
+    # categories and reasons as codes (-1: not decided yet)
+    cat = np.full(n, -1, dtype=np.int8)
+    why = np.full(n, -1, dtype=np.int64)
+    reasons = _Strings()
 
     def decide(mask: np.ndarray, category: Category, reason: str) -> None:
-        m = mask & (cat == None)  # noqa: E711 - elementwise
-        cat[m] = category.value
-        why[m] = reason
+        m = mask & (cat < 0)
+        cat[m] = _CATEGORY[category.value]
+        why[m] = reasons(reason)
 
     # lookups on ops
-    op_phase = ops["phase"].to_numpy(dtype=object)
+    op_phase = ops["phase"].cat.codes.to_numpy()
     op_node = ops["node_id"].to_numpy(dtype=np.int64, na_value=-1)
-    op_names = ops["name"].to_numpy(dtype=object)
-
-    def at(arr: np.ndarray, idx: np.ndarray, missing):
-        out = np.full(len(idx), missing, dtype=arr.dtype)
-        ok = idx >= 0
-        out[ok] = arr[idx[ok]]
-        return out
+    op_names = ops["name"].array
 
     alloc_op = allocs["alloc_op_id"].to_numpy(dtype=np.int64, na_value=-1)
     free_op = allocs["free_op_id"].to_numpy(dtype=np.int64, na_value=-1)
     alloc_ns_na = allocs["alloc_ns"].isna().to_numpy()
     free_ns_na = allocs["free_ns"].isna().to_numpy()
-    alloc_phase = at(op_phase, alloc_op, Phase.OTHER.value)
-    free_phase = at(op_phase, free_op, None)
-    alloc_node = at(op_node, alloc_op, -1)
-    free_node = at(op_node, free_op, -1)
+    alloc_phase = _at(op_phase, alloc_op, OTHER)
+    free_phase = _at(op_phase, free_op, -1)
+    alloc_node = _at(op_node, alloc_op, -1)
+    free_node = _at(op_node, free_op, -1)
     alloc_ids = allocs["alloc_id"].to_numpy()
 
     # 1. the live session
-    bn = block_names(names)
-    role = pd.Series(bn["role"]).reindex(alloc_ids).to_numpy(dtype=object)
+    named = _named(names, alloc_ids)
+    role = _at(names["role"].cat.codes.to_numpy(), named, -1)
     for r, (category, reason) in _ROLE_RULES.items():
-        decide(role == r, category, reason)
+        decide(role == _ROLE[r], category, reason)
+
+    u_ops = uses["op_id"].to_numpy()
+    u_alloc = uses["alloc_id"].to_numpy(dtype=np.int64, na_value=-1)
+    u_mut = uses["mutated"].to_numpy()
+    # op names as codes: the rules below test a few names, not every row
+    u_name = op_names.codes[u_ops]
+    op_name_list = op_names.categories.tolist()
+
+    def with_name(test) -> np.ndarray:
+        return np.isin(u_name, [i for i, nm in enumerate(op_name_list) if test(nm)])
 
     # 2. AccumulateGrad targets: the tensor it writes in place, else the one it stores
-    if not uses.empty:
-        u_node_name = op_names[uses["op_id"].to_numpy()]
-        acc = uses[u_node_name == "torch::autograd::AccumulateGrad"]
-        if not acc.empty:
-            has_mut = acc.groupby("op_id")["mutated"].transform("any").to_numpy()
-            target = (
-                acc[(acc["mutated"].to_numpy()) | ~has_mut]["alloc_id"].dropna().astype("int64")
-            )
-            decide(np.isin(alloc_ids, target.to_numpy()), C.GRADIENT, "accumulated into .grad")
+    if len(u_ops):
+        acc = with_name(lambda nm: nm == "torch::autograd::AccumulateGrad")
+        if acc.any():
+            has_mut = np.isin(u_ops, u_ops[acc & u_mut])
+            target = u_alloc[acc & (u_mut | ~has_mut) & (u_alloc >= 0)]
+            decide(np.isin(alloc_ids, target), C.GRADIENT, "accumulated into .grad")
 
     # gradient buckets: what a collective reduces across ranks during backward
-    if not uses.empty:
-        u_ops = uses["op_id"].to_numpy()
-        u_name = op_names[u_ops].astype(str)
-        reduced = (
-            np.char.startswith(u_name, "c10d::")
-            & (np.char.find(u_name, "reduce") >= 0)
-            & (op_phase[u_ops] == Phase.BACKWARD.value)
+    if len(u_ops):
+        reduced = with_name(lambda nm: nm.startswith("c10d::") and "reduce" in nm) & (
+            op_phase[u_ops] == BACKWARD
         )
-        bucket = uses["alloc_id"][reduced].dropna().astype("int64").to_numpy()
+        bucket = u_alloc[reduced & (u_alloc >= 0)]
         decide(
             np.isin(alloc_ids, bucket),
             C.GRADIENT,
@@ -193,115 +219,98 @@ def categorise(tables: dict[str, pd.DataFrame]) -> tuple[pd.DataFrame, pd.DataFr
     # forward work replayed inside backward (activation checkpointing) makes activations,
     # even though the autograd node that replays it frees them before it returns
     created = ~alloc_ns_na
-    recomputed = (
-        created & (alloc_phase == Phase.BACKWARD.value) & at(_inside_module(ops), alloc_op, False)
-    )
+    recomputed = created & (alloc_phase == BACKWARD) & _at(_inside_module(ops), alloc_op, False)
     decide(recomputed, C.ACTIVATION, "recomputed in backward (checkpointing)")
 
     # 3. short lives
     same_node = (alloc_node >= 0) & (alloc_node == free_node)
     same_op = (alloc_node < 0) & (alloc_op >= 0) & (alloc_op == free_op)
     decide(same_node | same_op, C.TEMPORARY, "freed inside the op that made it")
-    in_opt = (alloc_phase == Phase.OPTIMIZER.value) & (free_phase == Phase.OPTIMIZER.value)
+    in_opt = (alloc_phase == OPTIMIZER) & (free_phase == OPTIMIZER)
     decide(in_opt, C.TEMPORARY, "made and freed inside the optimizer")
 
     # 4. the phase that made it
     used_in_bwd = np.zeros(n, dtype=bool)
     read_by_fwd = np.zeros(n, dtype=bool)
-    if not uses.empty:
-        u_phase = op_phase[uses["op_id"].to_numpy()]
-        ua = uses["alloc_id"].to_numpy(dtype=np.int64, na_value=-1)
-        used_in_bwd[ua[(u_phase == Phase.BACKWARD.value) & (ua >= 0)]] = True
-        read_by_fwd[ua[(u_phase == Phase.FORWARD.value) & (ua >= 0)]] = True
-    created = ~alloc_ns_na
-    fwd = created & (alloc_phase == Phase.FORWARD.value)
-    decide(
-        fwd & (used_in_bwd | (free_phase == Phase.BACKWARD.value)),
-        C.ACTIVATION,
-        "saved for backward",
-    )
+    if len(u_ops):
+        u_phase = op_phase[u_ops]
+        used_in_bwd[u_alloc[(u_phase == BACKWARD) & (u_alloc >= 0)]] = True
+        read_by_fwd[u_alloc[(u_phase == FORWARD) & (u_alloc >= 0)]] = True
+    fwd = created & (alloc_phase == FORWARD)
+    decide(fwd & (used_in_bwd | (free_phase == BACKWARD)), C.ACTIVATION, "saved for backward")
     decide(fwd, C.ACTIVATION, "created in forward")
+    decide(created & (alloc_phase == BACKWARD), C.AUTOGRAD_DETAIL, "created in backward")
     decide(
-        created & (alloc_phase == Phase.BACKWARD.value), C.AUTOGRAD_DETAIL, "created in backward"
-    )
-    decide(
-        created & (alloc_phase == Phase.OPTIMIZER.value) & free_ns_na,
+        created & (alloc_phase == OPTIMIZER) & free_ns_na,
         C.OPTIMIZER_STATE,
         "created by the optimizer, kept",
     )
 
     # 5. data
+    outside = created & (alloc_phase == OTHER)
     decide(alloc_ns_na & read_by_fwd, C.INPUT, "existed before the capture, read by forward")
-    decide(
-        created & (alloc_phase == Phase.OTHER.value) & read_by_fwd,
-        C.INPUT,
-        "made outside the model, read by forward",
-    )
+    decide(outside & read_by_fwd, C.INPUT, "made outside the model, read by forward")
     # outside the model but computed from forward results (`out.argmax(-1)`, a metric)
     from_fwd = np.zeros(n, dtype=bool)
-    if not uses.empty:
-        fwd_ids = alloc_ids[fwd]
-        ua = uses["alloc_id"].to_numpy(dtype=np.int64, na_value=-1)
-        reading = np.unique(uses["op_id"].to_numpy()[np.isin(ua, fwd_ids)])
+    if len(u_ops):
+        reading = np.unique(u_ops[np.isin(u_alloc, alloc_ids[fwd])])
         from_fwd = np.isin(alloc_node, reading) & (alloc_node >= 0)
+    decide(outside & from_fwd, C.ACTIVATION, "computed from forward results")
+    decide(outside & ~free_ns_na, C.TEMPORARY, "made and freed outside the model")
     decide(
-        created & (alloc_phase == Phase.OTHER.value) & from_fwd,
-        C.ACTIVATION,
-        "computed from forward results",
-    )
-    decide(
-        created & (alloc_phase == Phase.OTHER.value) & ~free_ns_na,
-        C.TEMPORARY,
-        "made and freed outside the model",
-    )
-    decide(
-        alloc_ns_na & ~free_ns_na & ~np.isin(role, ["variable"]),
+        alloc_ns_na & ~free_ns_na & (role != _ROLE[Role.VARIABLE.value]),
         C.UNKNOWN,
         "existed before the capture, freed during it",
     )
     decide(alloc_ns_na, C.INPUT, "existed before the capture")
-    decide(created & (alloc_phase == Phase.OTHER.value), C.INPUT, "made outside the model, kept")
+    decide(outside, C.INPUT, "made outside the model, kept")
     decide(np.ones(n, dtype=bool), C.UNKNOWN, "no rule applies")
 
     # versions: inputs written in place by forward become activations
     if not versions.empty:
-        pos = pd.Series(np.arange(n), index=alloc_ids)
-        vpos = pos.reindex(versions["alloc_id"].to_numpy()).to_numpy()
-        vcat = cat[vpos].copy()
-        vwhy = why[vpos].copy()
+        pos = pd.Index(alloc_ids).get_indexer(versions["alloc_id"].to_numpy())
+        vcat = cat[pos]
+        vwhy = why[pos]
         vop = versions["op_id"].to_numpy(dtype=np.int64, na_value=-1)
-        vphase = at(op_phase, vop, None)
-        later = versions["version"].to_numpy() > 0
-        became = later & (vcat == C.INPUT.value) & (vphase == Phase.FORWARD.value)
+        vphase = _at(op_phase, vop, -1)
+        version = versions["version"].to_numpy()
+        is_input = vcat == _CATEGORY[C.INPUT.value]
+        became = (version > 0) & is_input & (vphase == FORWARD)
         # from the first such write on, the tensor holds activations
         if became.any():
             tid = versions["tensor_id"].to_numpy()
             first = (
-                pd.Series(np.where(became, versions["version"].to_numpy(), np.iinfo(np.int64).max))
+                pd.Series(np.where(became, version, np.iinfo(np.int64).max))
                 .groupby(tid)
                 .transform("min")
                 .to_numpy()
             )
-            flip = (versions["version"].to_numpy() >= first) & (vcat == C.INPUT.value)
-            vcat[flip] = C.ACTIVATION.value
-            vwhy[flip] = "input written in place by forward"
-        versions["category"] = pd.Categorical(vcat, dtype=S.CATEGORY_DTYPE)
-        versions["reason"] = pd.array(vwhy, dtype=S.STRING)
-        last = versions.drop_duplicates("alloc_id", keep="last")
-        lpos = pos.reindex(last["alloc_id"].to_numpy()).to_numpy()
-        cat[lpos] = last["category"].astype(object).to_numpy()
-        why[lpos] = last["reason"].astype(object).to_numpy()
+            flip = (version >= first) & is_input
+            vcat[flip] = _CATEGORY[C.ACTIVATION.value]
+            vwhy[flip] = reasons("input written in place by forward")
+        # a block's category is its last version's
+        back = pos[::-1]
+        _, last = np.unique(back, return_index=True)
+        last = len(pos) - 1 - last
+        cat[pos[last]] = vcat[last]
+        why[pos[last]] = vwhy[last]
+        versions = versions.assign(
+            category=pd.Categorical.from_codes(vcat, dtype=S.CATEGORY_DTYPE),
+            reason=reasons.column(vwhy),
+        )
+    else:
+        versions = versions.copy()
 
-    allocs["category"] = pd.Categorical(cat, dtype=S.CATEGORY_DTYPE)
-    allocs["reason"] = pd.array(why, dtype=S.STRING)
-    allocs["name"] = pd.array(
-        pd.Series(bn["name"]).reindex(alloc_ids).to_numpy(dtype=object), dtype=S.STRING
-    )
     module, module_why = _modules(
-        ops, allocs, uses, tables["flows"], bn, role, alloc_phase, alloc_node
+        ops, allocs, uses, tables["flows"], names, named, role, alloc_phase, alloc_node
     )
-    allocs["module"] = pd.array(module, dtype=S.STRING)
-    allocs["module_reason"] = pd.array(module_why, dtype=S.STRING)
+    allocs = allocs.assign(
+        category=pd.Categorical.from_codes(cat, dtype=S.CATEGORY_DTYPE),
+        reason=reasons.column(why),
+        name=S.taken_strings(named, names["name"].to_numpy(dtype=object, na_value=None)),
+        module=module,
+        module_reason=module_why,
+    )
     return allocs, versions
 
 
@@ -318,95 +327,116 @@ def _modules(
     allocs: pd.DataFrame,
     uses: pd.DataFrame,
     flows: pd.DataFrame,
-    bn: pd.DataFrame,
+    names: pd.DataFrame,
+    named: np.ndarray,
     role: np.ndarray,
     alloc_phase: np.ndarray,
     alloc_node: np.ndarray,
-) -> tuple[np.ndarray, np.ndarray]:
-    """The module each block belongs to, and why (the rules in the module docstring)."""
+):
+    """The module each block belongs to, and why (the rules in the module docstring), as
+    :data:`schema.STRING` arrays."""
     n = len(allocs)
-    alloc_ids = allocs["alloc_id"].to_numpy()
-    module = np.full(n, None, dtype=object)
-    why = np.full(n, None, dtype=object)
+    paths = _Strings()  # module paths (and their roots) as codes
+    reasons = _Strings()
+    module = np.full(n, -1, dtype=np.int64)
+    why = np.full(n, -1, dtype=np.int64)
+
+    def result():
+        return paths.column(module), reasons.column(why)
 
     # 1. the owner the live session names
-    owner = pd.Series(bn["module"].astype(object)).reindex(alloc_ids).to_numpy(dtype=object)
+    owner = _at(paths.codes(names["module"].to_numpy(dtype=object, na_value=None)), named, -1)
     for r, reason in _OWNER_REASONS.items():
-        m = (role == r) & pd.notna(owner)
+        m = (role == _ROLE[r]) & (owner >= 0)
         module[m] = owner[m]
-        why[m] = reason
+        why[m] = reasons(reason)
 
     # 2. the module the allocating op ran in
     alloc_op = allocs["alloc_op_id"].to_numpy(dtype=np.int64, na_value=-1)
     if len(ops):
-        op_module = ops["module"].to_numpy(dtype=object, na_value=None)
-        m = (module == None) & (alloc_op >= 0)  # noqa: E711 - elementwise
-        m[m] = pd.notna(op_module[alloc_op[m]])
-        module[m] = op_module[alloc_op[m]]
-        bwd = alloc_phase == Phase.BACKWARD.value
-        why[m & bwd] = "allocated by its backward"
-        why[m & ~bwd] = "allocated inside it"
+        m = (module < 0) & (alloc_op >= 0)
+        rows = np.flatnonzero(m)
+        codes, uniques = pd.factorize(ops["module"].array.take(alloc_op[rows]))
+        mod = _at(paths.codes(uniques.to_numpy(dtype=object, na_value=None)), codes, -1)
+        m[rows] = mod >= 0
+        module[rows[mod >= 0]] = mod[mod >= 0]
+        bwd = alloc_phase == BACKWARD
+        why[m & bwd] = reasons("allocated by its backward")
+        why[m & ~bwd] = reasons("allocated inside it")
 
-    unowned = (module == None) & (alloc_node >= 0)  # noqa: E711 - elementwise
+    unowned = (module < 0) & (alloc_node >= 0)
     if not unowned.any() or uses.empty:
-        return module, why
+        return result()
     size = allocs["size_bytes"].to_numpy()
-    device = allocs["device"].to_numpy(dtype=object)
+    device = allocs["device"].cat.codes.to_numpy()
     u_alloc = uses["alloc_id"].to_numpy(dtype=np.int64, na_value=-1)
     keep = u_alloc >= 0
     u_node = uses["op_id"].to_numpy()[keep]
     order = np.argsort(u_node, kind="stable")
     u_node, u_alloc = u_node[order], u_alloc[keep][order]
+    roots: dict[int, int] = {}  # path code -> code of its root module
 
-    def owned_reads(nodes: np.ndarray) -> pd.DataFrame:
-        """(node, block, module, root, size) for every block one of ``nodes`` read that
-        already has a module."""
+    def root_of(codes: np.ndarray) -> np.ndarray:
+        for c in np.unique(codes).tolist():
+            if c not in roots:
+                roots[c] = paths(str(paths.values[c]).split(".", 1)[0])
+        return np.array([roots[c] for c in codes.tolist()], dtype=np.int64)
+
+    def owned_reads(nodes: np.ndarray):
+        """(node, block, module) for every block one of ``nodes`` read that already has a
+        module, by node (ties in the order of ``uses``)."""
         sel = np.isin(u_node, nodes)
-        n, a = u_node[sel], u_alloc[sel]
-        m = module[a]
-        ok = pd.notna(m)
-        n, a, m = n[ok], a[ok], m[ok]
-        root = np.array([str(x).split(".", 1)[0] for x in m], dtype=object)
-        return pd.DataFrame({"node": n, "block": a, "module": m, "root": root, "size": size[a]})
+        r_node, r_block = u_node[sel], u_alloc[sel]
+        m = module[r_block]
+        ok = m >= 0
+        return r_node[ok], r_block[ok], m[ok]
 
     # 3. the optimizer's work on a module's parameters. Passes: each one settles the nodes
     # whose inputs got their modules in the pass before (sqrt of the state, then the
     # division by that sqrt, ...).
-    opt = alloc_phase == Phase.OPTIMIZER.value
+    opt = alloc_phase == OPTIMIZER
+    settled = reasons("optimizer work on its parameters")
     for _ in range(_PASSES):
-        pending = (module == None) & opt & (alloc_node >= 0)  # noqa: E711
+        pending = (module < 0) & opt & (alloc_node >= 0)
         if not pending.any():
             break
         rows = np.flatnonzero(pending)
-        reads = owned_reads(np.unique(alloc_node[rows]))
-        if reads.empty:
+        r_node, r_block, r_mod = owned_reads(np.unique(alloc_node[rows]))
+        if not len(r_node):
             break
-        per_node = reads.groupby("node")["module"].agg(["nunique", "first"])
+        # per node read: the number of modules, and the first
+        starts = np.flatnonzero(np.r_[True, r_node[1:] != r_node[:-1]])
+        o, new = _runs((r_node, r_mod), by=2)
+        distinct = np.add.reduceat(new.astype(np.int64), starts)  # r_node is sorted
+        nodes, first = r_node[starts], r_mod[starts]
         # one module read: that module (a for-loop optimizer reads one parameter per op)
-        single = per_node.loc[per_node["nunique"] == 1, "first"]
-        hit = rows[np.isin(alloc_node[rows], single.index.to_numpy())]
-        module[hit] = single.reindex(alloc_node[hit]).to_numpy()
-        why[hit] = "optimizer work on its parameters"
+        single = distinct == 1
+        k = np.searchsorted(nodes, alloc_node[rows])
+        k = np.minimum(k, len(nodes) - 1)
+        known = nodes[k] == alloc_node[rows]
+        hit = known & single[k]
+        module[rows[hit]] = first[k[hit]]
+        why[rows[hit]] = settled
+        hit = rows[hit]
         # several modules (foreach ops): the k-th new block of a size goes with the k-th
         # block of that size and device the op read
-        multi = per_node.index[per_node["nunique"] > 1]
-        rest = rows[np.isin(alloc_node[rows], multi.to_numpy())]
-        by_node = dict(list(reads[reads["node"].isin(multi)].groupby("node")))
-        for node, group in pd.Series(rest).groupby(alloc_node[rest], sort=True):
-            r = by_node[node]
-            by_size: dict[tuple, list] = {}
-            for a, m in zip(r["block"].to_numpy(), r["module"].to_numpy()):
-                by_size.setdefault((size[a], device[a]), []).append(m)
-            taken: dict[tuple, int] = {}
-            for b in group.to_numpy():
-                key = (size[b], device[b])
-                cands = by_size.get(key)
-                if cands:
-                    k = taken.get(key, 0)
-                    taken[key] = k + 1
-                    module[b] = cands[k % len(cands)]
-                    why[b] = "optimizer work on its parameters"
-        if len(hit) == 0 and not pd.notna(module[rest]).any():
+        rest = rows[known & ~single[k]]
+        multi = set(nodes[~single].tolist())
+        by_node: dict[int, dict[tuple, list]] = {}
+        for nd, a, m in zip(r_node.tolist(), r_block.tolist(), r_mod.tolist()):
+            if nd in multi:
+                by_node.setdefault(nd, {}).setdefault((size[a], device[a]), []).append(m)
+        rest = rest[np.argsort(alloc_node[rest], kind="stable")]
+        taken: dict[tuple, int] = {}
+        for b, nd in zip(rest.tolist(), alloc_node[rest].tolist()):
+            key = (size[b], device[b])
+            cands = by_node[nd].get(key)
+            if cands:
+                c = taken.get((nd, *key), 0)
+                taken[(nd, *key)] = c + 1
+                module[b] = cands[c % len(cands)]
+                why[b] = settled
+        if len(hit) == 0 and not (module[rest] >= 0).any():
             break
 
     # 4. work outside every module on a model's blocks: the root module of what it reads
@@ -419,30 +449,44 @@ def _modules(
             index=op_node[flows["backward_op_id"].to_numpy()],
         )
         fwd_of = fwd_of[~fwd_of.index.duplicated()]
+    computed = reasons("computed outside any module from its blocks")
     for _ in range(_PASSES):
-        pending = (module == None) & ~opt & (alloc_node >= 0)  # noqa: E711
+        pending = (module < 0) & ~opt & (alloc_node >= 0)
         if not pending.any():
             break
         rows = np.flatnonzero(pending)
         nodes = np.unique(alloc_node[rows])
         fwd = fwd_of.reindex(nodes).to_numpy(dtype="float64")
-        reads = owned_reads(np.concatenate([nodes, fwd[~np.isnan(fwd)].astype(np.int64)]))
-        if reads.empty:
+        r_node, r_block, r_mod = owned_reads(
+            np.concatenate([nodes, fwd[~np.isnan(fwd)].astype(np.int64)])
+        )
+        if not len(r_node):
             break
-        weight = reads.groupby(["node", "root"])["size"].sum().reset_index()
-        weight = weight.sort_values(["node", "size"], ascending=[True, False], kind="stable")
-        root_of = weight.drop_duplicates("node").set_index("node")["root"]
-        own = root_of.reindex(nodes).to_numpy(dtype=object)
-        via_fwd = root_of.reindex(pd.Series(fwd).fillna(-1).astype(np.int64)).to_numpy(dtype=object)
-        found = np.where(pd.notna(via_fwd), via_fwd, own)
-        node_root = pd.Series(found, index=nodes)
-        got = node_root.reindex(alloc_node[rows]).to_numpy(dtype=object)
-        ok = pd.notna(got)
+        # the root holding most of the bytes read; on a tie the first root by name
+        r_root = root_of(r_mod)
+        by_name = sorted(np.unique(r_root).tolist(), key=paths.values.__getitem__)
+        rank = np.zeros(len(paths.values), dtype=np.int64)
+        rank[by_name] = np.arange(len(by_name))
+        rank = rank[r_root]
+        o, new = _runs((r_node, rank), by=2)
+        starts = np.flatnonzero(new)
+        w_node, w_root = r_node[o[starts]], r_root[o[starts]]
+        w_size = np.add.reduceat(size[r_block[o]], starts) if len(starts) else np.zeros(0)
+        o = np.lexsort((-w_size, w_node))
+        best = np.r_[True, w_node[o][1:] != w_node[o][:-1]]
+        root_node, root = w_node[o][best], w_root[o][best]
+        j, hit = _find(root_node, nodes)
+        own = np.where(hit, root[j], -1)
+        j, hit = _find(root_node, np.where(np.isnan(fwd), -1, fwd).astype(np.int64))
+        via_fwd = np.where(hit, root[j], -1)
+        found = np.where(via_fwd >= 0, via_fwd, own)
+        got = found[np.searchsorted(nodes, alloc_node[rows])]
+        ok = got >= 0
         if not ok.any():
             break
         module[rows[ok]] = got[ok]
-        why[rows[ok]] = "computed outside any module from its blocks"
-    return module, why
+        why[rows[ok]] = computed
+    return result()
 
 
 #: Rounds of rules 3 and 4 (each follows one more step of a chain of ops outside modules).

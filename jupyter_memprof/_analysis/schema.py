@@ -7,7 +7,9 @@ has the same columns and dtypes whether it holds a million rows or none.
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 from .._vocab import Action, Category, OpKind, Phase, Relation, Role
 
@@ -208,3 +210,75 @@ def conform(df: pd.DataFrame, schema: dict, *, name: str = "table") -> pd.DataFr
     if not (isinstance(index, pd.RangeIndex) and index.start == 0 and index.step == 1):
         out = out.reset_index(drop=True)
     return out
+
+
+# -- building columns ----------------------------------------------------------------------
+# A long capture has hundreds of thousands of rows per table, most columns holding a few
+# distinct values. pandas builds string and categorical columns from Python objects one
+# element at a time (checking, converting and hashing each); these build the same columns
+# from codes into the few distinct values, or hand the strings to pyarrow in one call.
+
+
+def strings(values) -> pd.api.extensions.ExtensionArray:
+    """A :data:`STRING` array of Python strings (None or NaN: missing), as
+    ``pd.array(values, dtype=STRING)`` builds it."""
+    try:
+        arr = pa.array(values, type=pa.large_string(), from_pandas=True)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError):  # not all strings: pandas converts
+        return pd.array(list(values), dtype=STRING)
+    return pd.array(arr, dtype=STRING)
+
+
+def taken_strings(codes: np.ndarray, values) -> pd.api.extensions.ExtensionArray:
+    """A :data:`STRING` array holding ``values[code]`` for each code (negative: missing)."""
+    codes = np.asarray(codes)
+    table = pa.array(list(values), type=pa.large_string(), from_pandas=True)
+    if not len(table):
+        return pd.array(pa.nulls(len(codes), pa.large_string()), dtype=STRING)
+    return pd.array(table.take(pa.array(codes, mask=codes < 0)), dtype=STRING)
+
+
+def no_strings(n: int) -> pd.api.extensions.ExtensionArray:
+    """A :data:`STRING` array of ``n`` missing values."""
+    return pd.array(pa.nulls(n, pa.large_string()), dtype=STRING)
+
+
+def codes_of(dtype: pd.CategoricalDtype) -> dict:
+    """Each category of a closed vocabulary -> its code."""
+    return {c: i for i, c in enumerate(dtype.categories)}
+
+
+def categorical(values, dtype: pd.CategoricalDtype) -> pd.Categorical:
+    """``pd.Categorical(values, dtype=dtype)`` for an object array of few distinct values:
+    each distinct value is looked up once. Values outside the vocabulary are missing."""
+    codes, uniques = pd.factorize(np.asarray(values, dtype=object))
+    lookup = codes_of(dtype)
+    table = np.array([lookup.get(u, -1) for u in uniques] + [-1], dtype=np.int64)
+    return pd.Categorical.from_codes(table[codes], dtype=dtype)
+
+
+def open_categorical(values) -> pd.Categorical:
+    """``pd.Categorical(values)`` (categories: the distinct values, sorted) for an object
+    array of strings."""
+    values = np.asarray(values, dtype=object)
+    codes, uniques = pd.factorize(values, sort=True)
+    if not len(uniques):  # nothing but missing values: pandas picks the categories' dtype
+        return pd.Categorical(values)
+    return pd.Categorical.from_codes(codes, categories=pd.Index(uniques))
+
+
+def integers(values: np.ndarray, missing: np.ndarray) -> pd.arrays.IntegerArray:
+    """A nullable ``Int64`` array of ``values`` (int64), missing where ``missing``."""
+    return pd.arrays.IntegerArray(np.asarray(values, dtype=np.int64), np.asarray(missing, bool))
+
+
+def open_categorical_codes(codes: np.ndarray, categories: pd.Index) -> pd.Categorical:
+    """:func:`open_categorical` of ``categories[codes]`` (negative: missing), reusing the
+    categories when they already are the sorted distinct values present."""
+    codes = np.asarray(codes)
+    used = np.zeros(len(categories), dtype=bool)
+    used[codes[codes >= 0]] = True
+    if used.all() and categories.is_unique and categories.is_monotonic_increasing:
+        return pd.Categorical.from_codes(codes, categories=categories)
+    values = np.asarray(categories, dtype=object)[np.maximum(codes, 0)]
+    return open_categorical(np.where(codes >= 0, values, None))

@@ -1,9 +1,11 @@
 """Records -> tables: ops, allocations, versions, uses, names and flows.
 
-Everything here is vectorised (numpy/pandas) over the flat records of
-:mod:`_torch_events`; the only per-record Python work is unpacking the records once.
-Categories are not decided here (see :mod:`_categories`); ``events`` and ``timeline`` are
-derived from the categorised tables in :mod:`_timeline`.
+Everything here is vectorised over the flat records of :mod:`_records`: numpy reads the
+records once (:func:`_read`) and the tables are built with numpy on int64 ids and on codes
+(phases, op kinds, module paths), not with pandas merges and group-bys on Python objects,
+whose fixed costs dominate a one-step capture and whose per-row costs dominate a long one.
+Categories are not decided here (see :mod:`categories`); ``events`` and ``timeline`` are
+derived from the categorised tables in :mod:`timeline`.
 """
 
 from __future__ import annotations
@@ -14,16 +16,38 @@ import numpy as np
 import pandas as pd
 
 from .._devices import cuda_block_bytes
-from .._records import Trace
+from .._records import MemoryRecord, OpRecord, TensorRef, Trace
 from . import schema as S
 from .schema import OpKind, Phase
 
 _NA = pd.NA
 
 
-def _ids(values) -> np.ndarray:
-    """Record ids (``NO_ID`` for none) as an int64 array."""
-    return np.asarray(values, dtype=np.int64)
+def _record_dtype(
+    kind: type, objects: frozenset = frozenset(), flags: frozenset = frozenset()
+) -> np.dtype:
+    """A structured dtype for one kind of record: int64 fields, but for Python objects
+    (``objects``) and bools (``flags``)."""
+    fields = kind._fields  # type: ignore[attr-defined]
+    return np.dtype([(f, "O" if f in objects else "?" if f in flags else "i8") for f in fields])
+
+
+_OP_RECORD = _record_dtype(
+    OpRecord, objects={"name", "kind", "callsite", "input_shapes"}, flags={"backward", "optimizer"}
+)
+_MEMORY_RECORD = _record_dtype(MemoryRecord, objects={"device"})
+_TENSOR_REF = _record_dtype(TensorRef, flags={"mutable"})
+
+
+def _read(records: list, dtype: np.dtype) -> dict[str, np.ndarray]:
+    """Records as columns (one array per field of ``dtype``).
+
+    numpy reads the records once into a structured array, each record's fields together,
+    instead of one pass over all records per column (``zip(*records)``): on a long capture
+    that is much of the cost of turning records into tables, and memory-bound.
+    """
+    arr = np.fromiter(records, dtype=dtype, count=len(records))
+    return {f: np.ascontiguousarray(arr[f]) for f in dtype.names}
 
 
 def _masked(arr: np.ndarray, missing: np.ndarray | None = None) -> pd.arrays.IntegerArray:
@@ -74,63 +98,87 @@ _FLOP_NAMES = frozenset(
 
 
 # -- ops -----------------------------------------------------------------------------------
+_KIND = S.codes_of(S.KIND_DTYPE)
+_PHASE = S.codes_of(S.PHASE_DTYPE)
+FORWARD, BACKWARD, OPTIMIZER, OTHER = (
+    _PHASE[p.value] for p in (Phase.FORWARD, Phase.BACKWARD, Phase.OPTIMIZER, Phase.OTHER)
+)
+#: the phase code of ops whose phase needs the other tables (:func:`finish_ops`)
+UNSET = -1
+
+
+def _levels(depth: np.ndarray) -> list[np.ndarray]:
+    """Op positions grouped by depth, shallowest first (the op tree, one level at a time)."""
+    order = np.argsort(depth, kind="stable")
+    return np.split(order, np.flatnonzero(np.diff(depth[order])) + 1)
+
+
 def build_ops(trace: Trace, module_paths: list[str], module_classes: list[str]) -> pd.DataFrame:
+    """The ops table as far as the records tell: :func:`finish_ops` completes it.
+
+    Until then ``phase`` is missing where it depends on other tables, and ``module`` is
+    categorical over the capture's module paths, so that finishing works on codes.
+    """
     recs = trace.ops
     n = len(recs)
     if n == 0:
         return S.empty(S.OPS)
-    (op_id, parent, depth, name, kind, start, end, thread, seq, backward, optimizer,
-     module_index, module_ctx, callsite, shapes, node) = zip(*recs)  # fmt: skip
-    parent_a = _ids(parent)
-    depth_a = np.asarray(depth, dtype=np.int64)
-    kind_a = np.asarray(kind, dtype=object)  # str enums: compare and categorise as strings
-    is_module = kind_a == OpKind.MODULE.value
-    names = list(name)
-    mod_idx = _ids(module_index)
-    ctx = _ids(module_ctx)
+    r = _read(recs, _OP_RECORD)
+    parent = r["parent_id"]
+    kind = S.categorical(r["kind"], S.KIND_DTYPE)  # str enums: categorise as strings
+    is_module = kind.codes == _KIND[OpKind.MODULE.value]
+    names = r["name"]
+    mod_idx = r["module_index"]
+    ctx = r["module_ctx"]
     # the module each op runs in: its own for module rows, else the enclosing module call's
     own_mod = np.where(is_module, mod_idx, np.where(ctx >= 0, mod_idx[np.maximum(ctx, 0)], -1))
-    paths = np.array([*module_paths, ""], dtype=object)
-    classes = [*module_classes]
-    for i in np.flatnonzero(is_module):
-        k = mod_idx[i]
-        names[i] = f"nn.Module: {classes[k] if 0 <= k < len(classes) else 'Module'}"
-    module = paths[own_mod]  # index -1 -> ""
+    rows = np.flatnonzero(is_module)
+    if len(rows):
+        classes = [*module_classes]
+        names[rows] = [
+            f"nn.Module: {classes[k] if 0 <= k < len(classes) else 'Module'}"
+            for k in mod_idx[rows].tolist()
+        ]
+    # module paths as codes into the distinct paths; "" (and index -1) is no module
+    path_codes, paths = pd.factorize(np.array([*module_paths, ""], dtype=object))
+    none = [i for i, p in enumerate(paths) if p == ""]
+    path_codes[np.isin(path_codes, none)] = -1
+    module = path_codes[own_mod]
 
-    phase = np.full(n, "", dtype=object)
-    phase[np.asarray(backward, dtype=bool)] = Phase.BACKWARD.value
-    opt = np.asarray(optimizer, dtype=bool) & (phase == "")
-    phase[opt] = Phase.OPTIMIZER.value
-    phase[(phase == "") & (own_mod >= 0)] = Phase.FORWARD.value
+    phase = np.full(n, UNSET, dtype=np.int8)
+    phase[r["backward"]] = BACKWARD
+    phase[r["optimizer"] & (phase == UNSET)] = OPTIMIZER
+    phase[(phase == UNSET) & (own_mod >= 0)] = FORWARD
 
+    name = S.open_categorical(names)
+    shapes = r["input_shapes"]
     flops = np.full(n, -1, dtype=np.int64)
-    for i, nm in enumerate(names):
-        if nm in _FLOP_NAMES:
-            f = _flops(nm, shapes[i])
-            if f is not None:
-                flops[i] = f
-    df = pd.DataFrame(
+    with_flops = [i for i, c in enumerate(name.categories) if c in _FLOP_NAMES]
+    for i in np.flatnonzero(np.isin(name.codes, with_flops)).tolist():
+        f = _flops(names[i], shapes[i])
+        if f is not None:
+            flops[i] = f
+    return pd.DataFrame(
         {
-            "op_id": np.asarray(op_id, dtype=np.int64),
-            "parent_id": _masked(parent_a, parent_a < 0),
-            "depth": depth_a,
-            "name": pd.Categorical(names),
-            "kind": pd.Categorical(kind_a, dtype=S.KIND_DTYPE),
-            "start_ns": np.asarray(start, dtype=np.int64),
-            "end_ns": np.asarray(end, dtype=np.int64),
-            "thread": np.asarray(thread, dtype=np.int64),
-            "seq_nr": _masked(_ids(seq)),
-            "phase": phase,
-            "module": pd.array(np.where(module == "", None, module), dtype=S.STRING),
-            "callsite": pd.array(list(callsite), dtype=S.STRING),
-            "input_shapes": pd.Series(list(shapes), dtype=object),
+            "op_id": r["op_id"],
+            "parent_id": _masked(parent),
+            "depth": r["depth"],
+            "name": name,
+            "kind": kind,
+            "start_ns": r["start_ns"],
+            "end_ns": r["end_ns"],
+            "thread": r["thread"],
+            "seq_nr": _masked(r["seq_nr"]),
+            "phase": pd.Categorical.from_codes(phase, dtype=S.PHASE_DTYPE),
+            "module": pd.Categorical.from_codes(module, categories=pd.Index(paths, dtype=object)),
+            "callsite": S.strings(r["callsite"]),
+            "input_shapes": shapes,
             "self_alloc_bytes": np.zeros(n, dtype=np.int64),
             "total_alloc_bytes": np.zeros(n, dtype=np.int64),
             "flops": _masked(flops),
-            "node_id": _masked(_ids(node)),
+            "node_id": _masked(r["node_id"]),
         }
     )
-    return df
 
 
 def finish_ops(ops: pd.DataFrame, flows: pd.DataFrame, allocations: pd.DataFrame) -> pd.DataFrame:
@@ -140,47 +188,47 @@ def finish_ops(ops: pd.DataFrame, flows: pd.DataFrame, allocations: pd.DataFrame
         return ops
     n = len(ops)
     parent = ops["parent_id"].to_numpy(dtype=np.int64, na_value=-1)
-    depth = ops["depth"].to_numpy()
-    phase = ops["phase"].to_numpy(dtype=object).copy()
-    module = ops["module"].to_numpy(dtype=object, na_value=None).copy()
-    order = np.argsort(depth, kind="stable")
-    levels = np.split(order, np.flatnonzero(np.diff(depth[order])) + 1)
+    levels = _levels(ops["depth"].to_numpy())
+    phase = ops["phase"].cat.codes.to_numpy().astype(np.int8)  # UNSET: not known yet
+    paths = ops["module"].cat.categories
+    module = ops["module"].cat.codes.to_numpy().astype(np.int64)  # -1: none
 
     # An op outside any module whose autograd node ran in backward is forward work
     # (e.g. `loss = out.sum()` at top level), and so is the data-flow op around it: composite
     # ops such as `aten::cross_entropy_loss` only reach autograd through the ops they call.
     # Everything inside inherits that below.
     fwd = flows["forward_op_id"].to_numpy()
-    phase[fwd[(phase[fwd] == "")]] = Phase.FORWARD.value
+    phase[fwd[phase[fwd] == UNSET]] = FORWARD
     node = ops["node_id"].to_numpy(dtype=np.int64, na_value=-1)[fwd]
     node = node[node >= 0]
-    phase[node[(phase[node] == "")]] = Phase.FORWARD.value
+    phase[node[phase[node] == UNSET]] = FORWARD
     # backward ops take the module of the forward op they differentiate
     bwd = flows["backward_op_id"].to_numpy()
-    take = np.array([module[b] is None for b in bwd], dtype=bool) if len(bwd) else np.zeros(0, bool)
+    take = module[bwd] < 0
     module[bwd[take]] = module[fwd[take]]
     for level in levels[1:]:
         p = parent[level]
-        inherit = (phase[level] == "") & (phase[p] != "")
+        inherit = (phase[level] == UNSET) & (phase[p] != UNSET)
         phase[level[inherit]] = phase[p[inherit]]
-        bw = (phase[level] == Phase.BACKWARD.value) & np.array(
-            [module[i] is None for i in level], dtype=bool
-        )
+        bw = (phase[level] == BACKWARD) & (module[level] < 0)
         module[level[bw]] = module[p[bw]]
-    phase[phase == ""] = Phase.OTHER.value
+    phase[phase == UNSET] = OTHER
 
     self_bytes = np.zeros(n, dtype=np.int64)
-    if not allocations.empty:
-        a = allocations.dropna(subset=["alloc_op_id", "alloc_ns"])
-        np.add.at(self_bytes, a["alloc_op_id"].to_numpy(dtype=np.int64), a["size_bytes"].to_numpy())
+    if len(allocations):
+        op = allocations["alloc_op_id"]
+        ok = (op.notna() & allocations["alloc_ns"].notna()).to_numpy()
+        op = op.to_numpy(dtype=np.int64, na_value=0)
+        np.add.at(self_bytes, op[ok], allocations["size_bytes"].to_numpy()[ok])
     total = self_bytes.copy()
     for level in reversed(levels[1:]):
         np.add.at(total, parent[level], total[level])
-    ops = ops.copy()
-    ops["phase"] = pd.Categorical(phase, dtype=S.PHASE_DTYPE)
-    ops["module"] = pd.array(module, dtype=S.STRING)
-    ops["self_alloc_bytes"] = self_bytes
-    ops["total_alloc_bytes"] = total
+    ops = ops.assign(
+        phase=pd.Categorical.from_codes(phase, dtype=S.PHASE_DTYPE),
+        module=S.taken_strings(module, paths),
+        self_alloc_bytes=self_bytes,
+        total_alloc_bytes=total,
+    )
     return S.conform(ops, S.OPS, name="ops")
 
 
@@ -198,7 +246,8 @@ def op_context(ops: pd.DataFrame, op_ids: pd.Series) -> dict[str, np.ndarray]:
         ("callsite", "callsite"),
     ):
         if len(ops):
-            values = ops[src].astype(object).to_numpy()[idx]
+            # only the rows asked for are converted to objects, not the whole column
+            values = ops[src].take(idx).astype(object).to_numpy()
             out[col] = np.where(ok, values, None)
         else:
             out[col] = np.full(len(idx), None, dtype=object)
@@ -219,30 +268,41 @@ def build_flows(ops: pd.DataFrame) -> pd.DataFrame:
     if ops.empty:
         return S.empty(S.FLOWS)
     has_seq = ops["seq_nr"].notna().to_numpy()
-    kind = ops["kind"].to_numpy(dtype=object)
-    is_bwd = kind == OpKind.BACKWARD.value
+    is_bwd = ops["kind"].cat.codes.to_numpy() == _KIND[OpKind.BACKWARD.value]
     parent = ops["parent_id"].to_numpy(dtype=np.int64, na_value=-1)
     parent_is_bwd = np.zeros(len(ops), dtype=bool)
     ok = parent >= 0
     parent_is_bwd[ok] = is_bwd[parent[ok]] & has_seq[parent[ok]]
-    cols = ["op_id", "seq_nr", "start_ns"]
-    bwd = ops.loc[has_seq & is_bwd & ~parent_is_bwd, cols]
-    phase = ops["phase"].to_numpy(dtype=object)
-    fwd = ops.loc[has_seq & ~is_bwd & (phase != Phase.BACKWARD.value), cols]
-    if bwd.empty or fwd.empty:
+    phase = ops["phase"].cat.codes.to_numpy()
+    bwd = np.flatnonzero(has_seq & is_bwd & ~parent_is_bwd)
+    fwd = np.flatnonzero(has_seq & ~is_bwd & (phase != BACKWARD))
+    if not len(bwd) or not len(fwd):
         return S.empty(S.FLOWS)
-    bwd = bwd.astype({"seq_nr": "int64"}).sort_values("start_ns")
-    fwd = fwd.astype({"seq_nr": "int64"}).sort_values("start_ns")
-    m = pd.merge_asof(
-        bwd.rename(columns={"op_id": "backward_op_id"}),
-        fwd.rename(columns={"op_id": "forward_op_id"}),
-        on="start_ns",
-        by="seq_nr",
-        direction="backward",
-        allow_exact_matches=False,
-    ).dropna(subset=["forward_op_id"])
-    m = m.astype({"forward_op_id": "int64"}).sort_values(["forward_op_id", "backward_op_id"])
-    return S.conform(m, S.FLOWS, name="flows")
+    seq = ops["seq_nr"].to_numpy(dtype=np.int64, na_value=0)
+    start = ops["start_ns"].to_numpy()
+    # For each backward op, the last forward op with its number that started strictly
+    # before it. Sorted by (number, start), a backward op goes before forward ops of its
+    # number and start (strictly before), forward ops of equal start keep op order; the
+    # answer is then the nearest forward op before it, if it has the same number.
+    rows = np.concatenate([bwd, fwd])
+    is_f = np.concatenate([np.zeros(len(bwd), dtype=bool), np.ones(len(fwd), dtype=bool)])
+    order = np.lexsort((is_f, start[rows], seq[rows]))
+    rows, is_f = rows[order], is_f[order]
+    last_f = np.maximum.accumulate(np.where(is_f, np.arange(len(rows)), -1))
+    b = np.flatnonzero(~is_f)
+    f = last_f[b]
+    hit = f >= 0
+    b, f = rows[b[hit]], rows[f[hit]]
+    same = seq[b] == seq[f]
+    b, f = b[same], f[same]
+    order = np.lexsort((b, f))
+    return pd.DataFrame(
+        {
+            "seq_nr": seq[b[order]],
+            "forward_op_id": ops["op_id"].to_numpy()[f[order]],
+            "backward_op_id": ops["op_id"].to_numpy()[b[order]],
+        }
+    )
 
 
 # -- allocations ---------------------------------------------------------------------------
@@ -258,18 +318,20 @@ def memory_table(trace: Trace, devices: list[str]) -> pd.DataFrame:
                 "device": "object",
             }
         )
-    t, ptr, size, tid, aid, dev, op = zip(*trace.memory)
+    r = _read(trace.memory, _MEMORY_RECORD)
     df = pd.DataFrame(
         {
-            "time_ns": np.asarray(t, dtype=np.int64),
-            "ptr": np.asarray(ptr, dtype=np.int64),
-            "size": np.asarray(size, dtype=np.int64),
-            "tensor_id": _masked(_ids(tid)),
-            "allocation_id": np.asarray(aid, dtype=np.int64),
-            "device": np.asarray(dev, dtype=object),
-            "op_id": _masked(_ids(op)),
+            "time_ns": r["time_ns"],
+            "ptr": r["ptr"],
+            "size": r["size"],
+            "tensor_id": _masked(r["tensor_id"]),
+            "allocation_id": r["allocation_id"],
+            "device": r["device"],
+            "op_id": _masked(r["op_id"]),
         }
     )
+    if set(pd.unique(r["device"]).tolist()) <= set(devices):
+        return df
     return df[df["device"].isin(devices)].reset_index(drop=True)
 
 
@@ -278,14 +340,8 @@ def refs_table(trace: Trace) -> pd.DataFrame:
         return pd.DataFrame({"op_id": [], "tensor_id": [], "mutable": []}).astype(
             {"op_id": "int64", "tensor_id": "int64", "mutable": bool}
         )
-    op, tid, mut = zip(*trace.tensors)
-    return pd.DataFrame(
-        {
-            "op_id": np.asarray(op, dtype=np.int64),
-            "tensor_id": np.asarray(tid, dtype=np.int64),
-            "mutable": np.asarray(mut, dtype=bool),
-        }
-    )
+    r = _read(trace.tensors, _TENSOR_REF)
+    return pd.DataFrame({"op_id": r["op_id"], "tensor_id": r["tensor_id"], "mutable": r["mutable"]})
 
 
 def untracked_table(trace: Trace) -> pd.DataFrame:
@@ -293,6 +349,20 @@ def untracked_table(trace: Trace) -> pd.DataFrame:
     if not trace.untracked:
         return pd.DataFrame({c: pd.Series([], dtype=d) for c, d in cols.items()})
     return pd.DataFrame(trace.untracked, columns=list(cols)).astype(cols)
+
+
+def _runs(keys: tuple, by: int) -> tuple[np.ndarray, np.ndarray]:
+    """Positions sorted by ``keys`` (the first key first; ties keep their order), and, in
+    that order, a mask of the positions that start a run of equal values of the first
+    ``by`` keys."""
+    order = np.lexsort(keys[::-1])
+    start = np.ones(len(order), dtype=bool)
+    if len(order) > 1:
+        start[1:] = False
+        for k in keys[:by]:
+            ks = k[order]
+            start[1:] |= ks[1:] != ks[:-1]
+    return order, start
 
 
 def build_allocations(
@@ -306,126 +376,181 @@ def build_allocations(
     allocator never reported (parameters, inputs made before the capture and still alive)
     become pre-existing blocks too; their size comes from the live object when the session
     knows it, else from the furthest byte any view of them reached.
+
+    Rows: the blocks existing before the capture first, then by allocation time, then by
+    free time; ties keep the order of (``allocation_id``, device) and blocks seen only as op
+    inputs last, in order of first use.
     """
     if mem.empty and untracked.empty:  # nothing happened: skip pandas' fixed costs
         return S.empty(S.ALLOCATIONS)
-    allocs = mem[mem["size"] > 0]
-    frees = mem[mem["size"] < 0]
-    a = allocs.rename(
-        columns={
-            "time_ns": "alloc_ns",
-            "op_id": "alloc_op_id",
-            "size": "size_bytes",
-        }
-    ).drop_duplicates(["allocation_id", "device"])
-    f = frees.rename(
-        columns={
-            "time_ns": "free_ns",
-            "op_id": "free_op_id",
-            "size": "free_size",
-        }
-    ).drop_duplicates(["allocation_id", "device"])
-    # nullable before the outer merge: float64 would round absolute nanoseconds (~256 ns)
-    a = a.astype({"alloc_ns": "Int64"})
-    f = f.astype({"free_ns": "Int64"})
-    blocks = a.merge(
-        f[["allocation_id", "device", "free_ns", "free_op_id", "free_size", "tensor_id", "ptr"]],
-        on=["allocation_id", "device"],
-        how="outer",
-        suffixes=("", "_f"),
-    )
-    pre = blocks["alloc_ns"].isna()
-    blocks.loc[pre, "size_bytes"] = -blocks.loc[pre, "free_size"]
-    blocks.loc[pre, "ptr"] = blocks.loc[pre, "ptr_f"]
-    blocks["tensor_id"] = blocks["tensor_id"].fillna(blocks["tensor_id_f"])
-    blocks = blocks.drop(columns=["free_size", "ptr_f", "tensor_id_f"])
+    time = mem["time_ns"].to_numpy()
+    ptr = mem["ptr"].to_numpy()
+    size = mem["size"].to_numpy()
+    tid = mem["tensor_id"].to_numpy(dtype=np.int64, na_value=-1)
+    tid_na = mem["tensor_id"].isna().to_numpy()
+    aid = mem["allocation_id"].to_numpy()
+    op = mem["op_id"].to_numpy(dtype=np.int64, na_value=-1)  # ids: negative is none
+    dev_code, dev_names = pd.factorize(mem["device"].to_numpy(dtype=object), sort=True)
+
+    # the first allocation and the first free of each (allocation_id, device), by that key
+    def firsts(rows: np.ndarray) -> np.ndarray:
+        order, first = _runs((aid[rows], dev_code[rows]), by=2)
+        return rows[order[first]]
+
+    a = firsts(np.flatnonzero(size > 0))
+    f = firsts(np.flatnonzero(size < 0))
+    # pair them: one block per key, in key order
+    rows = np.concatenate([a, f])
+    is_f = np.concatenate([np.zeros(len(a), dtype=bool), np.ones(len(f), dtype=bool)])
+    order, first = _runs((aid[rows], dev_code[rows], is_f), by=2)
+    rows, is_f = rows[order], is_f[order]
+    block = np.cumsum(first) - 1
+    nb = int(first.sum())
+    a_row = np.full(nb, -1, dtype=np.int64)
+    f_row = np.full(nb, -1, dtype=np.int64)
+    a_row[block[~is_f]] = rows[~is_f]
+    f_row[block[is_f]] = rows[is_f]
+    has_a, has_f = a_row >= 0, f_row >= 0
+    ar, fr = np.maximum(a_row, 0), np.maximum(f_row, 0)
+    b_dev = np.where(has_a, dev_code[ar], dev_code[fr])
+    b_ptr = np.where(has_a, ptr[ar], ptr[fr])
+    b_size = np.where(has_a, size[ar], -size[fr])
+    a_tid_ok = has_a & ~tid_na[ar]
+    b_tid = np.where(a_tid_ok, tid[ar], tid[fr])
+    b_tid_na = ~(a_tid_ok | (has_f & ~tid_na[fr]))
+    alloc_ns = np.where(has_a, time[ar], 0)
+    free_ns = np.where(has_f, time[fr], 0)
+    alloc_op = np.where(has_a, op[ar], -1)
+    free_op = np.where(has_f, op[fr], -1)
+    dev_names = [*dev_names]
 
     # tensors seen only as op inputs: blocks from before the capture, still alive after it
-    known = set(blocks["tensor_id"].dropna().astype("int64"))
+    known = b_tid[~b_tid_na]
     g = untracked[~untracked["tensor_id"].isin(known)]  # in order of first use
     if not g.empty:
-        g = g.rename(columns={"extent": "size_bytes"})
         g = g[g["device"].isin(devices)]
-        start_names = names[names["when"] == "start"][
-            ["device", "ptr", "size_bytes"]
-        ].drop_duplicates(["device", "ptr"])
-        g = g.merge(
-            start_names.rename(columns={"size_bytes": "live_size"}),
-            on=["device", "ptr"],
-            how="left",
+    if not g.empty:
+        when = names["when"].to_numpy(dtype=object) == "start"
+        live: dict = {}
+        for key in zip(
+            names["device"].to_numpy(dtype=object)[when].tolist(),
+            names["ptr"].to_numpy()[when].tolist(),
+            names["size_bytes"].to_numpy()[when].tolist(),
+        ):
+            live.setdefault(key[:2], key[2])
+        g_dev = g["device"].to_numpy(dtype=object)
+        g_ptr = g["ptr"].to_numpy(dtype=np.int64)
+        live_size = np.array(
+            [live.get(k, 0) for k in zip(g_dev.tolist(), g_ptr.tolist())], dtype=np.int64
         )
-        size = np.maximum(g["size_bytes"], g["live_size"].fillna(0).astype("int64"))
+        g_size = np.maximum(g["extent"].to_numpy(dtype=np.int64), live_size)
         # a view's furthest byte is a request: CUDA's block around it is rounded
-        cuda = g["device"].astype(str).str.startswith("cuda").to_numpy()
-        g["size_bytes"] = np.where(cuda, cuda_block_bytes(size.to_numpy()), size)
-        g = g.drop(columns=["live_size"])
-        extra = pd.DataFrame(
-            {
-                "tensor_id": g["tensor_id"].astype("Int64"),
-                "device": g["device"],
-                "ptr": g["ptr"],
-                "size_bytes": g["size_bytes"],
-            }
-        )
-        blocks = pd.concat([blocks, extra], ignore_index=True)
+        cuda = np.array([str(d).startswith("cuda") for d in g_dev.tolist()], dtype=bool)
+        g_size = np.where(cuda, cuda_block_bytes(g_size), g_size)
+        code = {d: i for i, d in enumerate(dev_names)}
+        g_code = np.array([code.setdefault(d, len(code)) for d in g_dev.tolist()], dtype=np.int64)
+        dev_names = [*code]
+        k = len(g)
+        b_dev = np.concatenate([b_dev, g_code])
+        b_ptr = np.concatenate([b_ptr, g_ptr])
+        b_size = np.concatenate([b_size, g_size])
+        b_tid = np.concatenate([b_tid, g["tensor_id"].to_numpy(dtype=np.int64)])
+        b_tid_na = np.concatenate([b_tid_na, np.zeros(k, dtype=bool)])
+        has_a = np.concatenate([has_a, np.zeros(k, dtype=bool)])
+        has_f = np.concatenate([has_f, np.zeros(k, dtype=bool)])
+        alloc_ns = np.concatenate([alloc_ns, np.zeros(k, dtype=np.int64)])
+        free_ns = np.concatenate([free_ns, np.zeros(k, dtype=np.int64)])
+        alloc_op = np.concatenate([alloc_op, np.full(k, -1, dtype=np.int64)])
+        free_op = np.concatenate([free_op, np.full(k, -1, dtype=np.int64)])
 
     # Preexisting blocks first (alloc_ns NA), then by allocation time.
-    blocks = blocks.sort_values(
-        ["alloc_ns", "free_ns"], na_position="first", kind="stable"
-    ).reset_index(drop=True)
-    infer_invisible_frees(blocks)
+    order = np.lexsort((free_ns, has_f, alloc_ns, has_a))
+    b_dev, b_ptr, b_size, b_tid, b_tid_na = (
+        x[order] for x in (b_dev, b_ptr, b_size, b_tid, b_tid_na)
+    )
+    has_a, has_f, alloc_ns, free_ns, alloc_op, free_op = (
+        x[order] for x in (has_a, has_f, alloc_ns, free_ns, alloc_op, free_op)
+    )
+    infer_invisible_frees(has_a, alloc_ns, has_f, free_ns, b_dev, b_ptr)
+    n = len(b_dev)
     out = pd.DataFrame(
         {
-            "alloc_id": np.arange(len(blocks), dtype=np.int64),
-            "tensor_id": blocks["tensor_id"].astype("Int64"),
-            "device": blocks["device"].astype(object),
-            "ptr": blocks["ptr"].astype("int64"),
-            "size_bytes": blocks["size_bytes"].astype("int64"),
-            "alloc_ns": blocks["alloc_ns"].astype("Int64"),
-            "free_ns": blocks["free_ns"].astype("Int64"),
-            "alloc_op_id": blocks["alloc_op_id"].astype("Int64"),
-            "free_op_id": blocks["free_op_id"].astype("Int64"),
-            "category": pd.Categorical([None] * len(blocks), dtype=S.CATEGORY_DTYPE),
-            "reason": pd.array([None] * len(blocks), dtype=S.STRING),
-            "name": pd.array([None] * len(blocks), dtype=S.STRING),
-            "module": pd.array([None] * len(blocks), dtype=S.STRING),
-            "module_reason": pd.array([None] * len(blocks), dtype=S.STRING),
+            "alloc_id": np.arange(n, dtype=np.int64),
+            "tensor_id": S.integers(b_tid, b_tid_na),
+            "device": S.open_categorical(np.array(dev_names, dtype=object)[b_dev]),
+            "ptr": b_ptr.astype(np.int64),
+            "size_bytes": b_size.astype(np.int64),
+            "alloc_ns": S.integers(alloc_ns, ~has_a),
+            "free_ns": S.integers(free_ns, ~has_f),
+            "alloc_op_id": S.integers(alloc_op, alloc_op < 0),
+            "free_op_id": S.integers(free_op, free_op < 0),
+            "category": pd.Categorical.from_codes(
+                np.full(n, -1, dtype=np.int8), dtype=S.CATEGORY_DTYPE
+            ),
+            "reason": S.no_strings(n),
+            "name": S.no_strings(n),
+            "module": S.no_strings(n),
+            "module_reason": S.no_strings(n),
         }
     )
     return S.conform(out, S.ALLOCATIONS, name="allocations")
 
 
-def infer_invisible_frees(blocks: pd.DataFrame) -> None:
+def infer_invisible_frees(
+    has_alloc: np.ndarray,
+    alloc_ns: np.ndarray,
+    has_free: np.ndarray,
+    free_ns: np.ndarray,
+    device: np.ndarray,
+    ptr: np.ndarray,
+) -> None:
     """Close pre-existing blocks whose address was handed out again during the capture.
 
     torch's CPU allocator does not report frees of blocks allocated before profiling began
     (it does not know their size). When a new block later starts at the same address on the
     same device, the old one was necessarily freed before: we end it there (``free_ns`` =
-    the new allocation's time, no ``free_op_id``).
+    the new allocation's time, no ``free_op_id``). Updates ``has_free`` and ``free_ns``.
     """
-    pre_open = (blocks["alloc_ns"].isna() & blocks["free_ns"].isna()).to_numpy()
+    pre_open = ~has_alloc & ~has_free
     if not pre_open.any():
         return
-    later = blocks[blocks["alloc_ns"].notna()]
-    devices = blocks["device"].to_numpy(dtype=object)
-    ptrs = blocks["ptr"].to_numpy(dtype=np.int64)
-    for dev in pd.unique(devices[pre_open]):
-        first_reuse = later[later["device"] == dev].groupby("ptr")["alloc_ns"].min()
-        rows = np.flatnonzero(pre_open & (devices == dev))
-        reuse = first_reuse.reindex(ptrs[rows])
-        hit = reuse.notna().to_numpy()
-        if hit.any():
-            blocks.loc[blocks.index[rows[hit]], "free_ns"] = reuse.to_numpy()[hit].astype(np.int64)
+    for dev in np.unique(device[pre_open]):
+        later = np.flatnonzero(has_alloc & (device == dev))
+        rows = np.flatnonzero(pre_open & (device == dev))
+        if not len(later):
+            continue
+        # the first allocation at each address
+        order, first = _runs((ptr[later], alloc_ns[later]), by=1)
+        at, first_ns = ptr[later][order[first]], alloc_ns[later][order[first]]
+        j = np.minimum(np.searchsorted(at, ptr[rows]), len(at) - 1)
+        hit = at[j] == ptr[rows]
+        found = first_ns[j[hit]]
+        if not hit.all():
+            # These times have always passed through float64 when some block of the device
+            # finds no reuse (a nullable column read with missing values), which rounds them
+            # to 256 ns; kept so that the tables do not change.
+            found = found.astype(np.float64).astype(np.int64)
+        has_free[rows[hit]] = True
+        free_ns[rows[hit]] = found
 
 
 # -- uses and versions ---------------------------------------------------------------------
-def tensor_to_alloc(allocations: pd.DataFrame) -> pd.Series:
-    t = allocations.dropna(subset=["tensor_id"])
-    return (
-        pd.Series(t["alloc_id"].to_numpy(), index=t["tensor_id"].astype("int64").to_numpy())
-        .groupby(level=0)
-        .first()
-    )
+def _first_blocks(allocations: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """The tensor ids the blocks hold, sorted, and the position of the first block (in
+    table order) holding each."""
+    tid = allocations["tensor_id"]
+    rows = np.flatnonzero(tid.notna().to_numpy())
+    t = tid.to_numpy(dtype=np.int64, na_value=0)[rows]
+    order, first = _runs((t,), by=1)
+    return t[order[first]], rows[order[first]]
+
+
+def _find(keys: np.ndarray, query: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Positions of ``query`` in the sorted unique ``keys``, and whether each was found."""
+    if not len(keys):
+        return np.zeros(len(query), dtype=np.int64), np.zeros(len(query), dtype=bool)
+    j = np.minimum(np.searchsorted(keys, query), len(keys) - 1)
+    return j, keys[j] == query
 
 
 def build_uses(ops: pd.DataFrame, refs: pd.DataFrame, allocations: pd.DataFrame) -> pd.DataFrame:
@@ -440,31 +565,47 @@ def build_uses(ops: pd.DataFrame, refs: pd.DataFrame, allocations: pd.DataFrame)
     """
     if refs.empty or ops.empty:
         return S.empty(S.USES)
-    node = ops["node_id"].to_numpy(dtype=np.int64, na_value=-1)[refs["op_id"].to_numpy()]
-    r = pd.DataFrame(
-        {
-            "op_id": node,
-            "tensor_id": refs["tensor_id"].to_numpy(),
-            "mutated": refs["mutable"].to_numpy(),
-        }
-    )
-    r = r[r["op_id"] >= 0]
-    e = r.groupby(["op_id", "tensor_id"], sort=False)["mutated"].any().reset_index()
-    t2a = tensor_to_alloc(allocations)
-    e["alloc_id"] = t2a.reindex(e["tensor_id"].to_numpy()).to_numpy()
     op_node = ops["node_id"].to_numpy(dtype=np.int64, na_value=-1)
+    node = op_node[refs["op_id"].to_numpy()]
+    keep = node >= 0
+    node = node[keep]
+    tensor = refs["tensor_id"].to_numpy()[keep]
+    mutable = refs["mutable"].to_numpy()[keep]
+    # one edge per (node, tensor), in order of first appearance, mutated if any op wrote it
+    order, start = _runs((node, tensor), by=2)
+    starts = np.flatnonzero(start)
+    mutated = np.logical_or.reduceat(mutable[order], starts) if len(starts) else np.zeros(0, bool)
+    first = order[starts]
+    seen = np.argsort(first, kind="stable")
+    node, tensor, mutated = node[first[seen]], tensor[first[seen]], mutated[seen]
+    # the block each tensor lives in; blocks the node allocated itself are its outputs
+    t_ids, t_rows = _first_blocks(allocations)
+    j, found = _find(t_ids, tensor)
+    alloc = np.full(len(tensor), -1, dtype=np.int64)
+    alloc[found] = allocations["alloc_id"].to_numpy()[t_rows[j[found]]]
     alloc_op = allocations["alloc_op_id"].to_numpy(dtype=np.int64, na_value=-1)
     alloc_node = np.where(alloc_op >= 0, op_node[np.maximum(alloc_op, 0)], -1)
-    pos = e["alloc_id"].to_numpy(dtype=np.int64, na_value=-1)
-    made_here = (pos >= 0) & (alloc_node[np.maximum(pos, 0)] == e["op_id"].to_numpy())
-    e = e[~made_here]
-    starts = ops["start_ns"].to_numpy()
-    e = e.assign(_t=starts[e["op_id"].to_numpy()]).sort_values(["_t", "op_id"], kind="stable")
-    m = e["mutated"].astype(np.int64)
-    e["version"] = m.groupby(e["tensor_id"]).cumsum() - m
-    e = e.drop(columns="_t")
-    e["alloc_id"] = e["alloc_id"].astype("Int64")
-    return S.conform(e, S.USES, name="uses")
+    made_here = found.copy()
+    made_here[found] = alloc_node[alloc[found]] == node[found]  # alloc_id: the block's row
+    keep = ~made_here
+    node, tensor, mutated, alloc, found = (x[keep] for x in (node, tensor, mutated, alloc, found))
+    order = np.lexsort((node, ops["start_ns"].to_numpy()[node]))
+    node, tensor, mutated, alloc, found = (x[order] for x in (node, tensor, mutated, alloc, found))
+    # the version each node saw: the writes to its tensor before it
+    m = mutated.astype(np.int64)
+    order, start = _runs((tensor,), by=1)
+    before = np.cumsum(m[order]) - m[order]
+    version = np.empty(len(m), dtype=np.int64)
+    version[order] = before - before[start][np.cumsum(start) - 1]
+    return pd.DataFrame(
+        {
+            "op_id": node,
+            "tensor_id": tensor,
+            "alloc_id": S.integers(alloc, ~found),
+            "version": version,
+            "mutated": mutated,
+        }
+    )
 
 
 def build_versions(
@@ -474,32 +615,42 @@ def build_versions(
     (op: the data-flow node that wrote it)."""
     if allocations.empty:  # every version belongs to a block
         return S.empty(S.VERSIONS)
-    t = allocations.dropna(subset=["tensor_id"]).drop_duplicates("tensor_id")
-    v0 = pd.DataFrame(
+    t_ids, t_rows = _first_blocks(allocations)
+    alloc_ns = allocations["alloc_ns"].array
+    alloc_op = allocations["alloc_op_id"].array
+    mut = uses["mutated"].to_numpy()
+    u_alloc = uses["alloc_id"]
+    w = np.flatnonzero(mut & u_alloc.notna().to_numpy())
+    w_op = uses["op_id"].to_numpy()[w]
+    tensor = np.concatenate([t_ids, uses["tensor_id"].to_numpy()[w]])
+    version = np.concatenate([np.zeros(len(t_ids), np.int64), uses["version"].to_numpy()[w] + 1])
+    alloc = np.concatenate(
+        [
+            allocations["alloc_id"].to_numpy()[t_rows],
+            u_alloc.to_numpy(dtype=np.int64, na_value=0)[w],
+        ]
+    )
+    start_ns = np.concatenate(
+        [alloc_ns.to_numpy(dtype=np.int64, na_value=0)[t_rows], ops["start_ns"].to_numpy()[w_op]]
+    )
+    start_na = np.concatenate([alloc_ns.isna()[t_rows], np.zeros(len(w), dtype=bool)])
+    op = np.concatenate([alloc_op.to_numpy(dtype=np.int64, na_value=0)[t_rows], w_op])
+    op_na = np.concatenate([alloc_op.isna()[t_rows], np.zeros(len(w), dtype=bool)])
+    order = np.lexsort((version, tensor))
+    n = len(order)
+    return pd.DataFrame(
         {
-            "tensor_id": t["tensor_id"].astype("int64"),
-            "version": 0,
-            "alloc_id": t["alloc_id"],
-            "start_ns": t["alloc_ns"],
-            "op_id": t["alloc_op_id"],
+            "tensor_id": tensor[order].astype(np.int64),
+            "version": version[order].astype(np.int64),
+            "alloc_id": alloc[order].astype(np.int64),
+            "category": pd.Categorical.from_codes(
+                np.full(n, -1, dtype=np.int8), dtype=S.CATEGORY_DTYPE
+            ),
+            "start_ns": S.integers(start_ns[order], start_na[order]),
+            "op_id": S.integers(op[order], op_na[order]),
+            "reason": S.no_strings(n),
         }
     )
-    mut = uses[uses["mutated"]]
-    vn = pd.DataFrame(
-        {
-            "tensor_id": mut["tensor_id"],
-            "version": mut["version"] + 1,
-            "alloc_id": mut["alloc_id"],
-            "start_ns": pd.array(
-                ops["start_ns"].to_numpy()[mut["op_id"].to_numpy()], dtype="Int64"
-            ),
-            "op_id": mut["op_id"].astype("Int64"),
-        }
-    ).dropna(subset=["alloc_id"])
-    v = pd.concat([v0, vn], ignore_index=True).sort_values(["tensor_id", "version"], kind="stable")
-    v["category"] = pd.Categorical([None] * len(v), dtype=S.CATEGORY_DTYPE)
-    v["reason"] = pd.array([None] * len(v), dtype=S.STRING)
-    return S.conform(v.reset_index(drop=True), S.VERSIONS, name="versions")
 
 
 # -- names ---------------------------------------------------------------------------------
@@ -528,18 +679,26 @@ def match_names(names: pd.DataFrame, allocations: pd.DataFrame) -> pd.DataFrame:
     if names.empty:
         return S.conform(names, S.NAMES, name="names")
     a = allocations
-    start = a[a["alloc_ns"].isna()].drop_duplicates(["device", "ptr"], keep="first")
-    end = (
-        a[a["free_ns"].isna()]
-        .sort_values("alloc_ns", na_position="first")
-        .drop_duplicates(["device", "ptr"], keep="last")
-    )
+    device = a["device"].to_numpy(dtype=object)
+    ptr = a["ptr"].to_numpy()
+    ids = a["alloc_id"].to_numpy()
+    start: dict = {}
+    rows = np.flatnonzero(a["alloc_ns"].isna().to_numpy())
+    for key, i in zip(zip(device[rows].tolist(), ptr[rows].tolist()), ids[rows].tolist()):
+        start.setdefault(key, i)
+    end: dict = {}
+    alive = a["alloc_ns"][a["free_ns"].isna().to_numpy()]
+    rows = alive.sort_values(na_position="first").index.to_numpy()
+    for key, i in zip(zip(device[rows].tolist(), ptr[rows].tolist()), ids[rows].tolist()):
+        end[key] = i
     out = names.copy()
     out["device"] = out["device"].astype(object)
-    for when, blocks in (("start", start), ("end", end)):
-        sel = out["when"] == when
-        key = blocks.set_index([blocks["device"].astype(object), "ptr"])["alloc_id"]
-        idx = pd.MultiIndex.from_frame(out.loc[sel, ["device", "ptr"]])
-        out.loc[sel, "alloc_id"] = key.reindex(idx).to_numpy()
-    out["alloc_id"] = out["alloc_id"].astype("Int64")
+    found = [
+        (start if when == "start" else end if when == "end" else {}).get(key)
+        for when, key in zip(
+            out["when"].astype(object).tolist(),
+            zip(out["device"].tolist(), out["ptr"].to_numpy().tolist()),
+        )
+    ]
+    out["alloc_id"] = pd.array(found, dtype="Int64")
     return S.conform(out, S.NAMES, name="names")

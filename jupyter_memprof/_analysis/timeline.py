@@ -15,12 +15,25 @@ import pandas as pd
 from . import schema as S
 from .schema import Action
 
-_ACTION_ORDER = {
-    Action.PREEXISTING.value: 0,
-    Action.CREATE.value: 1,
-    Action.INCREMENT_VERSION.value: 2,
-    Action.DESTROY.value: 3,
-}
+_ACTION = S.codes_of(S.ACTION_DTYPE)
+PREEXISTING, CREATE, INCREMENT_VERSION, DESTROY = (
+    _ACTION[a.value]
+    for a in (Action.PREEXISTING, Action.CREATE, Action.INCREMENT_VERSION, Action.DESTROY)
+)
+#: Events at the same time sort by action: a block exists, is created, written, destroyed.
+_ACTION_ORDER = np.zeros(len(_ACTION), dtype=np.int8)
+_ACTION_ORDER[[PREEXISTING, CREATE, INCREMENT_VERSION, DESTROY]] = np.arange(4)
+
+
+def _first_last(keys: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """For each value 0..n-1: the position of its first and of its last occurrence in
+    ``keys`` (-1 where it does not occur)."""
+    first = np.full(n, -1, dtype=np.int64)
+    last = np.full(n, -1, dtype=np.int64)
+    ok = np.flatnonzero(keys >= 0)
+    first[keys[ok[::-1]]] = ok[::-1]  # the last write wins: the first occurrence
+    last[keys[ok]] = ok
+    return first, last
 
 
 def build_events(
@@ -29,104 +42,122 @@ def build_events(
     a = allocations
     if a.empty:
         return S.empty(S.EVENTS)
+    n = len(a)
     v = versions
-    first_v = v.drop_duplicates("alloc_id", keep="first").set_index("alloc_id")
-    last_v = v.drop_duplicates("alloc_id", keep="last").set_index("alloc_id")
     ids = a["alloc_id"].to_numpy()
-    pre = a["alloc_ns"].isna().to_numpy()
+    v_pos = pd.Index(ids).get_indexer(v["alloc_id"].to_numpy())  # the block of each version
+    first_v, last_v = _first_last(v_pos, n)
+    v_cat = v["category"].cat.codes.to_numpy()
+    v_version = v["version"].to_numpy()
     # the category at creation is version 0's (the block's own for raw blocks)
-    v0_cat = first_v["category"].reindex(ids).astype(object).to_numpy()
-    block_cat = a["category"].astype(object).to_numpy()
-    create_cat = np.where(pd.isna(v0_cat), block_cat, v0_cat)
-    last_version = last_v["version"].reindex(ids).to_numpy()
-    tid = a["tensor_id"]
+    block_cat = a["category"].cat.codes.to_numpy()
+    v0_cat = np.where(first_v >= 0, v_cat[np.maximum(first_v, 0)], -1) if len(v) else block_cat
+    create_cat = np.where(v0_cat < 0, block_cat, v0_cat)
+    pre = a["alloc_ns"].isna().to_numpy()
+    tid = a["tensor_id"].to_numpy(dtype=np.int64, na_value=0)
+    tid_na = a["tensor_id"].isna().to_numpy()
+    dev = a["device"].cat.codes.to_numpy()
+    size = a["size_bytes"].to_numpy()
+    alloc_op = a["alloc_op_id"]
+    free_op = a["free_op_id"]
 
-    start = pd.DataFrame(
+    freed = np.flatnonzero(a["free_ns"].notna().to_numpy())
+    bumps = np.flatnonzero((v_version > 0) & v["start_ns"].notna().to_numpy())
+    b_pos = v_pos[bumps]
+    v_op = v["op_id"]
+    nf, nb = len(freed), len(bumps)
+
+    def cat(*parts) -> np.ndarray:
+        return np.concatenate(parts)
+
+    time = cat(
+        np.where(pre, start_ns, a["alloc_ns"].to_numpy(dtype=np.int64, na_value=0)),
+        v["start_ns"].to_numpy(dtype=np.int64, na_value=0)[bumps],
+        a["free_ns"].to_numpy(dtype=np.int64, na_value=0)[freed],
+    ).astype(np.int64)
+    action = cat(
+        np.where(pre, PREEXISTING, CREATE),
+        np.full(nb, INCREMENT_VERSION),
+        np.full(nf, DESTROY),
+    ).astype(np.int8)
+    alloc_id = cat(ids, v["alloc_id"].to_numpy()[bumps], ids[freed]).astype(np.int64)
+    tensor = cat(tid, v["tensor_id"].to_numpy()[bumps], tid[freed])
+    tensor_na = cat(tid_na, np.zeros(nb, dtype=bool), tid_na[freed])
+    last_version = (
+        np.where(last_v >= 0, v_version[np.maximum(last_v, 0)], 0)
+        if len(v)
+        else np.zeros(n, dtype=np.int64)
+    )
+    version = cat(np.zeros(n, dtype=np.int64), v_version[bumps], last_version[freed])
+    version_na = cat(tid_na, np.zeros(nb, dtype=bool), (last_v < 0)[freed])
+    device = cat(dev, dev[b_pos], dev[freed])
+    sizes = cat(size, size[b_pos], size[freed]).astype(np.int64)
+    category = cat(create_cat, v_cat[bumps], block_cat[freed])
+    op = cat(
+        alloc_op.to_numpy(dtype=np.int64, na_value=0),
+        v_op.to_numpy(dtype=np.int64, na_value=0)[bumps],
+        free_op.to_numpy(dtype=np.int64, na_value=0)[freed],
+    )
+    op_na = cat(
+        alloc_op.isna().to_numpy(), v_op.isna().to_numpy()[bumps], free_op.isna().to_numpy()[freed]
+    )
+    # by time; at one time, in the order of the actions, then by block
+    order = np.lexsort((alloc_id, _ACTION_ORDER[action], time))
+    return pd.DataFrame(
         {
-            "time_ns": np.where(
-                pre, start_ns, a["alloc_ns"].to_numpy(dtype=np.int64, na_value=start_ns)
-            ),
-            "action": np.where(pre, Action.PREEXISTING.value, Action.CREATE.value),
-            "alloc_id": ids,
-            "tensor_id": tid.to_numpy(),
-            "version": pd.array(np.where(tid.isna(), None, 0), dtype="Int64"),
-            "device": a["device"].astype(object).to_numpy(),
-            "size_bytes": a["size_bytes"].to_numpy(),
-            "category": create_cat,
-            "op_id": a["alloc_op_id"].to_numpy(),
+            "time_ns": time[order],
+            "action": pd.Categorical.from_codes(action[order], dtype=S.ACTION_DTYPE),
+            "alloc_id": alloc_id[order],
+            "tensor_id": S.integers(tensor[order], tensor_na[order]),
+            "version": S.integers(version[order], version_na[order]),
+            "device": S.open_categorical_codes(device[order], a["device"].cat.categories),
+            "size_bytes": sizes[order],
+            "category": pd.Categorical.from_codes(category[order], dtype=S.CATEGORY_DTYPE),
+            "op_id": S.integers(op[order], op_na[order]),
         }
     )
-    freed = a["free_ns"].notna().to_numpy()
-    fa = a[freed]
-    end = pd.DataFrame(
-        {
-            "time_ns": fa["free_ns"].to_numpy(dtype=np.int64),
-            "action": Action.DESTROY.value,
-            "alloc_id": fa["alloc_id"].to_numpy(),
-            "tensor_id": fa["tensor_id"].to_numpy(),
-            "version": pd.array(last_version[freed], dtype="Int64"),
-            "device": fa["device"].astype(object).to_numpy(),
-            "size_bytes": fa["size_bytes"].to_numpy(),
-            "category": block_cat[freed],
-            "op_id": fa["free_op_id"].to_numpy(),
-        }
-    )
-    bumps = v[(v["version"] > 0) & v["start_ns"].notna()]
-    pos = pd.Series(np.arange(len(a)), index=ids).reindex(bumps["alloc_id"].to_numpy()).to_numpy()
-    mid = pd.DataFrame(
-        {
-            "time_ns": bumps["start_ns"].to_numpy(dtype=np.int64),
-            "action": Action.INCREMENT_VERSION.value,
-            "alloc_id": bumps["alloc_id"].to_numpy(),
-            "tensor_id": bumps["tensor_id"].to_numpy(),
-            "version": bumps["version"].to_numpy(),
-            "device": a["device"].astype(object).to_numpy()[pos],
-            "size_bytes": a["size_bytes"].to_numpy()[pos],
-            "category": bumps["category"].astype(object).to_numpy(),
-            "op_id": bumps["op_id"].to_numpy(),
-        }
-    )
-    ev = pd.concat([start, mid, end], ignore_index=True)
-    ev["_o"] = ev["action"].map(_ACTION_ORDER)
-    ev = ev.sort_values(["time_ns", "_o", "alloc_id"], kind="stable").drop(columns="_o")
-    ev = ev.astype({"tensor_id": "Int64", "version": "Int64", "op_id": "Int64"})
-    return S.conform(ev.reset_index(drop=True), S.EVENTS, name="events")
 
 
-def _deltas(events: pd.DataFrame, versions: pd.DataFrame) -> pd.DataFrame:
-    """Signed byte changes per (device, category), one or two per event, in event order."""
-    ev = events.reset_index(drop=True)
-    act = ev["action"].astype(object).to_numpy()
-    size = ev["size_bytes"].to_numpy()
-    cat = ev["category"].astype(object).to_numpy()
-    sign = np.where(act == Action.DESTROY.value, -1, 1)
-    rows = pd.DataFrame(
-        {
-            "event": np.arange(len(ev)),
-            "time_ns": ev["time_ns"].to_numpy(),
-            "device": ev["device"].astype(object).to_numpy(),
-            "category": cat,
-            "delta": sign * size,
-        }
-    )
-    bump = act == Action.INCREMENT_VERSION.value
-    if bump.any():
+def _version_positions(versions: pd.DataFrame, alloc_id: np.ndarray, version: np.ndarray):
+    """The row of ``versions`` holding each (alloc_id, version), or -1."""
+    keys = pd.MultiIndex.from_arrays([versions["alloc_id"].to_numpy(), versions["version"]])
+    return keys.get_indexer(pd.MultiIndex.from_arrays([alloc_id, version]))
+
+
+def _deltas(events: pd.DataFrame, versions: pd.DataFrame) -> dict[str, np.ndarray]:
+    """Signed byte changes per (device, category), one or two per event, in event order:
+    columns ``event``, ``time_ns``, ``device`` and ``category`` (codes), ``delta``."""
+    act = events["action"].cat.codes.to_numpy()
+    size = events["size_bytes"].to_numpy()
+    cat = events["category"].cat.codes.to_numpy()
+    rows = {
+        "event": np.arange(len(events)),
+        "time_ns": events["time_ns"].to_numpy(),
+        "device": events["device"].cat.codes.to_numpy(),
+        "category": cat,
+        "delta": np.where(act == DESTROY, -1, 1) * size,
+    }
+    bump = np.flatnonzero(act == INCREMENT_VERSION)
+    if len(bump):
         # the version before: its category loses the bytes, the new one gains them
-        key = versions.set_index(["alloc_id", "version"])["category"]
-        prev_idx = pd.MultiIndex.from_arrays(
-            [
-                ev["alloc_id"].to_numpy()[bump],
-                ev["version"].to_numpy(dtype=np.int64, na_value=0)[bump] - 1,
-            ]
+        prev = _version_positions(
+            versions,
+            events["alloc_id"].to_numpy()[bump],
+            events["version"].to_numpy(dtype=np.int64, na_value=0)[bump] - 1,
         )
-        prev_cat = key.reindex(prev_idx).astype(object).to_numpy()
-        changed = prev_cat != cat[bump]
-        keep = ~bump
-        keep[np.flatnonzero(bump)[changed]] = True
-        minus = rows[bump][changed].assign(category=prev_cat[changed], delta=lambda d: -d["delta"])
-        rows = pd.concat([minus, rows[keep]], ignore_index=True).sort_values(
-            ["event", "delta"], kind="stable"
-        )
+        v_cat = versions["category"].cat.codes.to_numpy()
+        prev_cat = np.where(prev >= 0, v_cat[np.maximum(prev, 0)], -1)
+        changed = (prev_cat < 0) | (prev_cat != cat[bump])
+        keep = np.ones(len(events), dtype=bool)
+        keep[bump[~changed]] = False
+        minus = bump[changed]
+        take = np.concatenate([minus, np.flatnonzero(keep)])
+        rows = {k: x[take] for k, x in rows.items()}
+        m = len(minus)
+        rows["category"][:m] = prev_cat[changed]
+        rows["delta"][:m] = -rows["delta"][:m]
+        order = np.lexsort((rows["delta"], rows["event"]))
+        rows = {k: x[order] for k, x in rows.items()}
     return rows
 
 
@@ -134,9 +165,25 @@ def build_timeline(events: pd.DataFrame, versions: pd.DataFrame) -> pd.DataFrame
     if events.empty:
         return S.empty(S.TIMELINE)
     d = _deltas(events, versions)
-    d["bytes"] = d.groupby(["device", "category"], sort=False)["delta"].cumsum()
-    out = d[["time_ns", "device", "category", "bytes"]]
-    return S.conform(out, S.TIMELINE, name="timeline")
+    # running bytes of each (device, category)
+    group = d["device"].astype(np.int64) * (len(S.CATEGORY_DTYPE.categories) + 1) + (
+        d["category"] + 1
+    )
+    order = np.argsort(group, kind="stable")
+    run = np.cumsum(d["delta"][order])
+    g = group[order]
+    start = np.r_[True, g[1:] != g[:-1]] if len(g) else np.zeros(0, dtype=bool)
+    before = (run - d["delta"][order])[start]
+    total = np.empty(len(run), dtype=np.int64)
+    total[order] = run - before[np.cumsum(start) - 1]
+    return pd.DataFrame(
+        {
+            "time_ns": d["time_ns"],
+            "device": S.open_categorical_codes(d["device"], events["device"].cat.categories),
+            "category": pd.Categorical.from_codes(d["category"], dtype=S.CATEGORY_DTYPE),
+            "bytes": total,
+        }
+    )
 
 
 def totals(events: pd.DataFrame, versions: pd.DataFrame) -> pd.DataFrame:
@@ -144,8 +191,9 @@ def totals(events: pd.DataFrame, versions: pd.DataFrame) -> pd.DataFrame:
     if events.empty:
         return pd.DataFrame({"event": [], "time_ns": [], "device": [], "bytes": []})
     ev = events.reset_index(drop=True)
-    sign = np.where(ev["action"].astype(object).to_numpy() == Action.DESTROY.value, -1, 1)
-    sign[ev["action"].astype(object).to_numpy() == Action.INCREMENT_VERSION.value] = 0
+    act = ev["action"].cat.codes.to_numpy()
+    sign = np.where(act == DESTROY, -1, 1)
+    sign[act == INCREMENT_VERSION] = 0
     d = pd.DataFrame(
         {
             "event": np.arange(len(ev)),
