@@ -6,6 +6,7 @@ import pathlib
 import re
 import time
 
+import numpy as np
 import pandas as pd
 import pytest
 import torch
@@ -461,3 +462,22 @@ def test_modules_are_named_alike_with_and_without_python_stacks(with_stack):
     ]
     weights = prof.names.loc[prof.names["name"].str.endswith(".weight"), "name"]
     assert {"Sequential.0.weight", "Sequential_2.0.weight"} <= set(weights)
+
+
+def test_a_preexisting_block_whose_address_is_reused_ends_at_the_exact_reuse_time():
+    """torch does not report frees of blocks from before the capture; a new block at the same
+    address ends the old one at its own allocation time, to the nanosecond (Unix-clock times
+    are above 2**53: a float64 on the way would round them), also when another
+    pre-existing block of the device finds no reuse."""
+    from jupyter_memprof._analysis.tables import infer_invisible_frees
+
+    t0 = 1_795_367_596_159_732_873  # an odd time in ns, as the events carry
+    has_alloc = np.array([False, False, True])
+    alloc_ns = np.array([0, 0, t0])
+    has_free = np.array([False, False, False])
+    free_ns = np.zeros(3, dtype=np.int64)
+    device = np.array(["cpu", "cpu", "cpu"], dtype=object)
+    ptr = np.array([0x1000, 0x2000, 0x1000])  # block 0's address is handed out again
+    infer_invisible_frees(has_alloc, alloc_ns, has_free, free_ns, device, ptr)
+    assert has_free.tolist() == [True, False, False]
+    assert free_ns[0] == t0

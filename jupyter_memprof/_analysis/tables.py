@@ -524,14 +524,8 @@ def infer_invisible_frees(
         at, first_ns = ptr[later][order[first]], alloc_ns[later][order[first]]
         j = np.minimum(np.searchsorted(at, ptr[rows]), len(at) - 1)
         hit = at[j] == ptr[rows]
-        found = first_ns[j[hit]]
-        if not hit.all():
-            # These times have always passed through float64 when some block of the device
-            # finds no reuse (a nullable column read with missing values), which rounds them
-            # to 256 ns; kept so that the tables do not change.
-            found = found.astype(np.float64).astype(np.int64)
         has_free[rows[hit]] = True
-        free_ns[rows[hit]] = found
+        free_ns[rows[hit]] = first_ns[j[hit]]  # int64 throughout: no rounding of the times
 
 
 # -- uses and versions ---------------------------------------------------------------------
