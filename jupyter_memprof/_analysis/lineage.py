@@ -4,20 +4,88 @@ One row per step, time ordered: ``preexisting`` or ``allocated`` (the op, its mo
 Python line), every ``read`` and in-place ``mutated`` write (each write is a new version),
 ``saved_for_backward`` (the forward op whose autograd node later used it), ``used_in_backward``
 (the backward op that read it), and ``freed``.
+
+:func:`lineage_steps` finds the rows as plain arrays (one pass over the tables, no per-row
+pandas work), which the dashboard encodes for the page directly; :func:`all_lineages` and
+:func:`lineage` turn them into typed tables for users.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
 from .._units import format_bytes, format_time
 from . import schema as S
-from .schema import Phase, Relation
-from .tables import op_context
+from .schema import Category, Phase, Relation
 
 LINEAGES = {"alloc_id": "int64", **S.LINEAGE}
-_ORDER = {r.value: i for i, r in enumerate(Relation)}
+RELATIONS = Relation.values()  # a relation code is its place here (also the sort order)
+CATEGORIES = Category.values()
+_NONE = -1  # a missing op, version or category in the arrays of LineageSteps
+_PREEXISTING, _ALLOCATED, _READ, _MUTATED, _SAVED, _USED_IN_BACKWARD, _FREED = (
+    RELATIONS.index(r.value)
+    for r in (
+        Relation.PREEXISTING,
+        Relation.ALLOCATED,
+        Relation.READ,
+        Relation.MUTATED,
+        Relation.SAVED_FOR_BACKWARD,
+        Relation.USED_IN_BACKWARD,
+        Relation.FREED,
+    )
+)
+
+
+@dataclass
+class LineageSteps:
+    """Lineage rows as arrays, sorted by block, then time (unknown first), then relation.
+
+    ``time_ns`` is only meaningful where ``has_time``; ``op_id``, ``version`` and
+    ``category`` (a code into :data:`CATEGORIES`) are -1 where the step has none;
+    ``relation`` is a code into :data:`RELATIONS`."""
+
+    alloc_id: np.ndarray
+    time_ns: np.ndarray
+    has_time: np.ndarray
+    op_id: np.ndarray
+    relation: np.ndarray
+    version: np.ndarray
+    category: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.alloc_id)
+
+
+def _codes(col: pd.Series, categories: list[str]) -> np.ndarray:
+    """Codes of a categorical column in ``categories`` (-1 for NA or anything else)."""
+    dtype = col.dtype
+    if isinstance(dtype, pd.CategoricalDtype) and list(dtype.categories) == categories:
+        return col.cat.codes.to_numpy(dtype=np.int64)
+    return np.asarray(
+        pd.Categorical(col.astype(object), categories=categories).codes, dtype=np.int64
+    )
+
+
+def _ints(col: pd.Series) -> np.ndarray:
+    """A nullable integer column as int64, -1 for NA."""
+    return col.to_numpy(dtype=np.int64, na_value=_NONE)
+
+
+def _lookup(keys: np.ndarray, index: np.ndarray, values: np.ndarray, missing) -> np.ndarray:
+    """``values`` at the first position of each of ``keys`` in ``index`` (``missing`` where
+    ``index`` lacks it)."""
+    out = np.full(len(keys), missing, dtype=values.dtype if len(values) else np.int64)
+    if not len(index) or not len(keys):
+        return out
+    order = np.argsort(index, kind="stable")
+    at = np.searchsorted(index, keys, sorter=order).clip(0, len(index) - 1)
+    pos = order[at]
+    hit = index[pos] == keys
+    out[hit] = values[pos[hit]]
+    return out
 
 
 def _flow_roots(ops: pd.DataFrame, flows: pd.DataFrame) -> np.ndarray:
@@ -38,125 +106,164 @@ def _flow_roots(ops: pd.DataFrame, flows: pd.DataFrame) -> np.ndarray:
     return root
 
 
-def all_lineages(tables: dict[str, pd.DataFrame], alloc_ids=None) -> pd.DataFrame:
-    """Lineage rows for many blocks at once (all of them by default), with ``alloc_id``."""
+def _pair_keys(first: np.ndarray, second: np.ndarray, span: int) -> np.ndarray:
+    """One int64 per pair (``0 <= second < span``; ids and spans are far below 2**31)."""
+    return first * span + second
+
+
+def lineage_steps(tables: dict[str, pd.DataFrame], alloc_ids=None) -> LineageSteps:
+    """The lineage rows of many blocks at once (all of them by default), as arrays."""
     ops, allocs, uses, versions, flows = (
         tables[k] for k in ("ops", "allocations", "uses", "versions", "flows")
     )
+    a_id = allocs["alloc_id"].to_numpy(dtype=np.int64)
+    u_id = _ints(uses["alloc_id"])
     if alloc_ids is not None:
         wanted = np.asarray(list(alloc_ids), dtype=np.int64)
-        allocs = allocs[allocs["alloc_id"].isin(wanted)]
-        uses = uses[uses["alloc_id"].isin(wanted)]
+        keep_a = np.isin(a_id, wanted)
+        keep_u = np.isin(u_id, wanted)
+    else:
+        keep_a = np.ones(len(a_id), dtype=bool)
+        keep_u = u_id != _NONE
+    a_id = a_id[keep_a]
+    alloc_ns = _ints(allocs["alloc_ns"])[keep_a]
+    born = allocs["alloc_ns"].notna().to_numpy()[keep_a]
+    free_ns = _ints(allocs["free_ns"])[keep_a]
+    freed = allocs["free_ns"].notna().to_numpy()[keep_a]
+    a_cat = _codes(allocs["category"], CATEGORIES)[keep_a]
+    v_id = versions["alloc_id"].to_numpy(dtype=np.int64)
+    v_ver = versions["version"].to_numpy(dtype=np.int64)
+    v_cat = _codes(versions["category"], CATEGORIES)
+
     parts = []
-    pre = allocs["alloc_ns"].isna()
-    first_cat = versions.drop_duplicates("alloc_id").set_index("alloc_id")["category"]
-    cat0 = first_cat.reindex(allocs["alloc_id"].to_numpy()).astype(object).to_numpy()
-    cat0 = np.where(pd.isna(cat0), allocs["category"].astype(object).to_numpy(), cat0)
-    has_t = allocs["tensor_id"].notna().to_numpy()
+    # made before the capture, or allocated in it (in the category of its first version)
+    first_cat = _lookup(a_id, v_id, v_cat, _NONE)
     parts.append(
-        pd.DataFrame(
-            {
-                "alloc_id": allocs["alloc_id"].to_numpy(),
-                "time_ns": allocs["alloc_ns"].to_numpy(),
-                "op_id": allocs["alloc_op_id"].to_numpy(),
-                "relation": np.where(pre, Relation.PREEXISTING.value, Relation.ALLOCATED.value),
-                "version": np.where(has_t, 0, None),
-                "category": cat0,
-            }
+        (
+            a_id,
+            alloc_ns,
+            born,
+            _ints(allocs["alloc_op_id"])[keep_a],
+            np.where(born, _ALLOCATED, _PREEXISTING),
+            np.where(allocs["tensor_id"].notna().to_numpy()[keep_a], 0, _NONE),
+            np.where(first_cat != _NONE, first_cat, a_cat),
         )
     )
-    if not uses.empty:
-        u = uses.dropna(subset=["alloc_id"])
-        node = u["op_id"].to_numpy()
-        phase = ops["phase"].astype(object).to_numpy()[node]
-        mutated = u["mutated"].to_numpy()
-        version = np.where(mutated, u["version"].to_numpy() + 1, u["version"].to_numpy())
-        rel = np.where(
-            mutated,
-            Relation.MUTATED.value,
-            np.where(
-                phase == Phase.BACKWARD.value, Relation.USED_IN_BACKWARD.value, Relation.READ.value
-            ),
+    # every read and write of a data-flow op; reads in backward are uses in backward
+    u_id = u_id[keep_u]
+    if len(u_id):
+        node = uses["op_id"].to_numpy(dtype=np.int64)[keep_u]
+        mutated = uses["mutated"].to_numpy(dtype=bool)[keep_u]
+        seen = uses["version"].to_numpy(dtype=np.int64)[keep_u]
+        version = seen + mutated
+        backward = _codes(ops["phase"], Phase.values())[node] == Phase.values().index(
+            Phase.BACKWARD.value
         )
-        vcat = versions.set_index(["alloc_id", "version"])["category"]
-        cats = (
-            vcat.reindex(
-                pd.MultiIndex.from_arrays([u["alloc_id"].to_numpy(dtype=np.int64), version])
-            )
-            .astype(object)
-            .to_numpy()
-        )
-        starts = ops["start_ns"].to_numpy()
-        parts.append(
-            pd.DataFrame(
-                {
-                    "alloc_id": u["alloc_id"].to_numpy(dtype=np.int64),
-                    "time_ns": starts[node],
-                    "op_id": node,
-                    "relation": rel,
-                    "version": version,
-                    "category": cats,
-                }
-            )
-        )
-        # the forward op whose autograd node read it in backward saved it for backward
-        bw = rel == Relation.USED_IN_BACKWARD.value
+        rel = np.where(mutated, _MUTATED, np.where(backward, _USED_IN_BACKWARD, _READ))
+        span = int(max(version.max(), v_ver.max(initial=0))) + 1
+        cats = _lookup(_pair_keys(u_id, version, span), _pair_keys(v_id, v_ver, span), v_cat, _NONE)
+        starts = ops["start_ns"].to_numpy(dtype=np.int64)
+        parts.append((u_id, starts[node], np.ones(len(u_id), bool), node, rel, version, cats))
+        bw = rel == _USED_IN_BACKWARD
         if bw.any() and not flows.empty:
-            roots = _flow_roots(ops, flows)[node[bw]]
-            fwd_of = flows.drop_duplicates("backward_op_id").set_index("backward_op_id")[
-                "forward_op_id"
-            ]
-            fwd = fwd_of.reindex(roots).to_numpy()
-            ok = ~pd.isna(fwd)
-            if ok.any():
-                fwd = fwd[ok].astype(np.int64)
-                s = pd.DataFrame(
-                    {
-                        "alloc_id": u["alloc_id"].to_numpy(dtype=np.int64)[bw][ok],
-                        # autograd saves what a node needs when the forward op returns
-                        "time_ns": ops["end_ns"].to_numpy()[fwd],
-                        "op_id": fwd,
-                        "relation": Relation.SAVED_FOR_BACKWARD.value,
-                        "version": u["version"].to_numpy()[bw][ok],
-                        "category": cats[bw][ok],
-                    }
-                )
-                # only a block that existed when the forward op returned can have been saved
-                # by it; blocks made later (gradients flowing through backward) were not
-                born = (
-                    tables["allocations"]
-                    .set_index("alloc_id")["alloc_ns"]
-                    .reindex(s["alloc_id"].to_numpy())
-                    .to_numpy(dtype=np.int64, na_value=np.iinfo(np.int64).min)
-                )
-                s = s[born <= s["time_ns"].to_numpy(dtype=np.int64)]
-                parts.append(s.drop_duplicates(["alloc_id", "op_id"]))
-    freed = allocs[allocs["free_ns"].notna()]
-    last = versions.drop_duplicates("alloc_id", keep="last").set_index("alloc_id")["version"]
+            parts.append(_saved_for_backward(ops, flows, allocs, u_id[bw], node[bw],
+                                             seen[bw], cats[bw]))  # fmt: skip
+    # freed (in its last version)
+    last = len(v_id) - 1 - np.unique(v_id[::-1], return_index=True)[1]  # last row per block
+    last_version = _lookup(a_id[freed], v_id[last], v_ver[last], _NONE)
     parts.append(
-        pd.DataFrame(
-            {
-                "alloc_id": freed["alloc_id"].to_numpy(),
-                "time_ns": freed["free_ns"].to_numpy(),
-                "op_id": freed["free_op_id"].to_numpy(),
-                "relation": Relation.FREED.value,
-                "version": last.reindex(freed["alloc_id"].to_numpy()).to_numpy(),
-                "category": freed["category"].astype(object).to_numpy(),
-            }
+        (
+            a_id[freed],
+            free_ns[freed],
+            np.ones(int(freed.sum()), bool),
+            _ints(allocs["free_op_id"])[keep_a][freed],
+            np.full(int(freed.sum()), _FREED),
+            last_version,
+            a_cat[freed],
         )
     )
-    parts = [p for p in parts if len(p)]
-    if not parts:
-        return S.empty(LINEAGES)
-    out = pd.concat(parts, ignore_index=True)
-    out = out.astype({"time_ns": "Int64", "op_id": "Int64", "version": "Int64"})
-    for col, values in op_context(ops, out["op_id"]).items():
-        out[col] = values
-    out["_o"] = out["relation"].map(_ORDER)
-    out = out.sort_values(["alloc_id", "time_ns", "_o"], na_position="first", kind="stable").drop(
-        columns="_o"
+    cols = [np.concatenate([np.asarray(p[k]) for p in parts]) for k in range(7)]
+    alloc_id, time_ns, has_time, op_id, relation, version, category = cols
+    when = np.where(has_time, time_ns, np.iinfo(np.int64).min)  # unknown times first
+    order = np.lexsort((relation, when, alloc_id))
+    return LineageSteps(
+        alloc_id[order].astype(np.int64),
+        time_ns[order].astype(np.int64),
+        has_time[order].astype(bool),
+        op_id[order].astype(np.int64),
+        relation[order].astype(np.int8),
+        version[order].astype(np.int64),
+        category[order].astype(np.int8),
     )
-    return S.conform(out.reset_index(drop=True), LINEAGES, name="lineage")
+
+
+def _saved_for_backward(ops, flows, allocs, alloc_id, node, version, cats) -> tuple:
+    """The forward op whose autograd node read a block in backward saved it for backward
+    (when that op returned); only a block that existed then can have been saved by it, not
+    one made later (gradients flowing through backward). One row per (block, forward op)."""
+    roots = _flow_roots(ops, flows)[node]
+    b_ids = flows["backward_op_id"].to_numpy(dtype=np.int64)
+    f_ids = flows["forward_op_id"].to_numpy(dtype=np.int64)
+    fwd = _lookup(roots, b_ids, f_ids, _NONE)
+    fwd[roots < 0] = _NONE
+    ok = fwd != _NONE
+    alloc_id, fwd, version, cats = alloc_id[ok], fwd[ok], version[ok], cats[ok]
+    t = ops["end_ns"].to_numpy(dtype=np.int64)[fwd]
+    all_ids = allocs["alloc_id"].to_numpy(dtype=np.int64)
+    born = _lookup(alloc_id, all_ids, _ints(allocs["alloc_ns"]), _NONE)
+    had_born = _lookup(alloc_id, all_ids, allocs["alloc_ns"].notna().to_numpy(), False)
+    ok = ~had_born | (born <= t)
+    alloc_id, fwd, version, cats, t = alloc_id[ok], fwd[ok], version[ok], cats[ok], t[ok]
+    _, first = np.unique(_pair_keys(alloc_id, fwd, len(ops)), return_index=True)
+    first = np.sort(first)
+    n = len(first)
+    return (alloc_id[first], t[first], np.ones(n, bool), fwd[first], np.full(n, _SAVED),
+            version[first], cats[first])  # fmt: skip
+
+
+def _nullable(values: np.ndarray, present: np.ndarray) -> pd.arrays.IntegerArray:
+    return pd.arrays.IntegerArray(values.astype(np.int64), ~present)
+
+
+def _op_strings(ops: pd.DataFrame, column: str, op_id: np.ndarray):
+    """``ops[column]`` at each op id as a string array (NA where there is no op), taken from
+    the column's own storage: no per-row conversion."""
+    col = ops[column]
+    if isinstance(col.dtype, pd.CategoricalDtype):
+        texts = pd.array(col.cat.categories.astype(object), dtype=S.STRING)
+        codes = col.cat.codes.to_numpy(dtype=np.int64)
+        at = np.where(op_id >= 0, codes[op_id.clip(0)], -1) if len(codes) else op_id
+        return texts.take(at, allow_fill=True)
+    arr = col.array if str(col.dtype) == str(S.STRING) else pd.array(col.astype(object), S.STRING)
+    return arr.take(op_id, allow_fill=True)
+
+
+def all_lineages(tables: dict[str, pd.DataFrame], alloc_ids=None) -> pd.DataFrame:
+    """Lineage rows for many blocks at once (all of them by default), with ``alloc_id``."""
+    steps = lineage_steps(tables, alloc_ids)
+    if not len(steps):
+        return S.empty(LINEAGES)
+    ops = tables["ops"]
+    op_id = steps.op_id if len(ops) else np.full(len(steps), _NONE, dtype=np.int64)
+    has_op = op_id != _NONE
+    phase = np.full(len(steps), -1, dtype=np.int64)
+    if len(ops):
+        phase[has_op] = _codes(ops["phase"], Phase.values())[op_id[has_op]]
+    out = pd.DataFrame(
+        {
+            "alloc_id": steps.alloc_id,
+            "time_ns": _nullable(steps.time_ns, steps.has_time),
+            "op_id": _nullable(steps.op_id, steps.op_id != _NONE),
+            "op_name": _op_strings(ops, "name", op_id),
+            "relation": pd.Categorical.from_codes(steps.relation, dtype=S.RELATION_DTYPE),
+            "version": _nullable(steps.version, steps.version != _NONE),
+            "category": pd.Categorical.from_codes(steps.category, dtype=S.CATEGORY_DTYPE),
+            "phase": pd.Categorical.from_codes(phase, dtype=S.PHASE_DTYPE),
+            "module": _op_strings(ops, "module", op_id),
+            "callsite": _op_strings(ops, "callsite", op_id),
+        }
+    )
+    return S.conform(out, LINEAGES, name="lineage")
 
 
 def lineage(tables: dict[str, pd.DataFrame], alloc_id: int) -> pd.DataFrame:

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pandas as pd
 
 from .._devices import device_sort_key
 from . import schema as S
 from .schema import Action
-from .tables import op_context
-from .timeline import totals
 
 PEAK_COLUMNS = {
     **S.ALLOCATIONS,
@@ -22,36 +22,124 @@ PEAK_COLUMNS = {
 def peak_per_device(tables: dict[str, pd.DataFrame]) -> pd.DataFrame:
     """One row per device (in :func:`~jupyter_memprof._devices.device_sort_key` order):
     peak_bytes, peak_ns and the event position of the peak."""
-    t = totals(tables["events"], tables["versions"])
-    if t.empty:
+    peaks = _peaks(tables["events"])
+    if not peaks:
         return pd.DataFrame({"device": [], "peak_bytes": [], "peak_ns": [], "event": []})
-    idx = t.groupby("device")["bytes"].idxmax()
-    idx = idx[sorted(idx.index, key=device_sort_key)]
-    p = t.loc[idx.to_numpy()].rename(columns={"bytes": "peak_bytes", "time_ns": "peak_ns"})
-    return p[["device", "peak_bytes", "peak_ns", "event"]].reset_index(drop=True)
+    rows = [(dev, *peaks[dev]) for dev in sorted(peaks, key=device_sort_key)]
+    return pd.DataFrame(rows, columns=["device", "peak_bytes", "peak_ns", "event"])
+
+
+def _peaks(events: pd.DataFrame) -> dict[str, tuple[int, int, int]]:
+    """For each device: the highest total of live bytes after any event (the first event to
+    reach it), its time and the event's position. Creating (or finding preexisting) a block
+    adds its bytes, destroying it takes them away; a new version changes nothing."""
+    if events.empty:
+        return {}
+    action = _actions(events)
+    sign = np.where(action == Action.DESTROY.value, -1, 1)
+    sign[action == Action.INCREMENT_VERSION.value] = 0
+    delta = sign * events["size_bytes"].to_numpy(dtype=np.int64)
+    times = events["time_ns"].to_numpy(dtype=np.int64)
+    codes, devices = pd.factorize(events["device"].astype(object))
+    out = {}
+    for code, dev in enumerate(devices):
+        rows = np.flatnonzero(codes == code)
+        live = np.cumsum(delta[rows])
+        top = int(np.argmax(live))
+        out[str(dev)] = (int(live[top]), int(times[rows[top]]), int(rows[top]))
+    return out
 
 
 def live_after(tables: dict[str, pd.DataFrame], event: int) -> np.ndarray:
     """alloc_ids of the blocks alive right after event number ``event``."""
-    ev = tables["events"].reset_index(drop=True)
-    act = ev["action"].astype(object).to_numpy()
-    pos = np.arange(len(ev))
-    born = ev.loc[
-        (act != Action.DESTROY.value) & (act != Action.INCREMENT_VERSION.value) & (pos <= event),
-        "alloc_id",
-    ]
-    dead = ev.loc[(act == Action.DESTROY.value) & (pos <= event), "alloc_id"]
-    return np.setdiff1d(born.to_numpy(), dead.to_numpy())
+    ev = tables["events"]
+    act = _actions(ev)[: event + 1]
+    ids = ev["alloc_id"].to_numpy()[: event + 1]
+    born = ids[(act != Action.DESTROY.value) & (act != Action.INCREMENT_VERSION.value)]
+    return np.setdiff1d(born, ids[act == Action.DESTROY.value])
+
+
+def _actions(events: pd.DataFrame) -> np.ndarray:
+    """The events' actions as an object array (each distinct value converted once)."""
+    col = events["action"]
+    if isinstance(col.dtype, pd.CategoricalDtype):
+        names = np.append(col.cat.categories.astype(object).to_numpy(), None)
+        return names[col.cat.codes.to_numpy()]  # code -1 (missing) picks the None
+    return col.astype(object).to_numpy()
 
 
 def with_op_context(tables: dict[str, pd.DataFrame], blocks: pd.DataFrame) -> pd.DataFrame:
     """Add the allocating op's name, callsite and phase to allocation rows (their ``module``
     is the block's own: see :mod:`.categories`)."""
+    ops = tables["ops"]
+    op_id = blocks["alloc_op_id"].to_numpy(dtype=np.int64, na_value=-1)
+    if not len(ops):
+        op_id = np.full(len(op_id), -1, dtype=np.int64)
     out = blocks.copy()
-    for col, values in op_context(tables["ops"], blocks["alloc_op_id"]).items():
-        if col in PEAK_COLUMNS and col not in S.ALLOCATIONS:
-            out[col] = values
+    out["op_name"] = _taken(ops["name"], op_id, open_vocabulary=True)
+    out["callsite"] = _taken(ops["callsite"], op_id)
+    out["phase"] = _taken(ops["phase"], op_id)
     return S.conform(out, PEAK_COLUMNS, name="peak")
+
+
+def _taken(col: pd.Series, rows: np.ndarray, *, open_vocabulary: bool = False):
+    """``col`` at ``rows`` (missing where a row is -1) in the column's own dtype, taken
+    from its storage (no per-row conversion). ``open_vocabulary``: a categorical's
+    categories are then the values it holds, sorted (as ``astype("category")`` makes them)."""
+    if not isinstance(col.dtype, pd.CategoricalDtype):
+        return col.array.take(rows, allow_fill=True)
+    codes = col.cat.codes.to_numpy()
+    at = np.where(rows >= 0, codes[rows.clip(0)], -1) if len(codes) else rows
+    taken = pd.Categorical.from_codes(at, dtype=col.dtype)
+    if open_vocabulary:
+        taken = taken.remove_unused_categories()
+        if not taken.categories.is_monotonic_increasing:
+            taken = taken.reorder_categories(taken.categories.sort_values())
+    return taken
+
+
+@dataclass
+class PeakPoint:
+    """Where live memory was highest on one device: how much, when, and which blocks (their
+    ``alloc_id``) were alive then. ``peak_ns`` is None when there were no memory events."""
+
+    device: str | None
+    peak_bytes: int
+    peak_ns: int | None
+    alloc_ids: np.ndarray
+
+
+def peak_point(tables: dict[str, pd.DataFrame], device: str | None = None) -> PeakPoint:
+    """The peak of ``device`` (default: the device with the highest peak) without the
+    blocks' details: what :func:`peak` lists, for callers that need only the numbers."""
+    peaks = _peaks(tables["events"])
+    if device is not None:
+        device = str(device)
+        if device not in peaks:
+            if peaks:
+                raise ValueError(
+                    f"no memory events on device {device!r}; devices seen: {sorted(peaks, key=device_sort_key)}"
+                )
+            return PeakPoint(device, 0, None, np.zeros(0, dtype=np.int64))
+    elif peaks:  # the highest peak; on a tie, the first device in device order
+        device = max(sorted(peaks, key=device_sort_key), key=lambda d: peaks[d][0])
+    else:
+        return PeakPoint(None, 0, None, np.zeros(0, dtype=np.int64))
+    peak_bytes, peak_ns, event = peaks[device]
+    a = tables["allocations"]
+    ids = a["alloc_id"].to_numpy(dtype=np.int64)
+    mine = np.isin(ids, live_after(tables, event)) & _on(a["device"], device)
+    return PeakPoint(device, peak_bytes, peak_ns, ids[mine])
+
+
+def _on(col: pd.Series, device: str) -> np.ndarray:
+    """``col == device`` for a device column (a categorical one compares its codes)."""
+    if isinstance(col.dtype, pd.CategoricalDtype):
+        cats = col.cat.categories
+        if device not in cats:
+            return np.zeros(len(col), dtype=bool)
+        return col.cat.codes.to_numpy() == cats.get_loc(device)
+    return (col.astype(object) == device).to_numpy(dtype=bool)
 
 
 def peak(tables: dict[str, pd.DataFrame], device: str | None = None) -> pd.DataFrame:
@@ -62,32 +150,19 @@ def peak(tables: dict[str, pd.DataFrame], device: str | None = None) -> pd.DataF
     ``.attrs``: ``peak_bytes``, ``peak_ns`` and ``device``. With no memory events the table is
     empty and ``peak_bytes`` is 0.
     """
-    per = peak_per_device(tables)
-    if device is not None:
-        device = str(device)
-        sel = per[per["device"] == device]
-    else:
-        sel = per.sort_values("peak_bytes", ascending=False).head(1)
-    if sel.empty:
-        if device is not None and not per.empty:
-            raise ValueError(
-                f"no memory events on device {device!r}; devices seen: {sorted(per['device'], key=device_sort_key)}"
-            )
+    point = peak_point(tables, device)
+    if point.peak_ns is None:
         out = S.empty(PEAK_COLUMNS)
-        out.attrs.update(peak_bytes=0, peak_ns=None, device=device)
+        out.attrs.update(peak_bytes=0, peak_ns=None, device=point.device)
         return out
-    row = sel.iloc[0]
-    alive = live_after(tables, int(row["event"]))
     a = tables["allocations"]
-    blocks = a[a["alloc_id"].isin(alive) & (a["device"].astype(object) == row["device"])]
+    blocks = a[a["alloc_id"].isin(point.alloc_ids).to_numpy(dtype=bool)]
     out = (
         with_op_context(tables, blocks)
         .sort_values(["size_bytes", "alloc_id"], ascending=[False, True])
         .reset_index(drop=True)
     )
-    out.attrs.update(
-        peak_bytes=int(row["peak_bytes"]), peak_ns=int(row["peak_ns"]), device=str(row["device"])
-    )
+    out.attrs.update(peak_bytes=point.peak_bytes, peak_ns=point.peak_ns, device=point.device)
     return out
 
 
