@@ -401,3 +401,176 @@ def test_the_reused_selection_follows_the_tables_and_dies_with_the_profile():
     del p
     gc.collect()
     assert D._last == []  # the profile died: so did its selection
+
+
+# --- the page BokehJS receives ------------------------------------------------------------------
+def _canonical(doc: dict) -> str:
+    """A document's JSON with every model id replaced by the order it first appears in."""
+    ids: dict[str, int] = {}
+    text = json.dumps(doc)
+    return re.sub(r'"id": "([^"]+)"', lambda m: f'"id": {ids.setdefault(m[1], len(ids))}', text)
+
+
+def _bokeh_json(layout) -> dict:
+    from bokeh.document import Document
+
+    doc = Document()
+    doc.add_root(layout)
+    return doc.to_json(deferred=False)
+
+
+def test_a_template_filled_in_is_the_document_bokeh_serializes(prof):
+    from jupyter_memprof._views import dashboard as D
+
+    D._templates.clear()
+    D.page(prof)  # the template of this shape, made from this capture's values
+    other = training_step_profile()  # another capture of the same step: other times, data
+    shape, values = D._spec(other, D._shown(other, None, None), header=True)
+    template, _ = D._template(shape, values)
+    assert len(D._templates) == 1  # the same shape: the same template
+    assert shape == D._spec(prof, D._shown(prof, None, None), header=False)[0]
+    want = _bokeh_json(D._layout(shape, values, header=True).layout)
+    got = template.render(values)
+    assert _canonical(got) == _canonical(want)  # so none of the first capture's values is left
+    text = json.dumps(got)
+    assert values["uid"] in text and values["chart_title0"] in text
+    assert json.dumps(values["ops_title"])[1:-1] in text
+    assert "memprof-slot" not in text
+
+
+def test_an_estimate_page_is_the_document_bokeh_serializes():
+    from jupyter_memprof import estimate
+    from jupyter_memprof._views import dashboard as D
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 8))
+    opt = torch.optim.Adam(model.parameters())
+
+    def step(model, opt, x):
+        opt.zero_grad()
+        model(x).square().mean().backward()
+        opt.step()
+
+    est = estimate(step, model, opt, torch.randn(32, 64), device="cuda:0", limit="256KiB")
+    assert est.meta["oom"] is not None
+    shape, values = D._spec(est, D._shown(est, None, None), header=True)
+    assert shape.estimate and shape.charts[0].limit and shape.charts[0].oom
+    template, _ = D._template(shape, values)
+    want = _bokeh_json(D._layout(shape, values, header=True).layout)
+    assert _canonical(template.render(values)) == _canonical(want)
+    assert values["limit_text"] == "limit 256.0 KiB"
+
+
+def test_page_without_header_and_its_live_sources(prof):
+    from jupyter_memprof._views import dashboard as D
+
+    shown = D.page(prof, header=False, live=True)
+    root = shown.doc["roots"][0]
+    assert root["id"] == shown.root.id and root["attributes"]["name"] == "memprof-dashboard"
+    text = json.dumps(shown.doc)
+    assert "memprof-header" not in text
+    assert "memprof-header" in json.dumps(D.page(prof).doc)
+    # the sources the widget reads carry the document's ids, and hold what the page shows
+    built = shown.built
+    reps = {m["id"]: m for m in _models(shown.doc)}
+    for source in (built.ops, built.allocs, built.lineage, built.lineage_all):
+        rep = reps[source.id]
+        assert rep["name"] == "ColumnDataSource"
+        assert rep["attributes"]["name"] == source.name
+        assert rep["attributes"]["selected"]["id"] == source.selected.id
+    assert list(built.allocs.data["alloc_id"]) == list(D._shown(prof, None, None).acols["alloc_id"])
+    assert set(built.lineage.data) == set(D.LINEAGE_VIEW_COLUMNS)
+
+
+def test_the_widget_takes_the_browsers_selection_and_ignores_the_rest(prof):
+    w = prof.show(header=False)
+    try:
+        view, allocs = w._view, w._built.allocs
+        row = 2
+        clicked = {"kind": "ModelChanged", "model": {"id": allocs.selected.id},
+                   "attr": "indices", "new": [row]}  # fmt: skip
+        view._sync_model(view, {"event": "jsevent", **clicked}, [])
+        assert w.selected_alloc_id == int(allocs.data["alloc_id"][row])
+        # a change to a model the kernel does not hold (the op details, a range): ignored
+        div = next(m for m in _models(view.render_bundle["docs_json"]) if m.get("name") == "Div")
+        other = {"kind": "ModelChanged", "model": {"id": div["id"]}, "attr": "text", "new": "x"}
+        view._sync_model(view, {"event": "jsevent", **other}, [])
+        assert w.selected_alloc_id == int(allocs.data["alloc_id"][row])
+    finally:
+        w.close()
+
+
+def _models(node):
+    """Every model representation in a serialized document."""
+    if isinstance(node, dict):
+        if node.get("type") == "object" and "id" in node:
+            yield node
+        for value in node.values():
+            yield from _models(value)
+    elif isinstance(node, (list, tuple)):
+        for value in node:
+            yield from _models(value)
+
+
+def test_lineage_and_peak_numbers_are_the_tables(prof):
+    from jupyter_memprof._analysis.peak import peak_point
+
+    a = prof.allocations.set_index("alloc_id")
+    lin = jupyter_memprof._analysis.lineage.all_lineages(prof.tables)
+    made = lin[lin["relation"] == "allocated"]
+    # times stay exact int64 nanoseconds (no float rounding on the way)
+    want = a.loc[made["alloc_id"], "alloc_ns"].to_numpy(dtype=np.int64)
+    assert (made["time_ns"].to_numpy(dtype=np.int64) == want).all()
+    freed = lin[lin["relation"] == "freed"]
+    want = a.loc[freed["alloc_id"], "free_ns"].to_numpy(dtype=np.int64)
+    assert (freed["time_ns"].to_numpy(dtype=np.int64) == want).all()
+    pk, point = prof.peak("cpu"), peak_point(prof.tables, "cpu")
+    assert point.peak_bytes == pk.attrs["peak_bytes"] == int(pk["size_bytes"].sum())
+    assert point.peak_ns == pk.attrs["peak_ns"]
+    assert sorted(point.alloc_ids.tolist()) == sorted(pk["alloc_id"].tolist())
+
+
+def test_op_times_read_as_format_time_writes_them():
+    from jupyter_memprof._units import format_ms, format_time
+
+    rng = np.random.default_rng(7)
+    edges = [0.0, -0.0, 0.0004, 0.0005, 0.00125, 0.9999, 0.99995, 0.99996, 1.0, 12.3456789]
+    edges += [999.9994, 999.9996, 1000.0, 1234.5678, 86_400_000.0, -0.25, -3.5, -999.9996]
+    ms = np.concatenate(
+        [
+            edges,
+            [float("nan"), float("inf")],
+            rng.exponential(1.0, 3000),
+            rng.exponential(1000.0, 3000),
+            np.round(rng.uniform(-2000, 2000, 3000), 4) + 0.0005,  # ties of the rounding
+        ]
+    )
+    got = dd._time_texts(ms, records=False)
+    assert got.tolist() == [format_ms(v) for v in ms.tolist()]
+    assert got[:3].tolist() == ["0.0 µs", "0.0 µs", "0.4 µs"]
+    assert got[len(edges)].tolist() == ""  # NaN
+    spans = dd._time_texts(np.array([1.0, 2.0, 1234.5]), records=True, span=True)
+    assert spans.tolist() == [format_time(v, records=True, span=True) for v in (1.0, 2.0, 1234.5)]
+    assert spans.tolist() == ["1 record", "2 records", "1,235 records"]
+
+
+def test_the_page_carries_the_bokehjs_bokeh_bundles(prof, tmp_path):
+    from bokeh.embed.bundle import bundle_for_objs_and_resources
+    from bokeh.resources import INLINE
+
+    from jupyter_memprof._views import dashboard as D
+    from jupyter_memprof._views.dashboard_html import bokehjs
+
+    def bundled(layout) -> str:
+        return ";\n".join(bundle_for_objs_and_resources([layout], INLINE).js_raw)
+
+    plain = D.page(prof)
+    assert not plain.tex
+    assert bokehjs(mathjax=False) == bundled(build(prof).layout)
+    # a label holding TeX: Bokeh adds MathJax for the header that shows it, and so do we
+    tex = Profile(**prof.tables, meta={**prof.meta, "label": "step $$x^2$$"})
+    assert D.page(tex).tex
+    assert bokehjs(mathjax=True) == bundled(build(tex).layout) != bokehjs(mathjax=False)
+    write_html(tex, tmp_path / "tex.html")
+    blob = re.search(r'id="memprof-bokehjs">([^<]+)<', (tmp_path / "tex.html").read_text())
+    assert gzip.decompress(base64.b64decode(blob.group(1))).decode() == bokehjs(mathjax=True)

@@ -1,9 +1,10 @@
 """What the dashboard draws: the tables cut down to a level of detail a browser can hold.
 
 Nothing here is analysis: every number comes from the profile's tables, from
-:meth:`Profile.peak` and from :func:`jupyter_memprof._analysis.lineage.all_lineages`. This module only
-chooses *which* rows to show, converts times to milliseconds since the capture started, and
-lays the rows out as flat columns for Bokeh's ColumnDataSources.
+:func:`jupyter_memprof._analysis.peak.peak_point` (what :meth:`Profile.peak` reports) and from
+:func:`jupyter_memprof._analysis.lineage.lineage_steps` (what :meth:`Profile.lineage` lists).
+This module only chooses *which* rows to show, converts times to milliseconds since the
+capture started, and lays the rows out as flat columns for Bokeh's ColumnDataSources.
 
 Level of detail (the budgets below are per dashboard):
 
@@ -27,6 +28,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from .._analysis import lineage as _lineage
+from .._analysis.peak import PeakPoint, peak_point
 from .._analysis.schema import Category, Phase, Relation
 from .._units import format_bytes, format_time
 
@@ -58,7 +61,7 @@ def _str(values, missing: str = "") -> np.ndarray:
     """A column as text (NA -> ``missing``): a numpy array of ``str``, which Bokeh sends as
     one plain list (no per-element encoding). Each distinct value is converted once."""
     codes, uniques = pd.factorize(pd.Series(values, dtype=None if _is_col(values) else object))
-    lut = np.array([str(u) for u in uniques] + [missing], dtype=str)
+    lut = np.append(np.asarray(uniques, dtype=object).astype(str), missing)
     return lut[codes]  # NA (code -1) picks the trailing ``missing``
 
 
@@ -77,9 +80,33 @@ def _formatted(values, fmt) -> np.ndarray:
     return np.array([fmt(v) for v in uniques.tolist()], dtype=str)[codes.reshape(-1)]
 
 
-def _ns(values) -> np.ndarray:
-    """Nullable integer ns -> float64 ns with NaN for NA."""
-    return pd.to_numeric(pd.Series(values), errors="coerce").astype("float64").to_numpy()
+def _time_texts(ms, *, records: bool, span: bool = False) -> np.ndarray:
+    """:func:`jupyter_memprof._units.format_time` of each value (ms on a profile's clock).
+
+    Thousands of op times are formatted for every dashboard: a capture's (``format_ms``) are
+    done here a unit at a time over the whole array, with the same float operations as
+    ``format_ms`` (tests/test_dashboard.py compares the two)."""
+    if records:
+        return _formatted(ms, lambda v: format_time(v, records=True, span=span))
+    ms = np.asarray(ms, dtype=np.float64)
+    out = np.full(len(ms), "", dtype=object)
+    a = np.abs(ms)
+    sign = np.where(ms < 0, "-", "")
+    left = np.isfinite(ms)
+    # (unit, scaled value, decimals, below): the first unit whose rounded value fits
+    for unit, x, digits, below in (
+        ("µs", np.where(a < 1, a * 1000, np.inf), 1, 10000),
+        ("ms", np.where(a < 1000, a, np.inf), 3, 1000000),
+        ("s", a / 1000, 3, np.inf),
+    ):
+        scale = 10**digits
+        k = np.floor(x * scale + 0.5)
+        take = np.flatnonzero(left & (k < below))
+        left[take] = False
+        whole, part = np.divmod(k[take].astype(np.int64), scale)
+        fmt = f"%s%d.%0{digits}d {unit}"
+        out[take] = [fmt % t for t in zip(sign[take].tolist(), whole.tolist(), part.tolist())]
+    return out.astype(str)
 
 
 def _is(col: pd.Series, value) -> np.ndarray:
@@ -92,15 +119,29 @@ def _is(col: pd.Series, value) -> np.ndarray:
     return (col.astype("object") == value).to_numpy(dtype=bool)
 
 
+def _codes_in(col: pd.Series, categories: list[str]) -> np.ndarray:
+    """Each value's place in ``categories`` (int64; -1 for NA or a value not among them); a
+    categorical column of those categories gives its codes as they are."""
+    if isinstance(col.dtype, pd.CategoricalDtype) and list(col.cat.categories) == categories:
+        return col.cat.codes.to_numpy(dtype=np.int64)
+    return np.asarray(pd.Categorical(col.astype(object), categories).codes, dtype=np.int64)
+
+
 def _ids(values) -> np.ndarray:
     """Nullable integer ids -> int64 with -1 for NA."""
+    if isinstance(values, np.ndarray) and values.dtype.kind in "iu":
+        return values.astype(np.int64, copy=False)
     return pd.array(values, dtype="Int64").to_numpy(dtype=np.int64, na_value=-1)
 
 
 def op_positions(prof, op_ids) -> np.ndarray:
     """Row of each op id in ``prof.ops`` (int64), -1 for NA or an id it does not have."""
-    q = np.asarray(op_ids, dtype=np.int64)
-    all_ids = prof.ops["op_id"].to_numpy(dtype=np.int64)
+    return _rows(prof.ops["op_id"].to_numpy(dtype=np.int64), np.asarray(op_ids, dtype=np.int64))
+
+
+def _rows(all_ids: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """Row of each id of ``q`` in ``all_ids`` (an ops table's op_id column), -1 for NA (-1)
+    or an id it does not have."""
     n = len(all_ids)
     if not n or not len(q):
         return np.full(len(q), -1, dtype=np.int64)
@@ -203,7 +244,7 @@ def timeline(
     Wide form: one row per state change (``time_ns`` of the timeline table), one column of live
     bytes per category, carried forward from the long-form ``prof.timeline``. A first point at
     the capture start and a last point at its end make the areas span the whole capture.
-    ``peak``: ``prof.peak(device)`` when the caller has it already.
+    ``peak``: :func:`peak_or_none` of the device when the caller has it already.
     """
     tl = prof.timeline[_is(prof.timeline["device"], device)]
     tl = tl[tl["category"].notna().to_numpy()]
@@ -211,8 +252,7 @@ def timeline(
     # the long form's last value per (time, category), carried forward: a pivot in numpy
     times, row = np.unique(tl["time_ns"].to_numpy(dtype=np.int64), return_inverse=True)
     row = row.reshape(-1)
-    col = pd.Categorical(tl["category"].astype("object"), categories=cats_all).codes
-    col = np.asarray(col, dtype=np.int64)
+    col = _codes_in(tl["category"], cats_all)
     ok = col >= 0
     wide = np.full((len(times), len(cats_all)), np.nan)
     if ok.any():
@@ -223,8 +263,8 @@ def timeline(
         src = np.maximum.accumulate(np.where(have, np.arange(len(times))[:, None], 0), axis=0)
         wide = wide[src, np.arange(len(cats_all))]
     wide = np.nan_to_num(wide, nan=0.0)
-    present = set(tl["category"].astype("object").unique().tolist())
-    shown = [j for j, c in enumerate(cats_all) if c in present and (wide[:, j] != 0).any()]
+    present = np.bincount(col[ok], minlength=len(cats_all)) > 0
+    shown = [j for j in range(len(cats_all)) if present[j] and (wide[:, j] != 0).any()]
     cats = [cats_all[j] for j in shown]
     values = wide[:, shown]
     total = values.sum(axis=1) if len(cats) else np.zeros(len(times))
@@ -269,13 +309,9 @@ def timeline(
     cols["module"] = _op_text(prof, "module", op_at)
 
     peak_ms, peak_bytes = None, 0
-    try:
-        pk = prof.peak(device) if peak is None else peak
-        peak_ns, peak_bytes = pk.attrs.get("peak_ns"), int(pk.attrs.get("peak_bytes") or 0)
-        if peak_ns is not None:
-            peak_ms = float(win.ms([peak_ns])[0])
-    except Exception:  # the peak analysis cannot answer (e.g. no events): use the timeline
-        peak_ms = None
+    pk = peak_or_none(prof, device) if peak is None else peak
+    if pk is not None and pk.peak_ns is not None:
+        peak_ms, peak_bytes = float(win.ms([pk.peak_ns])[0]), pk.peak_bytes
     if peak_ms is None and len(total) and total.max() > 0:
         i = int(np.argmax(total))
         peak_ms, peak_bytes = float(cols["t"][i]), int(total[i])
@@ -317,28 +353,32 @@ class Ops:
 
 def _parent_positions(o: pd.DataFrame) -> np.ndarray:
     """For each row of an ops table, the row of its parent op; -1 for roots / unknown."""
-    op_ids = o["op_id"].to_numpy(dtype=np.int64)
     parents = o["parent_id"].to_numpy(dtype=np.int64, na_value=-1)
-    if not len(op_ids):
-        return np.zeros(0, dtype=np.int64)
-    order = np.argsort(op_ids, kind="stable")
-    at = order[np.searchsorted(op_ids, parents, sorter=order).clip(0, len(op_ids) - 1)]
-    return np.where((parents >= 0) & (op_ids[at] == parents), at, -1)
+    return _rows(o["op_id"].to_numpy(dtype=np.int64), parents)
 
 
-def _with_ancestors(keep: np.ndarray, parent_pos: np.ndarray) -> np.ndarray:
-    """Close a boolean mask over the parent links so every kept op's enclosing ops are kept."""
-    keep = keep.copy()
-    frontier = keep.copy()
-    while frontier.any():
-        p = parent_pos[frontier]
-        p = p[p >= 0]
-        new = np.zeros_like(keep)
-        new[p] = True
-        new &= ~keep
-        keep |= new
-        frontier = new
-    return keep
+def _keep_with_ancestors(keep: np.ndarray, rows: np.ndarray, parent_pos: np.ndarray) -> None:
+    """Mark ``rows`` in ``keep`` with all their enclosing ops, so the kept ops stay a tree
+    (``keep`` is one already). Each step visits only the ops newly kept, not the table."""
+    frontier = np.unique(rows[~keep[rows]])
+    while len(frontier):
+        keep[frontier] = True
+        up = parent_pos[frontier]
+        up = np.unique(up[up >= 0])
+        frontier = up[~keep[up]]
+
+
+def _interleaved(first: np.ndarray, second: np.ndarray) -> np.ndarray:
+    """Two orders of the same rows merged, alternating (first[0], second[0], first[1], ...),
+    each row where it comes first: in linear time (each row's first place decides)."""
+    n = len(first)
+    place, later = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
+    place[first] = 2 * np.arange(n)
+    later[second] = 2 * np.arange(n) + 1
+    np.minimum(place, later, out=place)
+    slots = np.full(2 * n, -1, dtype=np.int64)
+    slots[place] = np.arange(n)
+    return slots[slots >= 0]
 
 
 def select_ops(prof, win: Window, must: set[int], budget: int = OP_BUDGET) -> Ops:
@@ -348,8 +388,9 @@ def select_ops(prof, win: Window, must: set[int], budget: int = OP_BUDGET) -> Op
     op_ids = o["op_id"].to_numpy(dtype="int64")
     if n > budget:
         parent_pos = _parent_positions(o)
-        keep = np.isin(op_ids, np.fromiter(must, dtype=np.int64, count=len(must)))
-        keep = _with_ancestors(keep, parent_pos)
+        keep = np.zeros(n, dtype=bool)
+        must_rows = np.isin(op_ids, np.fromiter(must, dtype=np.int64, count=len(must)))
+        _keep_with_ancestors(keep, np.flatnonzero(must_rows), parent_pos)
         room = budget - int(keep.sum())
         if room > 0:
             dur = (o["end_ns"] - o["start_ns"]).to_numpy()
@@ -357,19 +398,14 @@ def select_ops(prof, win: Window, must: set[int], budget: int = OP_BUDGET) -> Op
             # alternate: longest, biggest, longest, ... until the budget (with ancestors) is met
             by_dur = np.argsort(-dur, kind="stable")
             by_size = np.argsort(-size, kind="stable")
-            order = np.empty(2 * n, dtype=np.int64)
-            order[0::2], order[1::2] = by_dur, by_size
-            _, first = np.unique(order, return_index=True)
-            order = order[np.sort(first)]
+            order = _interleaved(by_dur, by_size)
             # take in chunks: each chunk is closed over ancestors, stop at the budget
             i = 0
             while i < n and keep.sum() < budget:
                 room = budget - int(keep.sum())
                 chunk = order[i : i + max(1, room // 2)]
                 i += len(chunk)
-                add = np.zeros(n, dtype=bool)
-                add[chunk] = True
-                keep = _with_ancestors(keep | add, parent_pos)
+                _keep_with_ancestors(keep, chunk, parent_pos)
         pos = np.flatnonzero(keep)
     else:
         pos = np.arange(n)
@@ -393,8 +429,8 @@ def select_ops(prof, win: Window, must: set[int], budget: int = OP_BUDGET) -> Op
         "left": left,
         "right": right,
         "dur": right - left,
-        "dur_txt": _formatted(right - left, lambda v: format_time(v, records=est, span=True)),
-        "start_txt": _formatted(left, lambda v: format_time(v, records=est)),
+        "dur_txt": _time_texts(right - left, records=est, span=True),
+        "start_txt": _time_texts(left, records=est),
         "top": depth + 0.05,
         "bottom": depth + 0.95,
         "cy": depth + 0.5,
@@ -413,37 +449,33 @@ def nearest_shown(op_ids, prof, ops: Ops) -> np.ndarray:
     """Row (in the shown ops) of each op id, or of its nearest shown enclosing op; -1 if none."""
     o = prof.ops
     all_ids = o["op_id"].to_numpy(dtype=np.int64)
-    order = np.argsort(all_ids, kind="stable")
     parent_pos = _parent_positions(o)
     shown_row = np.full(len(all_ids), -1, dtype=np.int64)  # by position in prof.ops
-    if ops.row_of:
-        ids = np.fromiter(ops.row_of.keys(), dtype=np.int64, count=len(ops.row_of))
-        rows = np.fromiter(ops.row_of.values(), dtype=np.int64, count=len(ops.row_of))
-        shown_row[order[np.searchsorted(all_ids, ids, sorter=order)]] = rows
-    want = pd.array(np.asarray(op_ids, dtype=object), dtype="Int64")
-    q = want.to_numpy(dtype=np.int64, na_value=-1)
-    out = np.full(len(q), -1, dtype=np.int64)
-    if not len(all_ids) or not len(q):
-        return out
-    at = order[np.searchsorted(all_ids, q, sorter=order).clip(0, len(all_ids) - 1)]
-    pos = np.where((q >= 0) & (all_ids[at] == q), at, -1)
+    shown = np.asarray(ops.columns["op_id"], dtype=np.int64)
+    shown_row[_rows(all_ids, shown)] = np.arange(len(shown))
+    out = np.full(len(op_ids), -1, dtype=np.int64)
+    pos = _rows(all_ids, _ids(op_ids))
+    todo = np.flatnonzero(pos >= 0)  # walk up from each op until a shown one
+    pos = pos[todo]
     for _ in range(256):  # deeper than any op tree
-        live = pos >= 0
-        if not live.any():
+        if not len(todo):
             break
-        hit = live & (shown_row[np.where(live, pos, 0)] >= 0)
-        out[hit] = shown_row[pos[hit]]
-        pos = np.where(live & ~hit, parent_pos[np.where(live, pos, 0)], -1)
+        row = shown_row[pos]
+        hit = row >= 0
+        out[todo[hit]] = row[hit]
+        todo, pos = todo[~hit], parent_pos[pos[~hit]]
+        todo, pos = todo[pos >= 0], pos[pos >= 0]
     return out
 
 
 # ----------------------------------------------------------------------------------------
 # allocations and their lineage
 # ----------------------------------------------------------------------------------------
-def peak_or_none(prof, device: str):
-    """``prof.peak(device)``, or None where the peak analysis cannot answer (no events)."""
+def peak_or_none(prof, device: str) -> PeakPoint | None:
+    """The peak of ``device`` (what ``prof.peak(device)`` reports, without the blocks'
+    details), or None where the peak analysis cannot answer (no events)."""
     try:
-        return prof.peak(device)
+        return peak_point(prof.tables, device)
     except Exception:  # no peak on this device (no events)
         return None
 
@@ -465,43 +497,54 @@ def select_allocations(
     peaks: dict | None = None,
 ) -> Allocations:
     """The blocks to list, largest first, and the summarised rest (see the module docstring).
-    ``peaks``: ``{device: prof.peak(device)}`` (None where it cannot answer), when the caller
-    has them already."""
+    ``peaks``: ``{device: peak_or_none(prof, device)}``, when the caller has them already."""
     a = prof.allocations
+    chosen = np.ones(len(a), dtype=bool)
     if device is not None:
-        a = a[_is(a["device"], device)]
+        chosen &= _is(a["device"], device)
     if categories is not None:
-        a = a[a["category"].astype("object").isin(list(categories)).to_numpy(dtype=bool)]
-    total = len(a)
+        chosen &= a["category"].astype("object").isin(list(categories)).to_numpy(dtype=bool)
+    rows = np.flatnonzero(chosen)
+    total = len(rows)
     peak_ids: set[int] = set()
     for dev in [device] if device is not None else prof.devices:
         pk = peaks.get(dev) if peaks is not None and dev in peaks else peak_or_none(prof, dev)
-        if pk is None:  # no peak on this device (no events): nothing to add
-            continue
-        if len(pk) and "alloc_id" in pk.columns:
-            peak_ids |= set(pk["alloc_id"].astype("int64").tolist())
-    a = a.sort_values(["size_bytes", "alloc_id"], ascending=[False, True], kind="stable")
+        if pk is not None:  # else no peak on this device (no events): nothing to add
+            peak_ids |= set(pk.alloc_ids.tolist())
+    # largest first, then by alloc_id
+    ids = a["alloc_id"].to_numpy(dtype=np.int64)[rows]
+    rows = rows[np.lexsort((ids, -a["size_bytes"].to_numpy(dtype=np.int64)[rows]))]
+    keep = np.ones(total, dtype=bool)
     if total > budget:
-        keep = np.zeros(total, dtype=bool)
-        keep[:budget] = True
-        at_peak = a["alloc_id"].isin(peak_ids).to_numpy()
-        extra = np.flatnonzero(at_peak & ~keep)[: budget // 4]
-        keep[extra] = True
-        rest = a[~keep]
-        a = a[keep]
-        summ = (
-            rest.assign(
-                device=rest["device"].astype("object"), category=rest["category"].astype("object")
-            )
-            .groupby(["device", "category"], sort=False)["size_bytes"]
-            .agg(["count", "sum"])
-            .reset_index()
-            .rename(columns={"sum": "size_bytes"})
-            .sort_values("size_bytes", ascending=False)
-        )
-    else:
-        summ = pd.DataFrame({"device": [], "category": [], "count": [], "size_bytes": []})
-    return Allocations(a.reset_index(drop=True), summ.reset_index(drop=True), total, peak_ids)
+        keep[budget:] = False
+        at_peak = np.isin(a["alloc_id"].to_numpy(dtype=np.int64)[rows], list(peak_ids))
+        keep[np.flatnonzero(at_peak & ~keep)[: budget // 4]] = True
+    table = a.take(rows[keep]).reset_index(drop=True)
+    return Allocations(table, _summarised(a, rows[~keep]), total, peak_ids)
+
+
+def _summarised(a: pd.DataFrame, rows: np.ndarray) -> pd.DataFrame:
+    """One row per (device, category) of the blocks at ``rows`` (in order of first
+    appearance, then by total size, largest first): how many and their total size. Blocks
+    without a device or category are left out."""
+    dev_codes, devs = pd.factorize(a["device"].astype("object").to_numpy()[rows])
+    cat_codes, cats = pd.factorize(a["category"].astype("object").to_numpy()[rows])
+    ok = (dev_codes >= 0) & (cat_codes >= 0)
+    key = (dev_codes * max(len(cats), 1) + cat_codes)[ok]
+    groups, first, which = np.unique(key, return_index=True, return_inverse=True)
+    sizes = np.zeros(len(groups), dtype=np.int64)
+    np.add.at(sizes, which, a["size_bytes"].to_numpy(dtype=np.int64)[rows][ok])
+    order = np.argsort(first, kind="stable")  # groups in order of first appearance ...
+    order = order[np.argsort(-sizes[order], kind="stable")]  # ... then largest first
+    groups = groups[order]
+    return pd.DataFrame(
+        {
+            "device": np.asarray(devs, dtype=object)[groups // max(len(cats), 1)],
+            "category": np.asarray(cats, dtype=object)[groups % max(len(cats), 1)],
+            "count": np.bincount(which, minlength=len(first))[order],
+            "size_bytes": sizes[order],
+        }
+    )
 
 
 def allocation_columns(prof, sel: Allocations, ops: Ops, win: Window) -> dict[str, object]:
@@ -539,9 +582,7 @@ def allocation_columns(prof, sel: Allocations, ops: Ops, win: Window) -> dict[st
     lifetime[only_free] = [f"until {format_time(v, records=est)}" for v in t_free[only_free]]
     lifetime[~no_alloc & no_free] = "still alive"
     both = ~no_alloc & ~no_free
-    lifetime[both] = _formatted(
-        t_free[both] - t_alloc[both], lambda v: format_time(v, records=est, span=True)
-    )
+    lifetime[both] = _time_texts(t_free[both] - t_alloc[both], records=est, span=True)
 
     cat = _str(a["category"], "unknown")
     names = _str(a["name"]).astype(object)
@@ -556,7 +597,7 @@ def allocation_columns(prof, sel: Allocations, ops: Ops, win: Window) -> dict[st
     blank = np.full(m, "", dtype=object)
 
     def text(shown, summarised) -> np.ndarray:
-        return np.concatenate([np.asarray(shown, dtype=object), summarised]).astype(str)
+        return np.concatenate([np.asarray(shown, dtype=str), np.asarray(summarised, dtype=str)])
 
     cols: dict[str, object] = {
         "alloc_id": np.concatenate([alloc_ids, none]),
@@ -596,51 +637,102 @@ HIGHLIGHT_RELATIONS = (
 )
 
 
-def lineage_rows(prof, alloc_ids: list[int]) -> pd.DataFrame:
-    """The lineages of the shown blocks, from the analysis (``all_lineages``)."""
-    from .._analysis.lineage import all_lineages
-
-    if not alloc_ids:
-        return pd.DataFrame(columns=["alloc_id", "time_ns", "op_id", "relation", "phase"])
-    return all_lineages(prof.tables, list(alloc_ids))
+_PHASES = Phase.values()
+_HIGHLIGHT_CODES = [_lineage.RELATIONS.index(r) for r in HIGHLIGHT_RELATIONS]
 
 
-def must_show_ops(sel: Allocations, lin: pd.DataFrame, limit: int) -> set[int]:
+def lineage_rows(prof, alloc_ids: list[int]) -> _lineage.LineageSteps:
+    """The lineages of the shown blocks, from the analysis (what ``prof.lineage`` lists for
+    each), as arrays."""
+    return _lineage.lineage_steps(prof.tables, list(alloc_ids))
+
+
+def _step_phases(prof, lin: _lineage.LineageSteps) -> np.ndarray:
+    """The phase of each lineage step's op, as a code into ``Phase.values()`` (-1: none)."""
+    out = np.full(len(lin), -1, dtype=np.int64)
+    has = lin.op_id >= 0
+    if has.any():
+        out[has] = _codes_in(prof.ops["phase"], _PHASES)[lin.op_id[has]]
+    return out
+
+
+def _highlighted(relation: np.ndarray, phase: np.ndarray) -> np.ndarray:
+    """Lineage steps (their relation and phase codes) whose op the op tree highlights for a
+    clicked block: the op that allocated it, and backward ops that used or freed it."""
+    backward = phase == _PHASES.index(Phase.BACKWARD.value)
+    allocated = relation == _lineage.RELATIONS.index(Relation.ALLOCATED.value)
+    return allocated | (backward & np.isin(relation, _HIGHLIGHT_CODES))
+
+
+def _block_rows(alloc_ids: list[int], lin: _lineage.LineageSteps) -> np.ndarray:
+    """For each lineage step, the row of its block among ``alloc_ids`` (-1: not listed)."""
+    ids = np.asarray(alloc_ids, dtype=np.int64)
+    if not len(ids):
+        return np.full(len(lin), -1, dtype=np.int64)
+    order = np.argsort(ids, kind="stable")
+    at = order[np.searchsorted(ids, lin.alloc_id, sorter=order).clip(0, len(ids) - 1)]
+    return np.where(ids[at] == lin.alloc_id, at, -1)
+
+
+def must_show_ops(prof, sel: Allocations, lin: _lineage.LineageSteps, limit: int) -> set[int]:
     """Ops the op tree must keep so clicking a shown block can highlight them: the creating,
     freeing and backward ops of the largest shown blocks, up to ``limit`` ops."""
     a = sel.table
-    rank = {int(i): r for r, i in enumerate(a["alloc_id"])}
-    rows = []
-    for col in ("alloc_op_id", "free_op_id"):
-        rows.append(pd.DataFrame({"rank": np.arange(len(a)), "op_id": _ns(a[col])}))
+    ranks = np.arange(len(a), dtype=np.int64)
+    rank = [ranks, ranks]
+    op_ids = [_ids(a["alloc_op_id"]), _ids(a["free_op_id"])]
     if len(lin):
-        rel = lin["relation"].astype("object")
-        ph = lin["phase"].astype("object")
-        mask = (rel == Relation.ALLOCATED.value) | (
-            (ph == Phase.BACKWARD.value) & rel.isin(HIGHLIGHT_RELATIONS)
-        )
-        ll = lin[mask.fillna(False).to_numpy(dtype=bool)]
-        rows.append(pd.DataFrame({"rank": ll["alloc_id"].map(rank), "op_id": _ns(ll["op_id"])}))
-    allrows = pd.concat(rows).dropna().sort_values("rank", kind="stable")
-    ids = pd.unique(allrows["op_id"].astype("int64"))[:limit]
-    return {int(i) for i in ids}
+        hl = _highlighted(lin.relation, _step_phases(prof, lin))
+        rank.append(_block_rows(a["alloc_id"].to_numpy(dtype=np.int64), lin)[hl])
+        op_ids.append(lin.op_id[hl])
+    rank, op_ids = np.concatenate(rank), np.concatenate(op_ids)
+    ok = (rank >= 0) & (op_ids >= 0)
+    ordered = op_ids[ok][np.argsort(rank[ok], kind="stable")]
+    return {int(i) for i in pd.unique(ordered)[:limit]}
 
 
 LINEAGE_STRINGS = ("op_name", "relation", "category", "phase", "module", "callsite")
+_OP_STRINGS = {"op_name": "name", "module": "module", "callsite": "callsite"}
+
+
+class _Pool:
+    """One list of unique strings that the lineage columns index into."""
+
+    def __init__(self) -> None:
+        self.index: dict[str, int] = {}
+
+    def codes(self, texts: np.ndarray, codes: np.ndarray) -> np.ndarray:
+        """Pool indices of ``texts[codes]`` (-1 where a code is -1 or its text is missing);
+        the texts used join the pool in the order they first occur."""
+        remap = np.full(len(texts) + 1, -1, dtype=np.int32)  # code -1 picks the last
+        used = pd.unique(codes)
+        used = used[used >= 0]
+        index = self.index
+        remap[used] = [
+            -1 if t is None else index.setdefault(t, len(index)) for t in texts[used].tolist()
+        ]
+        return remap[codes]
+
+
+def _op_texts(prof, column: str, ops: np.ndarray) -> np.ndarray:
+    """``prof.ops[column]`` at rows ``ops`` as objects, None where missing."""
+    values = np.asarray(prof.ops[column].array.take(ops), dtype=object)
+    values[pd.isna(values)] = None
+    return values
 
 
 def lineage_columns(
-    prof, lin: pd.DataFrame, alloc_ids: list[int], ops: Ops, win: Window
+    prof, lin: _lineage.LineageSteps, alloc_ids: list[int], ops: Ops, win: Window
 ) -> tuple[dict, list[str], list[int], list[int]]:
     """All shown blocks' lineages as one flat table, plus each block's [start, end) rows.
 
-    Rows come from :func:`jupyter_memprof._analysis.lineage.all_lineages` (the analysis); this only
-    orders them by block (keeping their time order) and converts times and op ids for display.
-    Strings are stored as indices into one pool of unique strings (returned alongside), and
-    versions as integers (-1 for none), so tens of thousands of rows stay compact binary
-    arrays; the page turns the clicked block's rows back into text. ``hl`` marks the rows
-    whose op the op tree highlights: the op that allocated the block and the backward ops
-    that used or freed it.
+    Rows come from :func:`jupyter_memprof._analysis.lineage.lineage_steps` (the analysis);
+    this only orders them by block (keeping their time order) and converts times and op ids
+    for display. Strings are stored as indices into one pool of unique strings (returned
+    alongside), and versions as integers (-1 for none), so tens of thousands of rows stay
+    compact binary arrays; the page turns the clicked block's rows back into text. ``hl``
+    marks the rows whose op the op tree highlights: the op that allocated the block and the
+    backward ops that used or freed it.
     """
     n_blocks = len(alloc_ids)
     if not n_blocks or not len(lin):
@@ -649,31 +741,41 @@ def lineage_columns(
         }
         cols["t"] = np.zeros(0)
         return cols, [], [0] * n_blocks, [0] * n_blocks
-    pos = pd.Series(np.arange(n_blocks), index=np.asarray(alloc_ids, dtype=np.int64))
-    lin = lin.assign(_pos=lin["alloc_id"].map(pos)).dropna(subset=["_pos"])
-    lin = lin.sort_values("_pos", kind="stable").reset_index(drop=True)
-    counts = np.bincount(lin["_pos"].astype(np.int64), minlength=n_blocks)
+    block = _block_rows(alloc_ids, lin)
+    order = np.flatnonzero(block >= 0)
+    order = order[np.argsort(block[order], kind="stable")]
+    block = block[order]
+    op_id = lin.op_id[order]
+    relation = lin.relation[order].astype(np.int64)
+    phase = _step_phases(prof, lin)[order]
+    counts = np.bincount(block, minlength=n_blocks)
     ends = np.cumsum(counts)
     starts = ends - counts
-    pool_index: dict[str, int] = {}
     # float32 ms: µs resolution for captures up to ~15 s, plenty for a table cell
-    cols: dict[str, np.ndarray] = {"t": win.ms(lin["time_ns"]).astype(np.float32)}
+    t = win.ms(lin.time_ns[order])
+    t[~lin.has_time[order]] = np.nan
+    cols: dict[str, np.ndarray] = {"t": t.astype(np.float32)}
+    pool = _Pool()
+    shown_ops, at = np.unique(op_id, return_inverse=True)  # -1 (no op) first, if any
+    at = at.reshape(-1)
+    has_op = shown_ops >= 0
     for k in LINEAGE_STRINGS:
-        codes, uniques = pd.factorize(lin[k].astype(object), use_na_sentinel=True)
-        remap = np.array([pool_index.setdefault(str(u), len(pool_index)) for u in uniques] + [-1])
-        cols[k] = remap[codes].astype(np.int32)  # NA (-1) picks the trailing -1
-    pool = list(pool_index)
-    cols["version"] = pd.array(lin["version"], dtype="Int64").to_numpy(dtype=np.int64, na_value=-1)
-    op_row = nearest_shown(lin["op_id"], prof, ops)
+        if k in _OP_STRINGS:
+            texts = np.full(len(shown_ops), None, dtype=object)
+            texts[has_op] = _op_texts(prof, _OP_STRINGS[k], shown_ops[has_op])
+            cols[k] = pool.codes(texts, at)
+        elif k == "relation":
+            cols[k] = pool.codes(np.array(_lineage.RELATIONS, dtype=object), relation)
+        elif k == "category":
+            cats = np.array(_lineage.CATEGORIES, dtype=object)
+            cols[k] = pool.codes(cats, lin.category[order].astype(np.int64))
+        else:
+            cols[k] = pool.codes(np.array(_PHASES, dtype=object), phase)
+    cols["version"] = lin.version[order]
+    op_row = nearest_shown(op_id, prof, ops)
     cols["op_row"] = op_row
-    rel = lin["relation"].astype(object).to_numpy()
-    phase = lin["phase"].astype(object).to_numpy()
-    hl = (op_row >= 0) & (
-        (rel == Relation.ALLOCATED.value)
-        | ((phase == Phase.BACKWARD.value) & np.isin(rel, HIGHLIGHT_RELATIONS))
-    )
-    cols["hl"] = hl.astype(np.int32)
-    return cols, pool, starts.tolist(), ends.tolist()
+    cols["hl"] = ((op_row >= 0) & _highlighted(relation, phase)).astype(np.int32)
+    return cols, list(pool.index), starts.tolist(), ends.tolist()
 
 
 def decode_lineage(
@@ -696,20 +798,29 @@ def decode_lineage(
 def flow_columns(prof, ops: Ops) -> dict[str, object]:
     """Forward -> backward links whose two ends are both shown."""
     f = prof.flows
-    fi = f["forward_op_id"].map(ops.row_of)
-    bi = f["backward_op_id"].map(ops.row_of)
-    ok = (fi.notna() & bi.notna()).to_numpy()
-    fi = fi[ok].astype("int64").to_numpy()
-    bi = bi[ok].astype("int64").to_numpy()
+    fi = _shown_rows(ops, f["forward_op_id"].to_numpy(dtype=np.int64))
+    bi = _shown_rows(ops, f["backward_op_id"].to_numpy(dtype=np.int64))
+    ok = (fi >= 0) & (bi >= 0)
+    fi, bi = fi[ok], bi[ok]
     c = ops.columns
     return {
-        "fi": fi.tolist(),
-        "bi": bi.tolist(),
-        "seq_nr": f["seq_nr"][ok].astype("int64").tolist(),
-        "x0": np.asarray(c["cx"])[fi].tolist(),
-        "y0": np.asarray(c["cy"])[fi].tolist(),
-        "x1": np.asarray(c["cx"])[bi].tolist(),
-        "y1": np.asarray(c["cy"])[bi].tolist(),
-        "fname": [c["name"][i] for i in fi],
-        "bname": [c["name"][i] for i in bi],
+        "fi": fi,
+        "bi": bi,
+        "seq_nr": f["seq_nr"].to_numpy(dtype=np.int64)[ok],
+        "x0": np.asarray(c["cx"], dtype=np.float64)[fi],
+        "y0": np.asarray(c["cy"], dtype=np.float64)[fi],
+        "x1": np.asarray(c["cx"], dtype=np.float64)[bi],
+        "y1": np.asarray(c["cy"], dtype=np.float64)[bi],
+        "fname": np.asarray(c["name"], dtype=str)[fi],
+        "bname": np.asarray(c["name"], dtype=str)[bi],
     }
+
+
+def _shown_rows(ops: Ops, op_ids: np.ndarray) -> np.ndarray:
+    """The row of each op id among the shown ops, -1 for one not shown."""
+    shown = np.asarray(ops.columns["op_id"], dtype=np.int64)
+    if not len(shown) or not len(op_ids):
+        return np.full(len(op_ids), -1, dtype=np.int64)
+    order = np.argsort(shown, kind="stable")
+    at = order[np.searchsorted(shown, op_ids, sorter=order).clip(0, len(shown) - 1)]
+    return np.where(shown[at] == op_ids, at, -1)

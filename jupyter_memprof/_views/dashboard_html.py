@@ -21,8 +21,14 @@ import os
 from bokeh.core.json_encoder import serialize_json
 from bokeh.embed.bundle import bundle_for_objs_and_resources
 from bokeh.embed.elements import div_for_render_item
-from bokeh.embed.util import OutputDocumentFor, standalone_docs_json_and_render_items
+from bokeh.embed.util import (
+    OutputDocumentFor,
+    RenderItem,
+    standalone_docs_json_and_render_items,
+)
+from bokeh.model import Model
 from bokeh.resources import INLINE
+from bokeh.util.serialization import make_globally_unique_css_safe_id, make_globally_unique_id
 
 from .._io import atomic_write, check_target
 from .dashboard_js import source
@@ -71,17 +77,41 @@ def standalone_html(layout, title: str) -> str:
             [layout], suppress_callback_warning=True
         )
         bundle = bundle_for_objs_and_resources([doc], INLINE)
-    js = ";\n".join(bundle.js_raw)
-    items = json.dumps([item.to_json() for item in render_items])
+    return _page(title, docs_json, render_items[0], ";\n".join(bundle.js_raw))
+
+
+def _page(title: str, docs_json: dict, item: RenderItem, js: str) -> str:
     return _PAGE.format(
         title=html.escape(title),
-        divs="\n".join(div_for_render_item(item) for item in render_items),
+        divs=div_for_render_item(item),
         js=_packed_bokehjs(js),
         doc=_pack(serialize_json(docs_json)),
         # JSON inside <script>: no "</" can end the element early
-        items=items.replace("</", "<\\/"),
+        items=json.dumps([item.to_json()]).replace("</", "<\\/"),
         loader=source("page_loader.js"),
     )
+
+
+@functools.lru_cache(maxsize=2)
+def bokehjs(mathjax: bool = False) -> str:
+    """BokehJS with its widgets and tables, read once: what ``bundle_for_objs_and_resources``
+    gives for a dashboard's models (tables and widgets, no WebGL, nothing but Bokeh's own
+    models; MathJax when a text holds TeX). tests/test_dashboard.py compares the two."""
+    used = {"bokeh", "bokeh-widgets", "bokeh-tables"} | ({"bokeh-mathjax"} if mathjax else set())
+    components = [c for c in INLINE.components if c in used]
+    return ";\n".join(INLINE.clone(components=components).js_raw)
+
+
+def page_html(doc_json: dict, root: Model, title: str, js: str) -> str:
+    """One self-contained HTML page showing the document ``doc_json`` (see
+    :func:`standalone_html`), whose root has the id of ``root``."""
+    item = render_item(root)
+    return _page(title, {item.docid: doc_json}, item, js)
+
+
+def render_item(root: Model) -> RenderItem:
+    """The render item of a document whose root has the id of ``root``."""
+    return RenderItem(make_globally_unique_id(), roots={root: make_globally_unique_css_safe_id()})
 
 
 _notebook_loaded = False
@@ -139,17 +169,18 @@ def write_html(prof, path, *, overwrite: bool = False) -> str:
     written atomically; an existing file is replaced when it is such a dashboard page, or
     with ``overwrite=True``.
     """
-    from .dashboard import build
+    from .dashboard import page
 
     path = os.fspath(path)
     check_target(path, what="jupyter_memprof dashboard", overwrite=overwrite,
                  is_own_kind=is_our_page)  # fmt: skip
-    built = build(prof)
-    page = standalone_html(built.layout, f"jupyter_memprof: {prof.label}")
+    shown = page(prof)
+    js = bokehjs(mathjax=shown.tex)
+    text = page_html(shown.doc, shown.root, f"jupyter_memprof: {prof.label}", js)
 
     def write(tmp: str) -> None:
         with open(tmp, "w", encoding="utf-8") as fh:
-            fh.write(page)
+            fh.write(text)
 
     atomic_write(path, write, what="jupyter_memprof dashboard", overwrite=overwrite,
                  is_own_kind=is_our_page)  # fmt: skip

@@ -7,18 +7,56 @@ import keyword
 import weakref
 
 import ipywidgets as widgets
+from bokeh.core.serialization import UnknownReferenceError
+from bokeh.document import Document
+from bokeh.embed.elements import div_for_render_item
 from jupyter_bokeh import BokehModel
 
 from . import dashboard_data as dd
-from .dashboard import build, forget
-from .dashboard_html import load_bokehjs_in_notebook
+from .dashboard import Page, forget, page
+from .dashboard_html import load_bokehjs_in_notebook, render_item
 
 
 class _BokehView(BokehModel):
     """jupyter_bokeh's widget, whose ``close`` may run twice (explicitly, then on garbage
-    collection) without raising."""
+    collection) without raising, and which shows either a Bokeh layout or a dashboard's
+    :class:`~jupyter_memprof._views.dashboard.Page`.
+
+    A page's models exist in the browser only, but for the data sources the kernel reads
+    back: the kernel's document holds those (with the page's ids), so the browser's changes
+    to them (a selection) arrive as they do for any Bokeh model, and changes to models the
+    kernel does not hold (the views' ranges, texts, ...) are left to the browser."""
 
     _closed = False
+    _page: Page | None = None
+
+    def __init__(self, model=None, *, page: Page | None = None, **kwargs) -> None:
+        self._page = page
+        super().__init__(model if page is None else page.root, **kwargs)
+
+    def update_from_model(self, model) -> None:
+        if self._page is None:
+            return super().update_from_model(model)
+        shown = self._page
+        built = shown.built
+        doc = Document()
+        with doc.models.freeze():  # one pass over the models, not one per root
+            for root in (model, built.ops, built.allocs, built.lineage, built.lineage_all):
+                doc.add_root(root)
+        item = render_item(model)
+        self._model = model
+        self.render_bundle = {
+            "docs_json": {item.docid: shown.doc},
+            "render_items": [item.to_json()],
+            "div": div_for_render_item(item),
+        }
+        doc.on_change_dispatch_to(self)
+
+    def _sync_model(self, model, content, buffers) -> None:
+        try:
+            super()._sync_model(model, content, buffers)
+        except UnknownReferenceError:  # a change to a model only the browser holds
+            pass
 
     def close(self) -> None:
         if not self._closed:
@@ -94,8 +132,9 @@ class Dashboard(widgets.VBox):
             layout=widgets.Layout(width="220px"),
         )
         self._status = widgets.HTML(value="")
-        self._built = build(prof, header=header)
-        self._view = _BokehView(self._built.layout)
+        shown = page(prof, header=header, live=True)
+        self._built = shown.built
+        self._view = _BokehView(page=shown)
         self._device.observe(self._rebuild, names="value")
         self._categories.observe(self._rebuild, names="value")
         self._to_var.on_click(lambda _: self.lineage_to_variable())
@@ -163,8 +202,9 @@ class Dashboard(widgets.VBox):
     def _rebuild(self, _change=None) -> None:
         device = self._device.value or None
         cats = list(self._categories.value)
-        self._built = build(self.profile, device=device, categories=cats, header=self._header)
+        shown = page(self.profile, device, cats, header=self._header, live=True)
+        self._built = shown.built
         old = self._view
-        self._view = _BokehView(self._built.layout)
+        self._view = _BokehView(page=shown)
         self.children = [*self.children[:-1], self._view]
         old.close()
