@@ -246,11 +246,15 @@ def read_trace(
     open_ops: dict[int, list[tuple]] = {}
     forever = 1 << 62
 
-    # (event, callsite, in_autograd_call) in pre-order, which is start-time order
-    stack: list[tuple] = [(e, None, False) for e in reversed(roots)]
+    # (event, callsite, in_autograd_call, user_frame) in pre-order, which is start-time order.
+    # user_frame: whether the Python frame running when the event starts is user code (None:
+    # not known yet). A Python call's children run in the frame it called, a C call's in the
+    # frame that called it, an op's in the frame around it; so C calls made from library
+    # frames (most of the Python events) need not be opened at all.
+    stack: list[tuple] = [(e, None, False, None) for e in reversed(roots)]
     pop, push = stack.pop, stack.append
     while stack:
-        ev, callsite, in_autograd = pop()
+        ev, callsite, in_autograd, user_frame = pop()
         n_events += 1
         tag = ev.tag
         if tag == _TORCH_OP:
@@ -372,25 +376,37 @@ def read_trace(
                 allocated.add(tid)
             memory.append(new_memory((t, f.ptr, size, tid, f.allocation_id, dname, parent)))
             continue
-        elif tag == _PY_CALL or tag == _PY_CCALL:
-            # Frame strings can be undecodable in some torch builds (seen: ev.name of a
-            # PyCall); a frame we cannot read just does not move the callsite.
+        elif tag == _PY_CCALL:
+            if user_frame is not False:  # else: a C call from library code moves nothing
+                # Frame strings can be undecodable in some torch builds (seen: ev.name of a
+                # PyCall); a frame we cannot read just does not move the callsite.
+                try:
+                    caller = ev.extra_fields.caller
+                    fn = caller.file_name
+                    user_frame = is_user(fn)
+                    if user_frame:
+                        callsite = label(fn, caller.line_number, caller.function_name)
+                except UnicodeDecodeError:
+                    pass
+        elif tag == _PY_CALL:
+            fields = ev.extra_fields
             try:
-                fields = ev.extra_fields
-                caller = fields.caller
-                fn = caller.file_name
-                if is_user(fn):
-                    callsite = label(fn, caller.line_number, caller.function_name)
-                    # user code calling `loss.backward()` / `torch.autograd.grad(...)`
-                    if tag == _PY_CALL and not in_autograd:
-                        callee = fields.callsite
-                        in_autograd = callee.function_name in _AUTOGRAD_ENTRY_POINTS and (
-                            callee.file_name.startswith(("torch/autograd/", "torch/_tensor.py"))
-                        )
+                callee = fields.callsite
+                if user_frame is not False:
+                    caller = fields.caller
+                    fn = caller.file_name
+                    if is_user(fn):
+                        callsite = label(fn, caller.line_number, caller.function_name)
+                        # user code calling `loss.backward()` / `torch.autograd.grad(...)`
+                        if not in_autograd:
+                            in_autograd = callee.function_name in _AUTOGRAD_ENTRY_POINTS and (
+                                callee.file_name.startswith(("torch/autograd/", "torch/_tensor.py"))
+                            )
+                user_frame = is_user(callee.file_name)  # the frame its children run in
             except UnicodeDecodeError:
-                pass
-            if tracer_modules and tag == _PY_CALL:
-                module = ev.extra_fields.module
+                user_frame = None
+            if tracer_modules:
+                module = fields.module
                 if module is not None:
                     _module_call(
                         ev, module, callsite, in_autograd, ops, open_ops, module_calls,
@@ -399,7 +415,7 @@ def read_trace(
         children = ev.children
         if children:
             for c in reversed(children):
-                push((c, callsite, in_autograd))
+                push((c, callsite, in_autograd, user_frame))
     return Trace(
         ops,
         list(map(functools.partial(tuple.__new__, TensorRef), tensors)),
