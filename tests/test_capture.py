@@ -481,3 +481,24 @@ def test_a_preexisting_block_whose_address_is_reused_ends_at_the_exact_reuse_tim
     infer_invisible_frees(has_alloc, alloc_ns, has_free, free_ns, device, ptr)
     assert has_free.tolist() == [True, False, False]
     assert free_ns[0] == t0
+
+
+class _Hostile:
+    """A notebook object whose attribute lookup runs code that raises."""
+
+    def __getattribute__(self, name):
+        raise RuntimeError(f"no {name} here")
+
+
+def test_a_hostile_object_in_the_namespace_does_not_stop_the_module_lookup():
+    """With stacks, modules no variable holds are looked up through the variables' attributes
+    and then the garbage collector's objects: an object that raises on any attribute is
+    passed over, and the model held by no variable is still found with its submodules."""
+    hidden = [torch.nn.Sequential(torch.nn.Linear(4, 4))]
+    x = torch.randn(2, 4)
+    with jupyter_memprof.profile(namespace={"odd": _Hostile(), "x": x, "_h": hidden}) as prof:
+        hidden[0](x)
+    mods = prof.ops.loc[prof.ops["kind"] == "module", "module"].astype(str).tolist()
+    assert mods == ["Sequential", "Sequential.0"]
+    assert prof.meta.get("analysis_error") is None
+    assert "Sequential.0.weight" in set(prof.names["name"])

@@ -109,7 +109,7 @@ class FakeRun:
             _register_held(rec, obj)
         del copies
         self.copier.forget_copies()
-        self.start_rows = SessionNames(self.ns(), None).rows("start", rec.storage)
+        self.start_rows = SessionNames(self.ns()).rows("start", rec.storage)
         remap = self.plan.compute if self.plan.simulated else None
         with contextlib.ExitStack() as stack:
             if self.plan.compute is not None and self.plan.compute.type == "cuda":
@@ -126,12 +126,12 @@ class FakeRun:
                 if error is None:
                     raise
                 raise error from None
-        self.names = SessionNames(self.ns(), rec)
+        self.names = SessionNames(self.ns(), rec.modules, rec.optimizers)
         self.end_rows = self.names.rows("end", rec.storage)
 
     def capture(self) -> Capture:
         rec = self.recorder
-        names = self.names or SessionNames(self.ns(), rec)
+        names = self.names or SessionNames(self.ns(), rec.modules, rec.optimizers)
         trace = Trace(
             rec.op_records(), rec.tensors, rec.memory, rec.untracked, len(rec.ops) + len(rec.memory)
         )

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import threading
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -137,29 +138,35 @@ def modules_by_id(calls, namespace: dict | None) -> list[torch.nn.Module | None]
                 found[id(m)] = m
 
     for _, v in _public(namespace):
-        if isinstance(v, torch.nn.Module):
+        if _is(v, torch.nn.Module):
             walk(v)
     if len(found) < len(wanted):
         for _, v in _public(namespace):
-            if isinstance(v, (torch.nn.Module, type)):
+            if _is(v, (torch.nn.Module, type)):
                 continue
             try:  # a user object's attribute lookup may run its code and raise
                 attrs = getattr(v, "__dict__", None)
             except Exception:
                 continue
-            if isinstance(attrs, dict):
+            if _is(attrs, dict):
                 for a in list(attrs.values()):
-                    if isinstance(a, torch.nn.Module) and id(a) not in found:
+                    if _is(a, torch.nn.Module) and id(a) not in found:
                         walk(a)
     if len(found) < len(wanted):
         for obj in gc.get_objects():
             key = id(obj)
-            if key in wanted and key not in found and isinstance(obj, torch.nn.Module):
+            if key in wanted and key not in found and _is(obj, torch.nn.Module):
                 found[key] = obj
     return [
         m if m is not None and type(m).__name__ == cls else None
         for m, cls in ((found.get(key), cls) for key, cls in calls)
     ]
+
+
+def _is(obj: Any, cls) -> bool:
+    """``isinstance`` by the object's real type: a notebook object that fakes ``__class__``
+    (or raises on it) is judged without running its code."""
+    return issubclass(type(obj), cls)
 
 
 def _public(namespace: dict | None) -> list[tuple[str, Any]]:
@@ -200,20 +207,23 @@ class SessionNames:
     written with bare parameters still gets its bytes attributed.
     """
 
-    def __init__(self, namespace: dict | None, hooks: ModuleHooks | None):
+    def __init__(
+        self,
+        namespace: dict | None,
+        modules: Sequence[torch.nn.Module] = (),
+        optimizers: Sequence[torch.optim.Optimizer] = (),
+    ):
+        """``modules`` and ``optimizers``: those that ran in the capture (call order)."""
         items = _public(namespace)
-        self.var_modules = [(k, v) for k, v in items if isinstance(v, torch.nn.Module)]
-        self.var_optimizers = [(k, v) for k, v in items if isinstance(v, torch.optim.Optimizer)]
-        self.var_tensors = [(k, v) for k, v in items if isinstance(v, torch.Tensor)]
-        called = hooks.modules if hooks else []
-        self.hooked_modules = called
-        opts = hooks.optimizers if hooks else []
-        self.roots = self._roots(called)
+        self.var_modules = [(k, v) for k, v in items if _is(v, torch.nn.Module)]
+        self.var_optimizers = [(k, v) for k, v in items if _is(v, torch.optim.Optimizer)]
+        self.var_tensors = [(k, v) for k, v in items if _is(v, torch.Tensor)]
+        self.roots = self._roots(modules)
         self.paths = self._paths()
         self.param_names, self.owners = self._param_names()
-        self.optimizers = self._optimizers(opts)
+        self.optimizers = self._optimizers(optimizers)
 
-    def _roots(self, called: list[torch.nn.Module]) -> list[tuple[str, torch.nn.Module]]:
+    def _roots(self, called: Sequence[torch.nn.Module]) -> list[tuple[str, torch.nn.Module]]:
         """Root modules with a display name: notebook variables holding a module that no
         other variable's module contains, then modules that ran and are inside no known
         module (named by class, numbered from the second on)."""
@@ -273,7 +283,7 @@ class SessionNames:
                 owners.setdefault(id(t), var)  # a parameter of no module stands for itself
         return names, owners
 
-    def _optimizers(self, hooked: list) -> list[tuple[str, torch.optim.Optimizer]]:
+    def _optimizers(self, hooked: Sequence) -> list[tuple[str, torch.optim.Optimizer]]:
         out = list(self.var_optimizers)
         known = {id(o) for _, o in out}
         for o in hooked:

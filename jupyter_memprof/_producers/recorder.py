@@ -255,7 +255,7 @@ class Recorder:
                     "a torch profiler is already running: finish its `with` block (or call "
                     "its stop()) before profiling memory here"
                 )
-            self.start_rows = SessionNames(self._namespace(), None).rows("start")
+            self.start_rows = SessionNames(self._namespace()).rows("start")
             activities = [torch.profiler.ProfilerActivity.CPU]
             if any(d.startswith("cuda") for d in self.devices):
                 activities.append(torch.profiler.ProfilerActivity.CUDA)
@@ -336,18 +336,6 @@ class Recorder:
     def kineto_results(self):
         return self._torch_profiler.profiler.kineto_results
 
-    def session_names(
-        self, modules: list[torch.nn.Module] | None = None
-    ) -> tuple[SessionNames, list]:
-        """Names as the session knows them now, and every name row (start and end).
-        ``modules``: the modules that ran, when the trace names them (else the hooks do)."""
-        ran = self.hooks
-        if modules is not None:
-            opts = self.hooks.optimizers if self.hooks is not None else []
-            ran = types.SimpleNamespace(modules=modules, optimizers=opts)
-        names = SessionNames(self._namespace(), ran)
-        return names, [*self.start_rows, *names.rows("end")]
-
     def capture(self, progress: Progress | None = None) -> Capture:
         """Read torch's events into records: the producer's whole output."""
         if progress is not None:
@@ -356,23 +344,25 @@ class Recorder:
         trace = events.read_trace(
             results, events.FrameNamer(_cell_namer()), tracer_modules=self.with_stack
         )
+        namespace = self._namespace()
+        hooks = self.hooks
         if self.with_stack:  # modules from the Python tracer: (id, class) pairs
-            found = modules_by_id(trace.module_calls, self._namespace())
-            names, rows = self.session_names([m for m in found if m is not None])
-            paths = [
-                names.module_path(m) if m is not None else cls
-                for m, (_, cls) in zip(found, trace.module_calls)
-            ]
             classes = [cls for _, cls in trace.module_calls]
+            found = modules_by_id(trace.module_calls, namespace)  # None: gone
         else:
-            names, rows = self.session_names()
-            modules = names.hooked_modules
-            paths = [names.module_path(m) for m in modules]
-            classes = [type(m).__name__ for m in modules]
+            found = hooks.modules if hooks is not None else []
+            classes = [type(m).__name__ for m in found]
+        names = SessionNames(
+            namespace,
+            [m for m in found if m is not None],
+            hooks.optimizers if hooks is not None else [],
+        )
         return Capture(
             trace=trace,
-            names=rows,
-            module_paths=paths,
+            names=[*self.start_rows, *names.rows("end")],
+            module_paths=[
+                names.module_path(m) if m is not None else cls for m, cls in zip(found, classes)
+            ],
             module_classes=classes,
             devices=list(self.devices),
             start_ns=_time_zero(self.start_ns, trace, events.trace_start_ns(results)),

@@ -195,6 +195,8 @@ class FrameNamer:
 #: the open-op entry an op outside every other op sees as its enclosing one:
 #: (end_ns, op_id, depth, node, module_ctx, backward, optimizer); its child has depth 0
 _OUTSIDE = (0, NO_ID, -1, NO_ID, NO_ID, False, False)
+#: the end of an op still running when the capture stopped: it encloses everything after it
+_FOREVER = 1 << 62
 
 
 def _kind(name: str, scope) -> OpKind:
@@ -244,7 +246,6 @@ def read_trace(
     untracked: dict[int, list] = {}
     # per thread: open ops as (end_ns, op_id, depth, node, module_ctx, backward, optimizer)
     open_ops: dict[int, list[tuple]] = {}
-    forever = 1 << 62
 
     # (event, callsite, in_autograd_call, user_frame) in pre-order, which is start-time order.
     # user_frame: whether the Python frame running when the event starts is user code (None:
@@ -345,7 +346,7 @@ def read_trace(
             # an op still running when the capture stopped has no sensible end
             st.append(
                 (
-                    end if end >= start else forever,
+                    end if end >= start else _FOREVER,
                     op_id,
                     depth,
                     node,
@@ -465,7 +466,7 @@ def _module_call(
             node_id=node,
         )
     )
-    st.append((end if end >= start else 1 << 62, op_id, depth, node, op_id, backward, optimizer))
+    st.append((end if end >= start else _FOREVER, op_id, depth, node, op_id, backward, optimizer))
 
 
 def _untracked(untracked: dict, tid: int, t, sizes, dev_names) -> None:
