@@ -77,27 +77,39 @@ def warm_up_profiler(step) -> None:
 
 
 def floor_walk(results) -> int:
-    """Read every field the analysis needs from every event; build nothing."""
-    from torch._C._profiler import _EventType, _TensorMetadata
+    """Read from every event the fields the reader needs of every event of its kind; build
+    nothing.
+
+    Events are told apart the cheapest way there is, by the type of their extra fields (as
+    the reader does): comparing ``ev.tag``, a pybind11 enum, costs about 0.3 µs a time. What
+    the reader reads only for some events (the strides, device and type of a tensor that
+    existed before the capture; the scope of an annotation) is left out.
+    """
+    from torch._C._profiler import (
+        _ExtraFields_Allocation,
+        _ExtraFields_PyCall,
+        _ExtraFields_PyCCall,
+        _ExtraFields_TorchOp,
+        _TensorMetadata,
+    )
 
     n = 0
     stack = list(results.experimental_event_tree())
     while stack:
         ev = stack.pop()
         n += 1
-        tag = ev.tag
-        if tag == _EventType.TorchOp:
-            f = ev.extra_fields
-            _ = (f.name, f.scope, f.sequence_number, ev.start_time_ns, ev.end_time_ns, ev.start_tid)
+        f = ev.extra_fields
+        kind = type(f)
+        if kind is _ExtraFields_TorchOp:
+            _ = (f.name, f.sequence_number, ev.start_time_ns, ev.end_time_ns, ev.start_tid)
             for x in f.inputs:
                 if type(x) is _TensorMetadata:
-                    _ = (x.id, x.sizes, x.strides, x.storage_data_ptr, x.device, x.dtype)
+                    _ = (x.id, x.sizes)
                 elif type(x) is list:
                     for y in x:
                         if type(y) is _TensorMetadata:
-                            _ = (y.id, y.sizes, y.strides, y.storage_data_ptr, y.device, y.dtype)
-        elif tag == _EventType.Allocation:
-            f = ev.extra_fields
+                            _ = (y.id, y.sizes)
+        elif kind is _ExtraFields_Allocation:
             _ = (
                 f.ptr,
                 f.alloc_size,
@@ -107,8 +119,8 @@ def floor_walk(results) -> int:
                 ev.start_time_ns,
                 ev.start_tid,
             )
-        elif tag in (_EventType.PyCall, _EventType.PyCCall):
-            c = ev.extra_fields.caller
+        elif kind is _ExtraFields_PyCall or kind is _ExtraFields_PyCCall:
+            c = f.caller
             _ = (c.file_name, c.line_number, c.function_name)
         stack.extend(ev.children)
     return n

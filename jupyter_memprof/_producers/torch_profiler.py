@@ -33,17 +33,26 @@ from .._records import (
 from .._vocab import OpKind
 
 try:  # private API: present in every torch this package supports (>= 2.4)
-    from torch._C._profiler import RecordScope, _EventType, _TensorMetadata
+    from torch._C._profiler import (
+        RecordScope,
+        _ExtraFields_Allocation,
+        _ExtraFields_PyCall,
+        _ExtraFields_PyCCall,
+        _ExtraFields_TorchOp,
+        _TensorMetadata,
+    )
 except ImportError as exc:  # pragma: no cover - only on unsupported torch builds
     raise ImportError(
         f"jupyter_memprof needs torch's profiler event tree (torch >= 2.4); found torch {torch.__version__}"
     ) from exc
 
 
-_TORCH_OP = _EventType.TorchOp
-_ALLOCATION = _EventType.Allocation
-_PY_CALL = _EventType.PyCall
-_PY_CCALL = _EventType.PyCCall
+# An event's kind is the type of its extra fields: one identity test, where comparing
+# ``ev.tag`` (a pybind11 enum, ~0.3 µs per access and per comparison) would cost several.
+_TORCH_OP = _ExtraFields_TorchOp
+_ALLOCATION = _ExtraFields_Allocation
+_PY_CALL = _ExtraFields_PyCall
+_PY_CCALL = _ExtraFields_PyCCall
 _BACKWARD_SCOPE = RecordScope.BACKWARD_FUNCTION
 _USER_SCOPE = RecordScope.USER_SCOPE
 _OP = OpKind.OP
@@ -236,6 +245,7 @@ def read_trace(
     # records are built with tuple.__new__ (a C call), not the NamedTuple's Python __new__
     new_op = functools.partial(tuple.__new__, OpRecord)
     new_memory = functools.partial(tuple.__new__, MemoryRecord)
+    new_ref = functools.partial(tuple.__new__, TensorRef)
     is_user = namer.is_user
     label = namer.label
     n_events = 0
@@ -257,9 +267,9 @@ def read_trace(
     while stack:
         ev, callsite, in_autograd, user_frame = pop()
         n_events += 1
-        tag = ev.tag
-        if tag == _TORCH_OP:
-            f = ev.extra_fields
+        f = ev.extra_fields
+        fields_type = type(f)
+        if fields_type is _TORCH_OP:
             name = f.name
             op_id = len(ops)
             start = ev.start_time_ns
@@ -303,7 +313,7 @@ def read_trace(
                     shapes.append(sizes)
                     tid = x.id
                     if tid is not None:
-                        tensors.append((op_id, tid, mutable[i] if mutable else False))
+                        tensors.append(new_ref((op_id, tid, mutable[i] if mutable else False)))
                         if tid not in allocated:
                             _untracked(untracked, tid, x, sizes, dev_names)
                 elif type(x) is list:
@@ -314,7 +324,9 @@ def read_trace(
                             sub.append(sizes)
                             tid = y.id
                             if tid is not None:
-                                tensors.append((op_id, tid, mutable[i] if mutable else False))
+                                tensors.append(
+                                    new_ref((op_id, tid, mutable[i] if mutable else False))
+                                )
                                 if tid not in allocated:
                                     _untracked(untracked, tid, y, sizes, dev_names)
                     shapes.append(sub)
@@ -355,8 +367,7 @@ def read_trace(
                     optimizer,
                 )
             )
-        elif tag == _ALLOCATION:
-            f = ev.extra_fields
+        elif fields_type is _ALLOCATION:
             t = ev.start_time_ns
             st = open_ops.get(ev.start_tid)
             while st and st[-1][0] <= t:
@@ -377,24 +388,23 @@ def read_trace(
                 allocated.add(tid)
             memory.append(new_memory((t, f.ptr, size, tid, f.allocation_id, dname, parent)))
             continue
-        elif tag == _PY_CCALL:
+        elif fields_type is _PY_CCALL:
             if user_frame is not False:  # else: a C call from library code moves nothing
                 # Frame strings can be undecodable in some torch builds (seen: ev.name of a
                 # PyCall); a frame we cannot read just does not move the callsite.
                 try:
-                    caller = ev.extra_fields.caller
+                    caller = f.caller
                     fn = caller.file_name
                     user_frame = is_user(fn)
                     if user_frame:
                         callsite = label(fn, caller.line_number, caller.function_name)
                 except UnicodeDecodeError:
                     pass
-        elif tag == _PY_CALL:
-            fields = ev.extra_fields
+        elif fields_type is _PY_CALL:
             try:
-                callee = fields.callsite
+                callee = f.callsite
                 if user_frame is not False:
-                    caller = fields.caller
+                    caller = f.caller
                     fn = caller.file_name
                     if is_user(fn):
                         callsite = label(fn, caller.line_number, caller.function_name)
@@ -407,7 +417,7 @@ def read_trace(
             except UnicodeDecodeError:
                 user_frame = None
             if tracer_modules:
-                module = fields.module
+                module = f.module
                 if module is not None:
                     _module_call(
                         ev, module, callsite, in_autograd, ops, open_ops, module_calls,
@@ -419,7 +429,7 @@ def read_trace(
                 push((c, callsite, in_autograd, user_frame))
     return Trace(
         ops,
-        list(map(functools.partial(tuple.__new__, TensorRef), tensors)),
+        tensors,
         memory,
         [UntrackedTensor(tid, *v) for tid, v in untracked.items()],
         n_events,
