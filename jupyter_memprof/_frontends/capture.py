@@ -20,7 +20,7 @@ import torch
 from .._analysis.pipeline import Progress, analyse, paused_gc
 from .._devices import resolve_devices
 from .._errors import CaptureError
-from .._producers.recorder import Recorder
+from .._producers.recorder import LATER, Recorder
 from .._profile import Profile
 from . import session as _session
 
@@ -192,4 +192,7 @@ def build_tables(recorder: Recorder, progress: Progress | None = None) -> tuple[
     meta["capture_s"] = t1 - t0
     meta["analysis_s"] = time.perf_counter() - t1  # tables and analyses, after reading
     meta["event_count"] = capture.trace.event_count
+    # millions of small records on a long capture: freeing them takes as long as a tenth of
+    # the analysis, so in a notebook it waits for the cell's end like torch's raw result
+    LATER.hand_over(capture)
     return tables, meta
