@@ -1,13 +1,14 @@
 """How long the analysis after the profiled code takes, against torch and against the floor.
 
 For each size, one training trace is captured exactly as ``jupyter_memprof.profile()``
-captures it (memory, shapes, Python stacks, module annotations). On that same trace we time:
+captures it (memory, shapes, Python stacks). On that same trace we time:
 
 - ours: every table built (records, ops, allocations, versions, uses, names, flows,
   categories, events, timeline): ``jupyter_memprof._frontends.capture.build_tables``;
 - torch: ``torch.profiler._memory_profiler.MemoryProfile(result).timeline``, the analysis
   behind torch's deprecated memory-timeline export;
-- floor: a bare walk of torch's event tree that reads every field we need and builds nothing.
+- floor: a bare walk of torch's event tree that reads, from every event, what the reader
+  reads of every event of its kind, and builds nothing (:func:`floor_walk`).
 
 Run: ``.venv/bin/python benchmarks/bench_analysis.py [--sizes 1,8,29] [--rounds 3] [--torch-max-events N]``
 (sizes are numbers of Adam steps of a 64-block MLP in one capture: 1 step is ~35k events).

@@ -9,7 +9,8 @@ rounds and their spread (min-max). Every time starts at the end of the profiled 
   stopped, its events read, tables, categories, timeline); then the dashboard widget built
   (``prof.show()``) and the standalone HTML written (``prof.to_html``), each counted from the
   end of the code; once as in a script, once as in a notebook cell with the extension loaded
-  (torch's raw result freed after the cell, that free timed on its own);
+  (torch's raw result and the records read from it freed after the cell, that free timed on
+  its own);
 - torch: a plain ``torch.profiler.profile`` with the same flags (memory, shapes, stacks)
   stopped, then ``MemoryProfile(result).timeline``, what torch needs for its memory timeline;
 - floor: the same plain profiler stopped, then a bare walk of the event tree that reads every
@@ -85,8 +86,9 @@ def ours(
     views: bool = True,
     notebook: bool = False,
 ) -> dict:
-    """``notebook``: as in a cell with the extension loaded, where torch's raw result is
-    freed after the cell (IPython's post_run_cell): that free is timed on its own."""
+    """``notebook``: as in a cell with the extension loaded, where torch's raw result and
+    the records read from it are freed after the cell (IPython's post_run_cell): that free
+    is timed on its own."""
     gc.collect()
     LATER.enabled = notebook
     try:
@@ -236,8 +238,8 @@ def main() -> None:
         )
 
     print(
-        "\nIn a notebook (the extension loaded: torch's raw result is freed after the cell, "
-        "once its output is out):\n"
+        "\nIn a notebook (the extension loaded: torch's raw result and the records read from "
+        "it are freed after the cell, once its output is out):\n"
     )
     print(
         "| events | every table | ours/torch | ours/floor | widget built | to_html written "

@@ -110,7 +110,7 @@ class _Later:
 
     Freeing a capture's raw result is one C++ destructor that holds the GIL (about 2 ms per
     1,000 events; a thread does not help); freeing its records (millions of small tuples on
-    a long capture) about 0.6 ms per 1,000 events. Inside IPython with the extension loaded,
+    a long capture) about 0.3 ms per 1,000 events. Inside IPython with the extension loaded,
     the extension frees them after each cell (``post_run_cell``), once the cell's output is
     out; elsewhere nothing is handed over and they are freed at once. The next capture, and
     :func:`jupyter_memprof.release`, free them too.
