@@ -499,7 +499,22 @@ def test_a_capture_leaves_the_collector_as_it_found_it_with_nothing_young_left_t
         assert gc.get_freeze_count() == before  # the user's freeze is left alone
     finally:
         gc.unfreeze()
-    with jupyter_memprof.profile(namespace={}) as prof:
-        torch.ones(100)
-    assert gc.isenabled() and gc.get_count()[0] < 1_000 and len(prof.allocations)
     del kept, frozen, young
+
+
+class _Cycle:
+    pass
+
+
+def test_a_garbage_cycle_from_the_profiled_code_is_freed_by_the_end_of_the_capture():
+    """What the analysis allocated goes to the oldest generation without a collection; the
+    user's garbage cycles must not go with it, to wait there for a full collection."""
+    import weakref
+
+    with jupyter_memprof.profile(namespace={}) as prof:
+        held = _Cycle()
+        held.itself, held.tensor = held, torch.ones(100)
+        gone = weakref.ref(held.tensor)
+        del held
+    assert gone() is None
+    assert gc.isenabled() and gc.get_count()[0] < 1_000 and len(prof.allocations)
