@@ -159,12 +159,28 @@ def test_an_estimate_and_a_capture_never_overlap_across_threads():
             go_on.wait(60)
         done["capture"] = prof
 
+    from jupyter_memprof._producers.fake import FakeRun
+
+    copied = []
+    convert = FakeRun.convert
+
+    def counted(self, obj):
+        copied.append(obj)
+        return convert(self, obj)
+
     t = threading.Thread(target=run_capture, name="capturing")
     t.start()
     try:
         assert started.wait(60)
-        with pytest.raises(CaptureError, match="a memory capture is already running in thread "):
-            jupyter_memprof.estimate(lambda x: x * 2, torch.ones(8))
+        FakeRun.convert = counted
+        try:
+            with pytest.raises(
+                CaptureError, match="a memory capture is already running in thread "
+            ):
+                jupyter_memprof.estimate(lambda x: x * 2, torch.ones(8))
+        finally:
+            FakeRun.convert = convert
+        assert copied == []  # refused before any argument was copied to a fake tensor
     finally:
         go_on.set()
         t.join(60)

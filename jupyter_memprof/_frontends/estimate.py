@@ -132,10 +132,11 @@ def run_estimate(
     run = FakeRun(where, namespace)
     t0 = time.perf_counter()
     try:
-        fargs = run.convert(args)
-        fkwargs = run.convert(kwargs)
-        run.run(fn, fargs, fkwargs)
-        del fargs, fkwargs
+        with run.slot():  # before the copies: a busy slot is reported at once
+            fargs = run.convert(args)
+            fkwargs = run.convert(kwargs)
+            run.run(fn, fargs, fkwargs)
+            del fargs, fkwargs
         wall_s = time.perf_counter() - t0
         with paused_gc():
             t1 = time.perf_counter()

@@ -17,7 +17,7 @@ their multi-tensor (``foreach``) path for CUDA, simulated or not, as they do on 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
 import torch
@@ -70,6 +70,7 @@ class FakeRun:
         self.start_rows: list = []
         self.end_rows: list = []
         self.names: SessionNames | None = None
+        self._holding = False  # inside slot()
 
     def _device_of(self, device: torch.device) -> str | None:
         if device.type == "meta":
@@ -91,12 +92,26 @@ class FakeRun:
     def ns(self) -> dict:
         return self._namespace(self.copier.fakes) if self._namespace else {}
 
-    def run(self, fn: Callable, args: tuple, kwargs: dict) -> None:
-        """Call ``fn`` on the fake copies (made already with :meth:`convert`).
-
-        Holds the process's one capture slot while it runs (its hooks are global): raises
-        :class:`~jupyter_memprof.CaptureError` while a capture or another estimate runs."""
+    @contextlib.contextmanager
+    def slot(self) -> Iterator[None]:
+        """Hold the process's one capture slot (the run's hooks are global): raises
+        :class:`~jupyter_memprof.CaptureError` while a capture or another estimate runs.
+        Taken before the arguments are copied, so that a busy slot is reported before that
+        work, not after it."""
         with exclusive("estimate"):
+            self._holding = True
+            try:
+                yield
+            finally:
+                self._holding = False
+
+    def run(self, fn: Callable, args: tuple, kwargs: dict) -> None:
+        """Call ``fn`` on the fake copies (made already with :meth:`convert`), holding the
+        capture slot (:meth:`slot`, taken here unless it is held already)."""
+        if self._holding:
+            self._run(fn, args, kwargs)
+            return
+        with self.slot():
             self._run(fn, args, kwargs)
 
     def _run(self, fn: Callable, args: tuple, kwargs: dict) -> None:
