@@ -480,12 +480,10 @@ def test_analysis_failure_keeps_the_cells_result(shell, run, monkeypatch):
     # the cell's own error still wins over ours
     result, out = run("%%memprofile -o p_nota2\nraise KeyError('mine')")
     assert isinstance(result.error_in_exec, KeyError)
-    assert shell.user_ns["p_nota2"].meta["analysis_error"] == (
-        "RuntimeError('tables out of order')"
-    )
+    assert shell.user_ns["p_nota2"].meta["analysis_error"] == "RuntimeError: tables out of order"
     assert out.splitlines()[0] == (
         "memory profile 'p_nota2': the memory tables could not be built "
-        "(RuntimeError('tables out of order'))"
+        "(RuntimeError: tables out of order)"
     )
     assert out.rstrip().endswith("KeyError: 'mine'")
     monkeypatch.undo()

@@ -341,7 +341,7 @@ def test_the_users_exception_wins_over_a_failed_stop(monkeypatch):
     monkeypatch.undo()
     real_remove(stuck[0])
     assert _registered(prof) and prof.meta["error"] == "ZeroDivisionError: division by zero"
-    assert prof.meta["stop_error"] == "RuntimeError('stuck handle')"
+    assert prof.meta["stop_error"] == "RuntimeError: stuck handle"  # one form, raised or not
     _capture_works()
 
 
@@ -534,3 +534,17 @@ def test_a_garbage_cycle_from_the_profiled_code_is_freed_by_the_end_of_the_captu
         del held
     assert gone() is None
     assert gc.isenabled() and gc.get_count()[0] < 1_000 and len(prof.allocations)
+
+
+class _Unprintable(Exception):
+    def __str__(self):
+        raise RuntimeError("no message for you")
+
+
+def test_an_exception_that_cannot_be_printed_still_reaches_the_user_with_its_profile():
+    with pytest.raises(_Unprintable):
+        with jupyter_memprof.profile(namespace={}) as prof:
+            torch.ones(100)
+            raise _Unprintable()
+    assert _registered(prof) and prof.meta["error"] == "_Unprintable"
+    assert len(prof.allocations) and not profiler_running()

@@ -115,26 +115,23 @@ class profile(contextlib.AbstractContextManager):  # lower case: reads like a fu
         recorder, self._recorder = self._recorder, None
         if recorder is None:
             raise CaptureError("this capture is not running (not started, or finished)")
-        exc_type = type(exc) if exc is not None else None
         wall_s = time.perf_counter() - self._t0
         prof = self._profile
-        error = None
-        if exc_type is not None:
-            error = f"{exc_type.__name__}: {exc}" if str(exc) else exc_type.__name__
+        error = _reason(exc) if exc is not None else None
         failure: BaseException | None = None
         try:
             try:
                 recorder.stop()  # stops everything, even when a step of it raises
             except BaseException as stop_error:
                 failure, self.failed_step = stop_error, "stopping the profiler"
-                prof.meta["stop_error"] = _reason(stop_error, exc is not None)
+                prof.meta["stop_error"] = _reason(stop_error)
             if isinstance(failure, (Exception, type(None))):  # not when interrupted stopping
                 try:
                     tables, meta = build_tables(recorder, self.progress)
                 except BaseException as build_error:  # Ctrl-C included: keep the profile
                     if failure is None:
                         failure, self.failed_step = build_error, "building its memory tables"
-                    prof.meta["analysis_error"] = _reason(build_error, exc is not None)
+                    prof.meta["analysis_error"] = _reason(build_error)
                     if not isinstance(build_error, Exception):
                         prof.meta["analysis_interrupted"] = True
                 else:
@@ -142,7 +139,7 @@ class profile(contextlib.AbstractContextManager):  # lower case: reads like a fu
                         setattr(prof, key, df)
                     prof.meta.update(meta)
             else:
-                prof.meta["analysis_error"] = _reason(failure, exc is not None)
+                prof.meta["analysis_error"] = _reason(failure)
                 prof.meta["analysis_interrupted"] = True
         finally:
             self._frame = None
@@ -164,14 +161,15 @@ class profile(contextlib.AbstractContextManager):  # lower case: reads like a fu
         return prof
 
 
-def _reason(err: BaseException, user_raised: bool) -> str:
-    """How a failure of ours is noted in meta: ``Type: message`` (only the type when there
-    is no message); next to the user's own exception, ``repr(err)``."""
-    if not isinstance(err, Exception):
-        return type(err).__name__
-    if user_raised:
-        return repr(err)
-    return f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
+def _reason(err: BaseException) -> str:
+    """How an exception is noted in meta (the user's, or a failure of ours, whether or not
+    the user's code raised too): ``Type: message``, only the type when there is no message.
+    An exception whose message cannot be made is noted by its type alone."""
+    try:
+        message = str(err)
+    except Exception:
+        message = ""
+    return f"{type(err).__name__}: {message}" if message else type(err).__name__
 
 
 def distributed_meta() -> dict:
