@@ -47,7 +47,9 @@ class profile(contextlib.AbstractContextManager):  # lower case: reads like a fu
     label:
         A name for the profile in summaries and the JupyterLab panel.
     progress:
-        ``progress(stage, done, total)``, called while the tables are built.
+        ``progress(stage, done, total)``, called after the code: before torch's profiler
+        stops, while its events are read and while the tables are built (``done`` out of
+        ``total`` steps of all that work).
     """
 
     def __init__(
@@ -121,7 +123,11 @@ class profile(contextlib.AbstractContextManager):  # lower case: reads like a fu
         failure: BaseException | None = None
         try:
             try:
-                recorder.stop()  # stops everything, even when a step of it raises
+                try:  # torch's stop can take seconds: the bar's clock starts here
+                    if self.progress is not None:
+                        self.progress("stopping torch's profiler", 0, _STEPS)
+                finally:
+                    recorder.stop()  # stops everything, even when a step of it raises
             except BaseException as stop_error:
                 failure, self.failed_step = stop_error, "stopping the profiler"
                 prof.meta["stop_error"] = _reason(stop_error)
@@ -180,13 +186,34 @@ def distributed_meta() -> dict:
     return {"rank": dist.get_rank(), "world_size": dist.get_world_size()}
 
 
+#: one progress bar for all the work after the code, in this many steps: the stop (step 0),
+#: reading torch's events (the first :data:`_READING_SHARE` of it, about the share reading
+#: takes on long captures), then the analysis stages
+_STEPS = 1000
+_READING_SHARE = 0.75
+
+
+def _one_bar(progress: Progress):
+    """Reading and the analysis stages as ``progress(stage, done, _STEPS)`` on one bar."""
+
+    def reading(fraction: float) -> None:
+        progress("reading events", int(fraction * _READING_SHARE * _STEPS), _STEPS)
+
+    def analysing(stage: str, done: int, total: int) -> None:
+        share = _READING_SHARE + (1 - _READING_SHARE) * done / max(total, 1)
+        progress(stage, int(share * _STEPS), _STEPS)
+
+    return reading, analysing
+
+
 def build_tables(recorder: Recorder, progress: Progress | None = None) -> tuple[dict, dict]:
     """Everything that happens after the profiled code: records, then tables and analysis."""
+    reading, analysing = _one_bar(progress) if progress is not None else (None, None)
     with paused_gc():
         t0 = time.perf_counter()
-        capture = recorder.capture(progress)
+        capture = recorder.capture(reading)
         t1 = time.perf_counter()
-        tables, meta = analyse(capture, progress=progress)
+        tables, meta = analyse(capture, progress=analysing)
     meta["capture_s"] = t1 - t0
     meta["analysis_s"] = time.perf_counter() - t1  # tables and analyses, after reading
     meta["event_count"] = capture.trace.event_count

@@ -1,13 +1,17 @@
-"""Progress reporting while a capture is analysed.
+"""Progress reporting for the work after a capture's code: torch's stop, reading, analysis.
 
 :func:`progress_for` gives the ``progress(stage, done, total)`` callable that
-:func:`jupyter_memprof.profile` calls while it builds the tables. In a notebook it is a small
-ipywidgets progress bar; elsewhere there is nothing to show it on, so there is no callable.
+:func:`jupyter_memprof.profile` calls from the end of the code until the tables are built
+(just before torch's profiler stops, now and then while its events are read, after each
+analysis stage). In a notebook it is a small ipywidgets progress bar; elsewhere there is
+nothing to show it on, so there is no callable.
 
-The bar stays hidden for the first second (:data:`DELAY_S`): most analyses finish sooner,
-and a bar that flashes up and vanishes is noise. It is shown by the first call made after
-that second, updated in place by later calls, and removed by :meth:`Progress.close`. A
-failure to draw it switches it off: progress reporting never breaks a capture.
+The bar stays hidden for the first second (:data:`DELAY_S`): most of that work finishes
+sooner, and a bar that flashes up and vanishes is noise. It is shown by the first call made
+after that second (torch's stop makes no calls: after a long stop, the first call of the
+reading shows it), updated in place by later calls, and removed by
+:meth:`Progress.close`. A failure to draw it switches it off: progress reporting never
+breaks a capture.
 """
 
 from __future__ import annotations
@@ -95,8 +99,7 @@ class Progress:
     def _update(self, stage: str, done: int, total: int, elapsed: float) -> None:
         fraction = min(max(done / total, 0.0), 1.0) if total > 0 else 0.0
         self._bar.value = fraction
-        count = f" {done:,}/{total:,}" if total > 1 else ""
-        self._text.value = f"{stage}{count} ({elapsed:.0f} s)"
+        self._text.value = f"{stage} ({elapsed:.0f} s)"
 
     def _remove(self) -> None:
         widget, handle = self._widget, self._handle

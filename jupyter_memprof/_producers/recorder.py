@@ -21,8 +21,6 @@ from .._records import Capture
 from . import torch_profiler as events
 from .live import ModuleHooks, SessionNames, modules_by_id
 
-Progress = Callable[[str, int, int], object]
-
 
 # -- one capture at a time --------------------------------------------------------------------
 class _Slot:
@@ -338,13 +336,15 @@ class Recorder:
     def kineto_results(self):
         return self._torch_profiler.profiler.kineto_results
 
-    def capture(self, progress: Progress | None = None) -> Capture:
-        """Read torch's events into records: the producer's whole output."""
-        if progress is not None:
-            progress("reading events", 0, 1)
+    def capture(self, progress: Callable[[float], object] | None = None) -> Capture:
+        """Read torch's events into records: the producer's whole output. ``progress``
+        gets the fraction read now and then (see ``read_trace``)."""
         results = self.kineto_results
         trace = events.read_trace(
-            results, events.FrameNamer(_cell_namer()), tracer_modules=self.with_stack
+            results,
+            events.FrameNamer(_cell_namer()),
+            tracer_modules=self.with_stack,
+            progress=progress,
         )
         namespace = self._namespace()
         hooks = self.hooks

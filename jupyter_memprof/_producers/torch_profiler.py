@@ -217,8 +217,24 @@ def _kind(name: str, scope) -> OpKind:
     return OpKind.ANNOTATION
 
 
+#: how many events are read between two progress reports (a power of two: a mask test)
+_PROGRESS_EVERY = 1 << 16
+
+
+def _time_span(roots: list) -> tuple[int, int]:
+    """First start and last end of the tree's root events (ends of events still running
+    when the capture stopped do not count)."""
+    first = roots[0].start_time_ns
+    last = max(max(r.end_time_ns, r.start_time_ns) for r in roots)
+    return first, max(last, first + 1)
+
+
 def read_trace(
-    kineto_results, namer: FrameNamer | None = None, *, tracer_modules: bool = False
+    kineto_results,
+    namer: FrameNamer | None = None,
+    *,
+    tracer_modules: bool = False,
+    progress: Callable[[float], object] | None = None,
 ) -> Trace:
     """Walk torch's event tree once and return plain records, ops in start-time order.
 
@@ -234,9 +250,18 @@ def read_trace(
     frame carrying the module's address and class, so those frames become the module ops and
     ``Trace.module_calls`` lists each module's ``(id, class name)`` by ``module_index``: the
     hooks would only add events (about 20 per module call) and stop time.
+
+    ``progress(fraction)``, if given, is called every 65,536 events with the fraction of the
+    capture's time span read so far (events come in start-time order).
     """
     namer = namer or FrameNamer()
     roots = kineto_results.experimental_event_tree()
+    if progress is not None and roots:
+        span_start, span_end = _time_span(roots)
+        span = span_end - span_start
+        every = _PROGRESS_EVERY - 1
+    else:
+        every = -1  # never: n_events & -1 is never 0 once counting started
     ops: list[OpRecord] = []
     tensors: list[TensorRef] = []
     memory: list[MemoryRecord] = []
@@ -267,6 +292,8 @@ def read_trace(
     while stack:
         ev, callsite, in_autograd, user_frame = pop()
         n_events += 1
+        if not n_events & every:
+            progress(min(max((ev.start_time_ns - span_start) / span, 0.0), 1.0))
         f = ev.extra_fields
         fields_type = type(f)
         if fields_type is _TORCH_OP:
