@@ -37,9 +37,7 @@ from IPython.core.magic import (
 
 from .._producers.recorder import LATER
 from .progress import in_kernel, progress_for
-
-#: The user-namespace variable that always holds the latest profile.
-LAST = "_memprof"
+from .session import LAST
 
 _MAGIC = "memprofile"
 _ASSIGN_NODES = (ast.AugAssign, ast.AnnAssign, ast.Assign)

@@ -36,8 +36,8 @@ _listeners: list[Callable[[str, int, Profile | None], Any]] = []
 # on release. Weak: an open widget is kept alive by ipywidgets until it is closed.
 _tracked: dict[int, weakref.WeakSet] = {}
 
-#: The IPython variable the magic keeps the latest profile in (``magic.LAST``).
-_LAST = "_memprof"
+#: The user-namespace variable the magic keeps the latest profile in.
+LAST = "_memprof"
 
 
 def add(profile: Profile) -> int:
@@ -155,9 +155,9 @@ def _forget(profile: Profile | None) -> None:
     ns = getattr(shell, "user_ns", None)
     if ns is None:
         return
-    last = ns.get(_LAST)
+    last = ns.get(LAST)
     if last is not None and (last is profile or (profile is None and _is_profile(last))):
-        del ns[_LAST]
+        del ns[LAST]
 
 
 def _is_profile(obj: Any) -> bool:
