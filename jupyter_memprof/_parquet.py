@@ -24,11 +24,13 @@ from ._errors import ProfileFileError
 from ._io import atomic_write_dir
 from ._storage import (
     MAX_META_BYTES,
+    Bad,
     check_meta,
     check_tables,
     check_text,
     column_kind,
     one_line,
+    parse_json,
     regular_file,
     shape_ok,
     shown,
@@ -195,13 +197,11 @@ def _read_meta(path: str) -> tuple[dict, int]:
     with open(file, "rb") as fh:
         data = fh.read(MAX_META_BYTES + 1)
     try:
-        doc = json.loads(data.decode("utf-8"))
+        doc = parse_json(data.decode("utf-8"))
     except UnicodeDecodeError:
         raise ProfileFileError(f"{where} is not UTF-8 text") from None
-    except RecursionError:
-        raise ProfileFileError(f"{where} nests too deeply") from None
-    except ValueError as exc:
-        raise ProfileFileError(f"{where} is not JSON ({one_line(exc)})") from None
+    except Bad as bad:
+        raise ProfileFileError(f"{where} {bad}") from None
     if type(doc) is not dict or doc.get("format") != FORMAT:
         raise ProfileFileError(f"{shown(path)} is not a saved jupyter_memprof profile folder")
     version = doc.get("format_version", 0)
@@ -228,12 +228,8 @@ def _declared(file: str) -> int:
     return max(uncompressed, max(md.num_rows, 0) * md.num_columns * 8)
 
 
-class _Bad(Exception):
-    """What is wrong with one column."""
-
-
 def _column(col, dtype, budget: list[int]):
-    """An Arrow column as what pandas builds the declared dtype from; raises _Bad."""
+    """An Arrow column as what pandas builds the declared dtype from; raises Bad."""
     import numpy as np
     import pyarrow as pa
 
@@ -243,13 +239,13 @@ def _column(col, dtype, budget: list[int]):
         return pd.Series([], dtype=object).astype("Int64" if kind in ("int", "Int") else object)
     if kind in ("int", "Int"):
         if not pa.types.is_integer(t) and not (kind == "Int" and pa.types.is_null(t)):
-            raise _Bad(f"is {t}, not integers")
+            raise Bad(f"is {t}, not integers")
         if kind == "int" and col.null_count:
-            raise _Bad("has missing values")
+            raise Bad("has missing values")
         try:
             col = col.cast(pa.int64())  # safe: an unsigned value over the range raises
         except pa.ArrowInvalid:
-            raise _Bad("holds an integer out of the 64-bit range") from None
+            raise Bad("holds an integer out of the 64-bit range") from None
         if kind == "int":
             return col.to_numpy()
         values = np.asarray(col.fill_null(0).to_numpy(zero_copy_only=False), dtype=np.int64)
@@ -257,13 +253,13 @@ def _column(col, dtype, budget: list[int]):
         return pd.arrays.IntegerArray(values, mask)
     if kind == "bool":
         if not pa.types.is_boolean(t) or col.null_count:
-            raise _Bad(f"is {t}, not true or false")
+            raise Bad(f"is {t}, not true or false")
         return col.to_numpy(zero_copy_only=False)
     value_type = t.value_type if pa.types.is_dictionary(t) else t
     if not (pa.types.is_string(value_type) or pa.types.is_large_string(value_type)) and not (
         pa.types.is_null(value_type)
     ):
-        raise _Bad(f"is {t}, not text")
+        raise Bad(f"is {t}, not text")
     if pa.types.is_null(value_type):
         return pd.Series([None] * len(col), dtype=object)
     if kind == "str" and str(dtype) == "string":  # kept as dense text, not a dictionary
@@ -276,7 +272,7 @@ def _column(col, dtype, budget: list[int]):
                 dense += int(lengths[np.asarray(chunk.indices.fill_null(0), np.int64)].sum())
             budget[0] -= dense
             if budget[0] < 0:
-                raise _Bad("spells out more text than the size rule allows")
+                raise Bad("spells out more text than the size rule allows")
             col = col.cast(value_type)
         return col.to_pandas(types_mapper={value_type: S.STRING}.get)
     values = col.to_pandas()
@@ -285,12 +281,12 @@ def _column(col, dtype, budget: list[int]):
         try:
             decoded = _decode_json_column(values)
         except RecursionError:
-            raise _Bad("nests too deeply") from None
+            raise Bad("nests too deeply") from None
         except ValueError as exc:
-            raise _Bad(f"holds text that is not JSON ({one_line(exc)})") from None
+            raise Bad(f"holds text that is not JSON ({one_line(exc)})") from None
         distinct = {id(v): v for v in decoded}.values()  # rows share parsed values
         if not all(shape_ok(v) for v in distinct):
-            raise _Bad("holds values that are not lists of numbers")
+            raise Bad("holds values that are not lists of numbers")
         return pd.Series(decoded, dtype=object)
     return values
 
@@ -324,9 +320,9 @@ def _read_folder(path: str) -> tuple[dict[str, pd.DataFrame], dict]:
                 c for c in schema if c not in have and c not in S.ADDED_COLUMNS.get(name, ())
             ]
             if missing:
-                raise _Bad(f"lacks columns {missing}")
+                raise Bad(f"lacks columns {missing}")
             if len(set(have)) != len(have):
-                raise _Bad("names a column twice")
+                raise Bad("names a column twice")
             wanted = [c for c in schema if c in have]
             text = [c for c in wanted if column_kind(schema[c]) in ("str", "vocab", "object")]
             table = pq.read_table(file, columns=wanted, read_dictionary=text)
@@ -337,8 +333,8 @@ def _read_folder(path: str) -> tuple[dict[str, pd.DataFrame], dict]:
                     continue
                 try:
                     columns[c] = _column(table.column(c), dtype, budget)
-                except _Bad as exc:
-                    raise _Bad(f"column {c!r} {exc}") from None
+                except Bad as exc:
+                    raise Bad(f"column {c!r} {exc}") from None
             del table
             df = pd.DataFrame(
                 {
@@ -348,9 +344,9 @@ def _read_folder(path: str) -> tuple[dict[str, pd.DataFrame], dict]:
             )
             problem = check_text(df, schema)
             if problem:
-                raise _Bad(problem)
+                raise Bad(problem)
             tables[name] = S.conform(df, schema, name=name)
-        except _Bad as exc:
+        except Bad as exc:
             raise ProfileFileError(f"{where}: {exc}") from None
         except ProfileFileError:
             raise

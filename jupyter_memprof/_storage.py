@@ -110,8 +110,9 @@ def regular_file(path: str, what: str) -> int:
 
 
 # -- checking what a file holds ------------------------------------------------------------
-class _Bad(Exception):
-    """What is wrong with one value; the caller adds where it is."""
+class Bad(Exception):
+    """What is wrong with one value or column of a saved profile; the caller adds where it
+    is (the JSON and the Parquet readers both use it)."""
 
 
 def _depth_ok(value, limit: int = MAX_DEPTH) -> bool:
@@ -270,33 +271,33 @@ def shape_ok(value) -> bool:
 
 
 def _column_from_json(values, dtype):
-    """The column's values as what pandas builds the declared dtype from; raises _Bad."""
+    """The column's values as what pandas builds the declared dtype from; raises Bad."""
     if type(values) is not list:
-        raise _Bad(f"is {type(values).__name__}, not a list")
+        raise Bad(f"is {type(values).__name__}, not a list")
     kind = column_kind(dtype)
     types = set(map(type, values))
     if kind in ("int", "Int"):
         allowed = {int} if kind == "int" else {int, type(None)}
         if not types <= allowed:
             bad = sorted(t.__name__ for t in types - allowed)
-            raise _Bad(f"holds {', '.join(bad)} values, not integers")
+            raise Bad(f"holds {', '.join(bad)} values, not integers")
         ints = [v for v in values if v is not None] if kind == "Int" else values
         if ints and (min(ints) < _INT64[0] or max(ints) > _INT64[1]):
-            raise _Bad("holds an integer out of the 64-bit range")
+            raise Bad("holds an integer out of the 64-bit range")
         if kind == "int":
             return np.array(values, dtype=np.int64)
         return pd.array(values, dtype="Int64")
     if kind == "bool":
         if not types <= {bool}:
-            raise _Bad("holds values that are not true or false")
+            raise Bad("holds values that are not true or false")
         return np.array(values, dtype=bool)
     if kind in ("str", "vocab"):
         if not types <= {str, type(None)}:
             bad = sorted(t.__name__ for t in types - {str, type(None)})
-            raise _Bad(f"holds {', '.join(bad)} values, not text")
+            raise Bad(f"holds {', '.join(bad)} values, not text")
         return pd.Series(values, dtype=object)
     if not all(shape_ok(v) for v in values):
-        raise _Bad(f"holds values that are not lists of numbers nested at most {MAX_DEPTH} deep")
+        raise Bad(f"holds values that are not lists of numbers nested at most {MAX_DEPTH} deep")
     return pd.Series(values, dtype=object)
 
 
@@ -388,13 +389,13 @@ def _table_to_json(df: pd.DataFrame) -> str:
 
 
 def _table_from_json(doc, schema: dict, name: str) -> pd.DataFrame:
-    """One table from its parsed JSON document; raises _Bad saying what is wrong."""
+    """One table from its parsed JSON document; raises Bad saying what is wrong."""
     if type(doc) is not dict or type(doc.get("data")) is not dict:
-        raise _Bad("is not a table (an object with 'data')")
+        raise Bad("is not a table (an object with 'data')")
     data = doc["data"]
     rows = doc.get("rows")
     if rows is not None and not _nonneg_int(rows):
-        raise _Bad(f"declares {_describe(rows)} rows")
+        raise Bad(f"declares {_describe(rows)} rows")
     lengths = {len(v) for v in data.values() if type(v) is list}
     if rows is None and len(lengths) == 1:
         rows = lengths.pop()
@@ -404,22 +405,22 @@ def _table_from_json(doc, schema: dict, name: str) -> pd.DataFrame:
             columns[col] = pd.Series([None] * rows, dtype=object)
     missing = [c for c in schema if c not in data and c not in columns]
     if missing:
-        raise _Bad(f"lacks columns {missing}")
+        raise Bad(f"lacks columns {missing}")
     for col, dtype in schema.items():
         if col in columns:
             continue
         try:
             columns[col] = _column_from_json(data[col], dtype)
-        except _Bad as exc:
-            raise _Bad(f"column {col!r} {exc}") from None
+        except Bad as exc:
+            raise Bad(f"column {col!r} {exc}") from None
         if rows is None:
             rows = len(columns[col])
         if len(columns[col]) != rows:
-            raise _Bad(f"column {col!r} has {len(columns[col])} rows, not {rows}")
+            raise Bad(f"column {col!r} has {len(columns[col])} rows, not {rows}")
     df = pd.DataFrame(columns, index=pd.RangeIndex(rows or 0))
     problem = check_text(df, schema)
     if problem:
-        raise _Bad(problem)
+        raise Bad(problem)
     return S.conform(df, schema, name=name)
 
 
@@ -479,20 +480,21 @@ def _read_member(z: zipfile.ZipFile, info: zipfile.ZipInfo) -> str:
     with z.open(info) as f:
         data = f.read(info.file_size + 1)  # zipfile stops at the declared size
     if len(data) != info.file_size:
-        raise _Bad(f"holds {len(data)} bytes, not the {info.file_size} it declares")
+        raise Bad(f"holds {len(data)} bytes, not the {info.file_size} it declares")
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError:
-        raise _Bad("is not UTF-8 text") from None
+        raise Bad("is not UTF-8 text") from None
 
 
-def _parse(text: str):
+def parse_json(text: str):
+    """``text`` as JSON; raises :class:`Bad` saying what is wrong with it."""
     try:
         return json.loads(text)
     except RecursionError:
-        raise _Bad("nests too deeply") from None
+        raise Bad("nests too deeply") from None
     except ValueError as exc:
-        raise _Bad(f"is not JSON ({one_line(exc)})") from None
+        raise Bad(f"is not JSON ({one_line(exc)})") from None
 
 
 def _read_zip(z: zipfile.ZipFile, path: str, stored: int) -> tuple[dict, dict]:
@@ -528,8 +530,8 @@ def _read_zip(z: zipfile.ZipFile, path: str, stored: int) -> tuple[dict, dict]:
 
     def load(n: str):
         try:
-            return _parse(_read_member(z, members[n]))
-        except _Bad as exc:
+            return parse_json(_read_member(z, members[n]))
+        except Bad as exc:
             raise ProfileFileError(f"{where}: {n} {exc}") from None
 
     doc = load(_META)
@@ -547,7 +549,7 @@ def _read_zip(z: zipfile.ZipFile, path: str, stored: int) -> tuple[dict, dict]:
     for name, schema in S.TABLES.items():
         try:
             tables[name] = _table_from_json(load(f"{name}.json"), schema, name)
-        except _Bad as exc:
+        except Bad as exc:
             raise ProfileFileError(f"{where}: table {name!r} {exc}") from None
         except (ValueError, TypeError, OverflowError) as exc:  # pandas refusing a cast
             raise ProfileFileError(f"{where}: table {name!r} ({one_line(exc)})") from None
