@@ -117,8 +117,12 @@ class Profile:
         from ._analysis.lineage import lineage_text
 
         start = self.start_ns
-        clock = self.meta.get("clock") if self.meta.get("estimate") else None
-        return lineage_text(self.tables, alloc_id, 0 if start is None else start, clock=clock)
+        return lineage_text(
+            self.tables,
+            alloc_id,
+            0 if start is None else start,
+            records=bool(self.meta.get("estimate")),
+        )
 
     def peak(self, device: str | None = None) -> pd.DataFrame:
         """The blocks live at the peak of ``device`` (default: the device with the highest

@@ -605,7 +605,7 @@ def test_an_estimates_dashboard_and_lineage_show_positions_not_ms(mlp_estimate, 
         out["lineage"] = lin
         biggest = int(prof.allocations.nlargest(1, "size_bytes")["alloc_id"].iloc[0])
         out["text"] = lineage_text(
-            prof.tables, biggest, prof.start_ns, clock=prof.meta.get("clock")
+            prof.tables, biggest, prof.start_ns, records=bool(prof.meta.get("estimate"))
         ).splitlines()[1:]
         return out
 

@@ -275,10 +275,10 @@ def lineage(tables: dict[str, pd.DataFrame], alloc_id: int) -> pd.DataFrame:
 
 
 def lineage_text(
-    tables: dict[str, pd.DataFrame], alloc_id: int, start_ns: int, *, clock: str | None = None
+    tables: dict[str, pd.DataFrame], alloc_id: int, start_ns: int, *, records: bool = False
 ) -> str:
     """A readable account of one block for a terminal; times in ms since ``start_ns`` (the
-    capture's start, :attr:`Profile.start_ns`). ``clock``: an estimate's ``meta["clock"]``,
+    capture's start, :attr:`Profile.start_ns`). ``records``: the tables are an estimate's,
     whose times count records of the fake run, shown as positions ("record #12"), not ms."""
     a = tables["allocations"].set_index("alloc_id").loc[alloc_id]
     t0 = start_ns
@@ -288,7 +288,7 @@ def lineage_text(
     for r in lineage(tables, alloc_id).itertuples(index=False):
         if pd.isna(r.time_ns):
             when = "  before capture"
-        elif clock:
+        elif records:
             when = format_time((r.time_ns - t0) / 1e6, records=True).rjust(14)
         else:
             when = f"{(r.time_ns - t0) / 1e6:9.3f} ms"
