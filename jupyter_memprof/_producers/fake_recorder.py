@@ -227,10 +227,7 @@ class FakeRecorder:
         if device is None or n == 0:
             return NO_ID
         size = block_bytes(device, n)
-        tid = self._n_blocks
-        self._n_blocks += 1
-        ptr = self._next_address.get(device, _BASE_ADDRESS)
-        self._next_address[device] = ptr + cuda_rounded(size)
+        tid, ptr = self._new_block(device, size)
         self._storages[key] = (tid, ptr, size, device)
         self._refs[tid] = weakref.ref(s, self._freer(key, tid, ptr, size, device))
         if created:
@@ -238,6 +235,14 @@ class FakeRecorder:
         else:
             self.untracked.append(UntrackedTensor(tid, ptr, device, size))
         return tid
+
+    def _new_block(self, device: str, size: int) -> tuple[int, int]:
+        """The next block's id, and an address for ``size`` bytes on ``device``."""
+        tid = self._n_blocks
+        self._n_blocks += 1
+        ptr = self._next_address.get(device, _BASE_ADDRESS)
+        self._next_address[device] = ptr + cuda_rounded(size)
+        return tid, ptr
 
     def _freer(self, key: int, tid: int, ptr: int, size: int, device: str):
         def freed(_ref) -> None:
@@ -336,10 +341,7 @@ class FakeRecorder:
             return
         live = []
         for n in temps:
-            tid = self._n_blocks
-            self._n_blocks += 1
-            ptr = self._next_address.get(device, _BASE_ADDRESS)
-            self._next_address[device] = ptr + cuda_rounded(n)
+            tid, ptr = self._new_block(device, n)
             self.memory.append(MemoryRecord(self.tick(), ptr, n, tid, tid, device, op_id))
             live.append((ptr, n, tid))
         for ptr, n, tid in reversed(live):
