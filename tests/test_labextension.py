@@ -415,10 +415,14 @@ def test_kernel_serves_the_panel_only_while_a_front_end_listens(tmp_path):
         assert added["label"] == "ctx" and added["sid"] == sid + 1
 
         # The dashboard tab's code displays the dashboard; closing the tab closes its widgets.
-        k.run(f"import jupyter_memprof._frontends.comm as c\nc.show({sid})")
-        assert k.run(f"print(len(c._shown[{sid}]))") == "1\n"
+        k.run(
+            "import jupyter_memprof._frontends.comm as c\n"
+            "import jupyter_memprof._frontends.session as s\n"
+            f"c.show({sid})"
+        )
+        assert k.run(f"print(len(s._tracked[{sid}]))") == "1\n"
         k.send("comm_msg", {"comm_id": cid, "data": {"type": "hide", "sid": sid}})
-        assert k.run(f"print({sid} in c._shown)") == "False\n"
+        assert k.run(f"print({sid} in s._tracked)") == "False\n"
 
         # Release frees the profile in the kernel and tells the panel.
         k.send("comm_msg", {"comm_id": cid, "data": {"type": "release", "sid": sid}})

@@ -220,6 +220,29 @@ def test_releasing_an_unknown_id_answers_the_sender_and_tells_nobody_else(panels
     assert b.sent == []
 
 
+def test_closing_a_dashboard_tab_leaves_a_comparison_of_the_same_profile_open(
+    panels, shell, run, in_kernel
+):
+    a, _ = panels
+    assert run("%%memprofile -o p_tab_a\n" + STEP.format(n=20))[0].success
+    assert run("%%memprofile -o p_tab_b\n" + STEP.format(n=30))[0].success
+    sid_a, sid_b = shell.user_ns["p_tab_a"].session_id, shell.user_ns["p_tab_b"].session_id
+    before = set(_open_widgets())
+    _comm.show(sid_a)
+    dashboard = set(_open_widgets()) - before
+    _comm.show_comparison(sid_a, sid_b)
+    comparison = set(_open_widgets()) - before - dashboard
+    assert dashboard and comparison
+    a.sent.clear()
+    a.receive({"type": "hide", "sid": sid_a})  # the dashboard tab of A is closed
+    assert a.sent == [] and not dashboard & set(_open_widgets())
+    assert comparison <= set(_open_widgets())  # the comparison tab still works
+    a.receive({"type": "release", "sid": sid_b})  # releasing B closes the comparison
+    assert not comparison & set(_open_widgets())
+    jupyter_memprof.release(sid_a)
+    del shell.user_ns["p_tab_a"], shell.user_ns["p_tab_b"]
+
+
 def test_the_panels_release_frees_the_profile_and_tells_every_panel(panels, shell, run, in_kernel):
     a, b = panels
     assert run("%%memprofile\n" + STEP.format(n=20))[0].success
@@ -242,7 +265,7 @@ def test_the_panels_release_frees_the_profile_and_tells_every_panel(panels, shel
 
     a.receive({"type": "release", "sid": sid})
     assert a.sent == b.sent == [{"type": "released", "sid": sid}]
-    assert sid not in _comm._infos and sid not in _comm._shown
+    assert sid not in _comm._infos and sid not in _session._tracked
     assert not tab_widgets & set(_open_widgets())
     assert "_memprof" not in shell.user_ns
     assert _collected(tables)

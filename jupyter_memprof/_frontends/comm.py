@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import logging
 import sys
-import weakref
 from typing import TYPE_CHECKING, Any, TypedDict
 
 from .._version import __version__
@@ -50,9 +49,8 @@ _comms: dict[str, Any] = {}  # comm_id -> open comm
 _unsubscribe = None  # registry listener, set while at least one comm is open
 _manager = None  # the kernel's comm manager while the target is registered
 _infos: dict[int, ProfileInfo] = {}  # sid -> announced summary (computed once)
-# sid -> widgets show()/show_comparison() displayed, closed on hide and release. Weak: an open
-# widget is kept alive by ipywidgets until closed; this only finds it.
-_shown: dict[int, weakref.WeakSet] = {}
+# The widgets show() and show_comparison() display are tracked by the session
+# (session.track), which closes them on release; "hide" and stop() close them there too.
 
 
 # -- the protocol ------------------------------------------------------------------------------
@@ -132,8 +130,7 @@ def stop(shell) -> None:
     if _manager is not None:
         _manager.unregister_target(TARGET, _on_open)
         _manager = None
-    for sid in list(_shown):
-        _close_shown(sid)
+    _session.close_tracked()
     _infos.clear()
 
 
@@ -147,7 +144,6 @@ def show(sid: int) -> None:
         print(e.args[0], file=sys.stderr)
         return
     widget = prof.show()
-    _shown.setdefault(int(sid), weakref.WeakSet()).add(widget)
     _session.track(int(sid), widget)
     display(widget)
 
@@ -166,8 +162,7 @@ def show_comparison(sid_a: int, sid_b: int) -> None:
         return
     widget = compare(a, b).show()
     for sid in (int(sid_a), int(sid_b)):
-        _shown.setdefault(sid, weakref.WeakSet()).add(widget)
-        _session.track(sid, widget)
+        _session.track(sid, widget, "comparison")
     display(widget)
 
 
@@ -244,8 +239,8 @@ def _answer(msg) -> dict | None:
             request=kind,
             sid=sid,
         )
-    if kind == "hide":
-        _close_shown(data["sid"])
+    if kind == "hide":  # a dashboard tab closed: a comparison tab of it stays open
+        _session.close_tracked(data["sid"], "dashboard")
         return None
     return _compare_reply(data)
 
@@ -293,9 +288,8 @@ def _on_registry(action: str, sid: int, profile: Profile | None) -> None:
     try:
         if action == "added" and profile is not None:
             message = {"type": "added", "profile": _info(sid, profile)}
-        elif action == "released":
+        elif action == "released":  # its widgets are closed already (session.release)
             _infos.pop(sid, None)
-            _close_shown(sid)
             message = {"type": "released", "sid": sid}
         else:
             return
@@ -303,21 +297,6 @@ def _on_registry(action: str, sid: int, profile: Profile | None) -> None:
             c.send(message)
     except Exception:
         log.warning("telling the Memory profiles panel about profile %s failed", sid, exc_info=True)
-
-
-def _close_shown(sid: int) -> None:
-    """Close the widgets :func:`show` displayed for ``sid`` (and their children): ipywidgets
-    keeps every open widget in a registry, so a released profile would otherwise stay alive
-    through its dashboard (the release itself closes them through the session too)."""
-    stack = list(_shown.pop(sid, []))
-    while stack:
-        w = stack.pop()
-        stack.extend(getattr(w, "children", ()) or ())
-        # a widget's layout and style are widgets too, registered until closed
-        stack.extend(x for x in (getattr(w, "layout", None), getattr(w, "style", None)) if x)
-        close = getattr(w, "close", None)
-        if callable(close):
-            close()
 
 
 # -- what the panel shows --------------------------------------------------------------------

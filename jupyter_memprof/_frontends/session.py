@@ -32,9 +32,10 @@ _lock = threading.Lock()
 _ids = itertools.count(1)
 _profiles: dict[int, Profile] = {}
 _listeners: list[Callable[[str, int, Profile | None], Any]] = []
-# sid -> widgets a front end displayed for that profile (a comparison tab shows two), closed
-# on release. Weak: an open widget is kept alive by ipywidgets until it is closed.
-_tracked: dict[int, weakref.WeakSet] = {}
+# sid -> {widget: kind} a front end displayed for that profile ("dashboard", or "comparison":
+# one comparison is tracked under both its profiles), closed on release. Weak: an open
+# widget is kept alive by ipywidgets until it is closed.
+_tracked: dict[int, weakref.WeakKeyDictionary] = {}
 
 #: The user-namespace variable the magic keeps the latest profile in.
 LAST = "_memprof"
@@ -64,21 +65,41 @@ def items() -> list[tuple[int, Profile]]:
         return list(_profiles.items())
 
 
-def track(sid: int, widget: Any) -> None:
-    """Close ``widget`` when profile ``sid`` is released (held weakly)."""
+def track(sid: int, widget: Any, kind: str = "dashboard") -> None:
+    """Close ``widget`` when profile ``sid`` is released (held weakly); ``kind`` is
+    ``"dashboard"`` or ``"comparison"`` (see :func:`close_tracked`)."""
     with _lock:
-        _tracked.setdefault(int(sid), weakref.WeakSet()).add(widget)
+        _tracked.setdefault(int(sid), weakref.WeakKeyDictionary())[widget] = kind
+
+
+def close_tracked(sid: int | None = None, kind: str | None = None) -> None:
+    """Close the widgets tracked for profile ``sid`` (for every profile when None), only
+    those of ``kind`` when given, with everything under them, and stop tracking them; the
+    profile itself stays. The panel closes a dashboard tab's widgets this way, leaving a
+    comparison of the same profile open in another tab."""
+    widgets = []
+    with _lock:
+        for s in list(_tracked) if sid is None else [int(sid)]:
+            group = _tracked.get(s)
+            if group is None:
+                continue
+            for w, k in list(group.items()):
+                if kind is None or k == kind:
+                    widgets.append(w)
+                    del group[w]
+            if not group:
+                del _tracked[s]
+    _close(widgets)
 
 
 def release(sid: int) -> bool:
     """Forget profile ``sid`` and drop every reference the package holds to it (see the
     module's docstring); True when it was registered. Listeners hear ``"released"`` only
     then: releasing an unknown id tells nobody anything."""
+    close_tracked(sid)
     with _lock:
         profile = _profiles.pop(sid, None)
-        widgets = list(_tracked.pop(sid, ()))
         listeners = list(_listeners)
-    _close(widgets)
     if profile is None:
         return False
     _forget(profile)
@@ -143,10 +164,7 @@ def _forget(profile: Profile | None) -> None:
 
         forget(profile)
     if profile is None:
-        with _lock:
-            widgets = [w for ws in _tracked.values() for w in ws]
-            _tracked.clear()
-        _close(widgets)
+        close_tracked()
     try:
         from IPython import get_ipython
     except ImportError:  # pragma: no cover (IPython is a dependency)
@@ -167,9 +185,17 @@ def _is_profile(obj: Any) -> bool:
 
 
 def _close(widgets: list) -> None:
+    """Close each widget and every widget under it: ipywidgets keeps every open widget (each
+    layout and style too) in a registry, so a released profile would otherwise stay alive
+    through its dashboard."""
+    if not widgets:
+        return
+    # the widgets are our views': their module is loaded already
+    from .._views.dashboard_widget import close_tree
+
     for w in widgets:
         try:
-            w.close()
+            close_tree(w)
         except Exception:
             log.debug("closing a widget of a released profile failed", exc_info=True)
 

@@ -80,6 +80,12 @@ def close_dashboards(prof=None) -> int:
     return len(found)
 
 
+def close_tree(widget) -> None:
+    """Close ``widget`` and every widget under it (children, layouts, styles)."""
+    widget.close()
+    _close_tree(widget)
+
+
 def _close_tree(widget) -> None:
     """Close ``widget``'s children, grandchildren, ... and every layout and style among them
     (ipywidgets closes only the one widget; each layout and style is a widget of its own)."""
