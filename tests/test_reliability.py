@@ -497,11 +497,11 @@ def test_a_capture_leaves_the_collector_as_it_found_it_with_nothing_young_left_t
     """The analysis pauses the collector; afterwards it is back on, the user's frozen
     objects stay frozen, and what the analysis allocated is not waiting in the youngest
     generation for the next allocation to traverse."""
-    from jupyter_memprof._analysis.pipeline import PROMOTE_AT, paused_gc
+    from jupyter_memprof._analysis.pipeline import paused_gc
 
     assert gc.isenabled()
     with paused_gc():
-        kept = [[i] for i in range(PROMOTE_AT + 1_000)]
+        kept = [[i] for i in range(50_000)]
         assert not gc.isenabled()
     assert gc.isenabled() and gc.get_count()[0] < 1_000
     assert gc.is_tracked(kept[0]) and len(gc.get_objects(generation=0)) < 1_000
@@ -511,7 +511,7 @@ def test_a_capture_leaves_the_collector_as_it_found_it_with_nothing_young_left_t
     try:
         before = gc.get_freeze_count()
         with paused_gc():
-            young = [[i] for i in range(PROMOTE_AT + 1_000)]
+            young = [[i] for i in range(5_000)]
         assert gc.get_freeze_count() == before  # the user's freeze is left alone
     finally:
         gc.unfreeze()

@@ -21,12 +21,6 @@ from .timeline import build_events, build_timeline
 Progress = Callable[[str, int, int], object]
 
 
-#: objects allocated during a pause above which they are promoted rather than collected:
-#: a young collection over this many costs about 40 ms (about 10 ms after one step of the
-#: benchmark MLP, 0.6 s after a million events)
-PROMOTE_AT = 250_000
-
-
 @contextlib.contextmanager
 def paused_gc() -> Iterator[None]:
     """Pause the cyclic garbage collector while records and tables are built.
@@ -36,14 +30,14 @@ def paused_gc() -> Iterator[None]:
 
     A pause alone only moves that cost: every object allocated during it is still in the
     youngest generation afterwards, and the first allocation after the collector is back
-    traverses them all (about 0.6 s after a million-event capture). So the two younger
-    generations are collected first (a gen-1 collection, as the collector makes every few
-    thousand allocations: about 1 ms after a training step), and when the pause allocated
-    more than :data:`PROMOTE_AT` objects, what it allocated is handed straight to the oldest
-    generation on the way out (``gc.freeze()`` then ``gc.unfreeze()``: two list splices, no
-    traversal), where it would have ended anyway had it survived two collections. Since the
-    younger generations were empty when the pause began, only objects made during the pause
-    move. When the user has frozen objects, the thaw would release them: nothing moves then.
+    traverses them all (about 30 ms after one training step of the benchmark MLP, 0.6 s
+    after a million events). So the pause starts with a gen-1 collection (the collections an
+    unpaused analysis triggers would make the same: it frees the young garbage and moves
+    the rest on; about 1 ms after a training step), and on the way out what the pause
+    allocated, the only objects then in the younger generations, is handed straight to the
+    oldest one (``gc.freeze()`` then ``gc.unfreeze()``: two list splices, no traversal),
+    where it would have ended anyway had it survived two collections. When the user has
+    frozen objects, the thaw would release them: nothing moves then.
     """
     was_enabled = gc.isenabled()
     if was_enabled:
@@ -52,7 +46,7 @@ def paused_gc() -> Iterator[None]:
     try:
         yield
     finally:
-        if gc.get_count()[0] > PROMOTE_AT and gc.get_freeze_count() == 0:
+        if gc.get_freeze_count() == 0:
             gc.freeze()
             gc.unfreeze()
         if was_enabled:
