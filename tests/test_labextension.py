@@ -137,10 +137,11 @@ def _artifact(name: str) -> str:
 
 
 APP = "window.jupyterapp"
-# The test's notebook panel (the current widget is a dashboard tab once one is open).
+# The test's notebook panel (the current widget is a dashboard tab once one is open);
+# undefined until JupyterLab has set window.jupyterapp, which can come after the page loads.
 NOTEBOOK = (
-    "Array.from(window.jupyterapp.shell.widgets('main'))"
-    ".find(w => w.context && w.context.path === 'panel.ipynb')"
+    "(window.jupyterapp && Array.from(window.jupyterapp.shell.widgets('main'))"
+    ".find(w => w.context && w.context.path === 'panel.ipynb'))"
 )
 
 

@@ -833,7 +833,7 @@ def test_in_jupyterlab_summary_traceback_and_progress(tmp_path):
         try:
             page.goto(base.url("/lab/tree/magic.ipynb?reset"))
             page.wait_for_function(
-                f"() => {{ const s = {app}.shell.currentWidget?.sessionContext?.session;"
+                f"() => {{ const s = {app}?.shell.currentWidget?.sessionContext?.session;"
                 " return s?.kernel?.status === 'idle'; }",
                 timeout=60_000,
             )
