@@ -548,3 +548,19 @@ def test_an_exception_that_cannot_be_printed_still_reaches_the_user_with_its_pro
             raise _Unprintable()
     assert _registered(prof) and prof.meta["error"] == "_Unprintable"
     assert len(prof.allocations) and not profiler_running()
+
+
+def test_a_progress_callable_that_raises_still_stops_the_profiler_and_keeps_the_profile():
+    """The first report comes just before torch's stop: a callable that raises there must
+    not leave the profiler running."""
+
+    def broken(stage, done, total):
+        raise ValueError(f"no progress for {stage}")
+
+    with pytest.raises(ValueError, match="no progress for stopping torch's profiler"):
+        with jupyter_memprof.profile(namespace={}, progress=broken) as prof:
+            torch.ones(250)
+    assert not profiler_running() and not _our_hooks() and _registered(prof)
+    assert prof.meta["stop_error"] == "ValueError: no progress for stopping torch's profiler"
+    assert prof.meta["analysis_error"] == "ValueError: no progress for ops"
+    _capture_works()
