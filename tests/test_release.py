@@ -96,6 +96,60 @@ def test_release_none_frees_every_profile_and_every_dashboard(shell, run, in_ker
     assert all(_collected(r) for r in refs)
 
 
+def test_a_variable_deleted_after_a_capture_in_a_function_is_freed_at_once():
+    """Reading a function's names must not keep its locals alive: before Python 3.13,
+    ``frame.f_locals`` is a snapshot stored in the frame until the frame ends. No collection
+    in between: ``del`` alone frees the tensor, as it does without the profiler."""
+    import torch
+
+    def step():
+        with jupyter_memprof.profile(device="cpu") as prof:
+            x = torch.ones(1000)
+        ref = weakref.ref(x)
+        del x
+        freed = ref() is None
+        y = torch.ones(10)
+        names = locals()  # CPython refreshes the snapshot on demand: every name is there
+        return prof, freed, sorted(names), y
+
+    prof, freed, names, _ = step()
+    assert freed
+    assert names == ["freed", "prof", "ref", "torch", "y"]
+    assert prof.allocations["name"].tolist() == ["x"]
+
+
+def test_a_variable_deleted_after_an_estimate_in_a_function_is_freed_at_once():
+    import torch
+
+    def step():
+        x = torch.ones(1000)
+        jupyter_memprof.estimate(lambda t: t * 2, torch.ones(3))
+        ref = weakref.ref(x)
+        del x
+        return ref() is None
+
+    assert step()
+
+
+def test_reading_names_leaves_module_and_class_namespaces_alone():
+    """Where ``f_locals`` is the namespace itself (a module, a class body, ``exec`` with a
+    dict), reading names changes nothing."""
+    ns = {"jupyter_memprof": jupyter_memprof}
+    code = (
+        "import torch\n"
+        "with jupyter_memprof.profile(device='cpu') as prof:\n"
+        "    kept = torch.ones(4)\n"
+        "class Box:\n"
+        "    inside = torch.ones(2)\n"
+        "    with jupyter_memprof.profile(device='cpu') as p2:\n"
+        "        more = torch.ones(3)\n"
+    )
+    exec(code, ns)
+    assert ns["kept"].tolist() == [1.0] * 4
+    assert ns["Box"].inside.tolist() == [1.0, 1.0] and ns["Box"].more.tolist() == [1.0] * 3
+    assert ns["prof"].allocations["name"].tolist() == ["kept"]
+
+
 def test_release_takes_a_profile_an_id_or_none(mlp_adam_profile, tmp_path):
     # A profile that is not registered (loaded from a file) is still closed where shown.
     prof = jupyter_memprof.load(mlp_adam_profile[0].save(tmp_path / "p.zip"))

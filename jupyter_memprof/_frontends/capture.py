@@ -23,6 +23,7 @@ from .._errors import CaptureError
 from .._producers.recorder import LATER, Recorder
 from .._profile import Profile
 from . import session as _session
+from .frames import caller_names
 
 __all__ = ["CaptureError", "build_tables", "profile"]
 
@@ -75,11 +76,7 @@ class profile(contextlib.AbstractContextManager):  # lower case: reads like a fu
     def _names(self) -> dict:
         if self._namespace is not None:
             return self._namespace
-        if self._frame is None:
-            return {}
-        ns = dict(self._frame.f_globals)
-        ns.update(self._frame.f_locals)
-        return ns
+        return caller_names(self._frame)
 
     def __enter__(self) -> Profile:
         return self.start()

@@ -24,6 +24,7 @@ from .._producers.fake_copy import holds_torch
 from .._profile import Profile
 from .._units import parse_bytes
 from . import session as _session
+from .frames import caller_names
 
 __all__ = ["estimate"]
 
@@ -52,14 +53,6 @@ def check_limit(limit: Any) -> int | None:
     if n <= 0:
         raise EstimateError(f"limit must be more than 0 bytes, not {limit!r}")
     return n
-
-
-def _caller_names(frame) -> dict:
-    if frame is None:
-        return {}
-    ns = dict(frame.f_globals)
-    ns.update(frame.f_locals)
-    return ns
 
 
 def estimate(
@@ -96,7 +89,7 @@ def estimate(
         raise EstimateError(f"estimate() needs a function to call first, not {type(fn).__name__}")
     dev = check_device(device)
     nbytes = check_limit(limit)
-    caller = _caller_names(sys._getframe(1))
+    caller = caller_names(sys._getframe(1))
     try:
         return run_estimate(
             fn, args, kwargs, device=dev, limit=nbytes, names=caller, label=_label(fn)
