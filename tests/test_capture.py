@@ -483,6 +483,60 @@ def test_a_preexisting_block_whose_address_is_reused_ends_at_the_exact_reuse_tim
     assert free_ns[0] == t0
 
 
+def test_a_block_freed_at_a_stale_address_gets_its_true_size():
+    """torch's CPU allocator remembers the size of a block made while memory is profiled
+    until that block is freed while memory is profiled. Freed between captures, the entry
+    stays; a later block that gets the same address and is freed inside a capture is then
+    reported with the old size. A storage the session named at the start has its true
+    size."""
+    gc.collect()
+    with jupyter_memprof.profile(device="cpu"):
+        old = torch.ones(250)  # 1000 bytes, recorded
+    stale = old.data_ptr()
+    del old  # outside any capture: torch keeps "1000 bytes" for that address
+    spare = []
+    for _ in range(10_000):
+        b = torch.empty(200)  # 800 bytes
+        if b.data_ptr() == stale:
+            break
+        spare.append(b)
+    else:
+        pytest.fail("the allocator never handed the freed address out again")
+    del spare
+    with jupyter_memprof.profile(device="cpu") as prof:
+        del b
+    a = prof.allocations
+    assert a[["ptr", "size_bytes"]].values.tolist() == [[stale, 800]]
+    assert a["alloc_ns"].isna().all() and a["free_ns"].notna().all()
+    assert a["name"].tolist() == ["b"]
+    assert prof.peak().attrs["peak_bytes"] == 800
+
+
+def test_the_burners_free_is_dropped_and_nothing_else():
+    """The start's burner (a block freed just after torch's profiler starts, to spend
+    torch's one warning about blocks of unknown size) is recorded when it lands on a stale
+    address (see the test above); only that free, before the user's code, is dropped."""
+    from jupyter_memprof._producers.recorder import _drop_burner
+    from jupyter_memprof._records import MemoryRecord
+
+    def rec(t, ptr, size, device="cpu"):
+        return MemoryRecord(t, ptr, size, -1, t, device, -1)
+
+    memory = [
+        rec(10, 0xA0, 64),  # another thread's allocation at that address
+        rec(11, 0xB0, -8, "cuda:0"),
+        rec(12, 0xB0, -1000),  # the burner, reported with a stale size
+        rec(30, 0xB0, 4),  # the user's code, from time 20
+        rec(31, 0xB0, -4),
+    ]
+    kept = [memory[i] for i in (0, 1, 3, 4)]
+    _drop_burner(memory, 0xB0, 20)
+    assert memory == kept
+    _drop_burner(memory, 0xB0, 20)  # nothing more to drop
+    _drop_burner(memory, None, 20)
+    assert memory == kept
+
+
 class _Hostile:
     """A notebook object whose attribute lookup runs code that raises."""
 

@@ -205,6 +205,27 @@ def _cell_namer():
     return name
 
 
+def _drop_burner(memory: list, ptr: int | None, code_start_ns: int | None) -> None:
+    """Remove the free of the start's warning burner from ``memory``, if torch recorded it.
+
+    torch's CPU allocator remembers the size of every block allocated while memory is being
+    profiled, and forgets it only when the block is freed while memory is being profiled.
+    A block made in one capture and freed outside any leaves a stale entry behind; when a
+    later block that happens to get the same address is freed inside a capture, torch
+    reports that free, with the stale size. The burner is such a block whenever it lands on
+    a stale address, and its free is our work, not the user's. Memory records are in time
+    order, so only those before the user's code are looked at.
+    """
+    if ptr is None or code_start_ns is None:
+        return
+    for i, m in enumerate(memory):
+        if m.time_ns >= code_start_ns:
+            return
+        if m.ptr == ptr and m.size < 0 and m.device == "cpu":
+            del memory[i]
+            return
+
+
 def _time_zero(code_start_ns: int | None, trace, trace_start_ns: int | None) -> int | None:
     """When the profiled code started, moved earlier only if something was recorded before.
 
@@ -238,6 +259,7 @@ class Recorder:
         self.start_rows: list = []
         self.stop_s = 0.0
         self.start_ns: int | None = None
+        self._burner_ptr: int | None = None
         self._claim: _Claim | None = None
         self._running = False
 
@@ -266,11 +288,13 @@ class Recorder:
                 with_stack=self.with_stack,
             )
             burner = torch.empty(1)
+            self._burner_ptr = burner.data_ptr()
             self._torch_profiler = tp  # before it starts: a failed start is stopped again
             with _quiet_stderr():
                 tp.__enter__()
                 # torch warns once per process, on file descriptor 2, when a block allocated
                 # before the capture is freed inside it. Spend that warning here, silently.
+                # (Its free can still be recorded: see _drop_burner.)
                 del burner
             # with stacks, torch's Python tracer records module calls (see read_trace)
             self.hooks = ModuleHooks(modules=not self.with_stack)  # a partial install is undone
@@ -346,6 +370,7 @@ class Recorder:
             tracer_modules=self.with_stack,
             progress=progress,
         )
+        _drop_burner(trace.memory, self._burner_ptr, self.start_ns)
         namespace = self._namespace()
         hooks = self.hooks
         if self.with_stack:  # modules from the Python tracer: (id, class) pairs
