@@ -92,7 +92,24 @@ def test_raw_matches_torch_layout(same_trace, tmp_path):
     creates = lambda rows: sorted((r[0], r[2]) for r in rows if r[1] == 2)  # noqa: E731
     destroys = lambda rows: sorted((r[0], r[2]) for r in rows if r[1] == 4)  # noqa: E731
     assert creates(ours) == creates(theirs)
-    assert destroys(ours) == destroys(theirs)
+    # Frees of blocks from before the capture (gradients freed by zero_grad) happen at the
+    # same times. torch reports them only when its allocator remembers a size for that
+    # address, which can be a stale size from an earlier block there (docs/tables.md); ours
+    # are the sizes of the named blocks.
+    a = prof.allocations
+    pre = a[a["alloc_ns"].isna() & a["free_ns"].notna()]
+    pre_times = set(pre["free_ns"].tolist())
+    assert sorted(t for t, _ in destroys(ours) if t in pre_times) == sorted(
+        t for t, _ in destroys(theirs) if t in pre_times
+    )
+    assert sorted(-b for t, b in destroys(ours) if t in pre_times) == sorted(
+        pre["size_bytes"].tolist()
+    )
+    grads = {"model.0.weight.grad": 8192, "model.0.bias.grad": 256, "model.2.weight.grad": 2048}
+    grads["model.2.bias.grad"] = 32
+    assert dict(zip(pre["name"], pre["size_bytes"])).items() <= grads.items()
+    rest = lambda rows: [r for r in destroys(rows) if r[0] not in pre_times]  # noqa: E731
+    assert rest(ours) == rest(theirs)
     # in-place writes come as (-bytes old category, +bytes new category) pairs
     bumps = [r for r in ours if r[1] == 3]
     assert bumps and len(bumps) % 2 == 0
