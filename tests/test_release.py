@@ -118,6 +118,22 @@ def test_a_variable_deleted_after_a_capture_in_a_function_is_freed_at_once():
     assert prof.allocations["name"].tolist() == ["x"]
 
 
+def test_a_functions_own_locals_dict_is_left_as_it_is():
+    """Code that keeps ``locals()`` (before 3.13, the frame's snapshot itself) still finds
+    its variables in it after a capture."""
+    import torch
+
+    def step():
+        x = torch.ones(10)
+        env = locals()
+        with jupyter_memprof.profile(device="cpu"):
+            y = x * 2
+        return sorted(env), y
+
+    names, _ = step()
+    assert {"x", "torch"} <= set(names)
+
+
 def test_a_variable_deleted_after_an_estimate_in_a_function_is_freed_at_once():
     import torch
 
