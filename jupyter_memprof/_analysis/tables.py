@@ -423,32 +423,17 @@ def build_allocations(
     alloc_op = np.where(has_a, op[ar], -1)
     free_op = np.where(has_f, op[fr], -1)
     dev_names = [*dev_names]
-    live: dict | None = None  # (device, ptr) -> bytes of the storages named at the start
-
-    def live_sizes() -> dict:
-        nonlocal live
-        if live is None:
-            when = names["when"].to_numpy(dtype=object) == "start"
-            live = {}
-            for key in zip(
-                names["device"].to_numpy(dtype=object)[when].tolist(),
-                names["ptr"].to_numpy()[when].tolist(),
-                names["size_bytes"].to_numpy()[when].tolist(),
-            ):
-                live.setdefault(key[:2], key[2])
-        return live
 
     # Frees of blocks from before the capture on the CPU: torch reports the size its
     # allocator last recorded at that address, which is stale when that block was freed
     # outside any capture and another one got its address (see docs/tables.md). A storage
     # the session named at the start, at that address, has the true size.
     pre_freed = np.flatnonzero(has_f & ~has_a)
-    if len(pre_freed) and len(names) and "cpu" in dev_names:
-        cpu = dev_names.index("cpu")
-        pre_freed = pre_freed[b_dev[pre_freed] == cpu]
-        sizes = live_sizes()
+    live = _start_sizes(names) if len(pre_freed) or not untracked.empty else {}
+    if len(pre_freed) and live and "cpu" in dev_names:
+        pre_freed = pre_freed[b_dev[pre_freed] == dev_names.index("cpu")]
         for i in pre_freed.tolist():
-            b_size[i] = sizes.get(("cpu", int(b_ptr[i])), b_size[i])
+            b_size[i] = live.get(("cpu", int(b_ptr[i])), b_size[i])
 
     # tensors seen only as op inputs: blocks from before the capture, still alive after it
     known = b_tid[~b_tid_na]
@@ -456,7 +441,6 @@ def build_allocations(
     if not g.empty:
         g = g[g["device"].isin(devices)]
     if not g.empty:
-        live = live_sizes()
         g_dev = g["device"].to_numpy(dtype=object)
         g_ptr = g["ptr"].to_numpy(dtype=np.int64)
         live_size = np.array(
@@ -513,6 +497,19 @@ def build_allocations(
         }
     )
     return S.conform(out, S.ALLOCATIONS, name="allocations")
+
+
+def _start_sizes(names: pd.DataFrame) -> dict:
+    """``(device, ptr) -> bytes`` of the storages the session named at the start."""
+    when = names["when"].to_numpy(dtype=object) == "start"
+    live: dict = {}
+    for key in zip(
+        names["device"].to_numpy(dtype=object)[when].tolist(),
+        names["ptr"].to_numpy()[when].tolist(),
+        names["size_bytes"].to_numpy()[when].tolist(),
+    ):
+        live.setdefault(key[:2], key[2])
+    return live
 
 
 def infer_invisible_frees(
