@@ -89,6 +89,10 @@ class MemoryRecord(NamedTuple):
     allocation_id: int
     device: str
     op_id: int  # innermost enclosing op, or NO_ID
+    #: the device allocator's own totals right after this event (CUDA's caching allocator:
+    #: ``memory_allocated`` and ``memory_reserved``); NO_ID where none is recorded
+    total_allocated: int = NO_ID
+    total_reserved: int = NO_ID
 
 
 class Trace(NamedTuple):
@@ -119,6 +123,26 @@ class NameRow(NamedTuple):
     module: str | None = None
 
 
+class DeviceTotals(NamedTuple):
+    """A CUDA device's memory read at one moment: the caching allocator's counters
+    (``torch.cuda.memory_allocated`` / ``memory_reserved``) and the driver's
+    (``torch.cuda.mem_get_info``: free and total bytes of the device)."""
+
+    allocated: int
+    reserved: int
+    free: int
+    total: int
+
+
+class WatchedFree(NamedTuple):
+    """A block the session named at the start, freed during the capture (seen by a weak
+    reference on its storage: torch does not report such frees on the CPU)."""
+
+    device: str
+    ptr: int
+    time_ns: int
+
+
 class Capture(NamedTuple):
     """Everything one producer hands to the analysis."""
 
@@ -128,3 +152,8 @@ class Capture(NamedTuple):
     module_classes: list[str]  # class name of each module, by OpRecord.module_index
     devices: list[str]  # the devices whose memory was recorded
     start_ns: int | None  # time zero: the start of the profiled code (None: first record)
+    #: per CUDA device, read just before the capture started and just after it stopped
+    #: (empty when CUDA was not in use, and for producers that run nothing)
+    totals_start: dict[str, DeviceTotals] | None = None
+    totals_end: dict[str, DeviceTotals] | None = None
+    watched_frees: list[WatchedFree] | None = None

@@ -201,7 +201,7 @@ def test_two_models_in_one_step_never_share_a_name():
         [f"{m}.{i}.{w}" for m in "GD" for i in (0, 2) for w in ("weight", "bias")]
     )
     assert a.loc[a["name"] == "opt_d.state[D.0.weight].exp_avg", "module"].tolist() == ["D.0"]
-    assert a.loc[a["name"] == "G.2.bias.grad", "module"].tolist() == ["G.2"]
+    assert set(a.loc[a["name"] == "G.2.bias.grad", "module"]) == {"G.2"}  # this step's, the last's
     # both models' bytes are attributed at the peak
     by_module = prof.peak_by("module")
     assert any(k.startswith("G.") for k in by_module.index)

@@ -17,6 +17,7 @@ import pytest
 import torch
 
 import jupyter_memprof
+from jupyter_memprof._analysis.timeline import build_events, build_timeline
 from jupyter_memprof._frontends.capture import build_tables
 from jupyter_memprof._io import WriteRefused
 from jupyter_memprof._producers.recorder import Recorder
@@ -25,9 +26,11 @@ from jupyter_memprof._views.exports import ExportError, coalesce, export_format
 
 
 @pytest.fixture(scope="module")
-def same_trace():
-    """One Adam step of a small MLP recorded once; our profile and torch's memory timeline
-    of that same raw result."""
+def recorded():
+    """One Adam step of a small MLP recorded once: our profile, the same profile without the
+    frees only our weak references saw (torch does not report frees of blocks from before
+    the capture it has no size for: the gradients zero_grad frees, mostly), and torch's
+    memory timeline of that same raw result."""
     from torch.profiler._memory_profiler import MemoryProfile, MemoryProfileTimeline
 
     torch.manual_seed(0)
@@ -49,9 +52,54 @@ def same_trace():
     recorder.stop()
     torch_tl = MemoryProfileTimeline(MemoryProfile(recorder.kineto_results))
     tables, meta = build_tables(recorder)
-    recorder.release()
     prof = Profile(**tables, meta={**meta, "devices": ["cpu"], "label": "step"})
-    return prof, torch_tl
+    recorder.watched_frees = []
+    tables, meta = build_tables(recorder)
+    recorder.release()
+    as_torch = Profile(
+        **_as_torch_sees(tables, meta), meta={**meta, "devices": ["cpu"], "label": "step"}
+    )
+    return prof, as_torch, torch_tl
+
+
+def _as_torch_sees(tables: dict, meta: dict) -> dict:
+    """The tables without the blocks only the session knows (the baseline: named at the
+    start, never seen in torch's trace), with events and timeline rebuilt."""
+    a = tables["allocations"]
+    torch_knows = a["tensor_id"].notna() | a["alloc_ns"].notna() | a["free_op_id"].notna()
+    a = a[torch_knows].reset_index(drop=True)
+    v = tables["versions"]
+    v = v[v["alloc_id"].isin(a["alloc_id"])].reset_index(drop=True)
+    events = build_events(a, v, tables["ops"], meta["start_ns"])
+    return {
+        **tables,
+        "allocations": a,
+        "versions": v,
+        "events": events,
+        "timeline": build_timeline(events, v),
+    }
+
+
+@pytest.fixture(scope="module")
+def same_trace(recorded):
+    """Our profile of the step as far as torch's profiler sees it, and torch's timeline."""
+    _, as_torch, torch_tl = recorded
+    return as_torch, torch_tl
+
+
+def test_frees_torch_does_not_report_are_ours_alone(recorded):
+    """The gradients of the warm-up step, freed by zero_grad: torch reports such a free only
+    when its allocator remembers a size for the address; our weak references see each one."""
+    prof, as_torch, _ = recorded
+    a = prof.allocations
+    freed_pre = a[a["alloc_ns"].isna() & a["free_ns"].notna()]
+    grads = {"model.0.weight.grad": 8192, "model.0.bias.grad": 256, "model.2.weight.grad": 2048}
+    grads["model.2.bias.grad"] = 32
+    assert dict(zip(freed_pre["name"], freed_pre["size_bytes"])) == grads
+    start, first_op = prof.meta["start_ns"], int(prof.ops["start_ns"].min())
+    assert (freed_pre["free_ns"] >= start).all()
+    zero_grad = prof.ops[prof.ops["name"].astype(str).str.contains("zero_grad")].iloc[0]
+    assert (freed_pre["free_ns"] <= int(zero_grad["end_ns"])).all() and first_op >= start
 
 
 def _load(path):

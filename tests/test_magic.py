@@ -21,8 +21,9 @@ from jupyter_memprof._views.summary import NO_ACTIVITY
 
 
 def blocks_of(prof: Profile, nbytes: int):
+    """The cell's own blocks of a size (not the ones earlier cells left in the namespace)."""
     a = prof.allocations
-    return a[(a["size_bytes"] == nbytes) & (a["device"] == "cpu")]
+    return a[(a["size_bytes"] == nbytes) & (a["device"] == "cpu") & a["alloc_ns"].notna()]
 
 
 # -- loading -------------------------------------------------------------------------------
@@ -308,7 +309,11 @@ def test_cell_without_torch_activity(shell, run):
     assert NO_ACTIVITY in out
     for name, schema in _schema.TABLES.items():
         assert list(getattr(prof, name).columns) == list(schema)
-    assert len(prof.allocations) == 0 and len(prof.events) == 0
+    # only what earlier cells left in the namespace, live before this one and untouched
+    a, ev = prof.allocations, prof.events
+    assert a["alloc_ns"].isna().all() and (ev["action"] == "preexisting").all()
+    assert set(a["reason"]) <= {"existed before the capture, untouched"}
+    assert ("live before the capture on cpu" in out) == (len(a) > 0) and "peak" not in out
 
 
 # -- failures ---------------------------------------------------------------------------
@@ -796,7 +801,9 @@ def test_in_a_kernel_a_dashboard_failure_leaves_the_summary(kernel):
         "name": "stderr",
         "text": "%%memprofile: interactive view unavailable: RuntimeError: no views today\n",
     }
-    reply, outputs = execute(kernel, "print(len(p_nodash.allocations), xd.numel())")
+    reply, outputs = execute(
+        kernel, "print(p_nodash.allocations['alloc_ns'].notna().sum(), xd.numel())"
+    )
     assert outputs == [("stream", {"name": "stdout", "text": "1 1000\n"})]
 
 

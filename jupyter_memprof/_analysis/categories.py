@@ -139,6 +139,28 @@ def _inside_module(ops: pd.DataFrame) -> np.ndarray:
     return inside
 
 
+#: The reason of the baseline's remainder on a CUDA device (one block of address 0).
+UNREACHABLE_REASON = "allocated before the capture, reachable from nothing the session knows"
+_UNTOUCHED = "existed before the capture, untouched"
+
+
+def _untouched(alloc_ns_na: np.ndarray, free_ns_na: np.ndarray, u_alloc: np.ndarray, n: int):
+    """Blocks from before the capture that no op read or wrote, still alive at the end."""
+    used = np.zeros(n, dtype=bool)
+    used[u_alloc[u_alloc >= 0]] = True
+    return alloc_ns_na & ~used & free_ns_na
+
+
+def _mark_untouched(untouched: np.ndarray, why: np.ndarray, reasons: _Strings) -> None:
+    """Say so in the reason of untouched blocks that a rule named for what they are (a
+    parameter, a gradient, optimizer state): ``.grad of a parameter; existed before the
+    capture, untouched``."""
+    for code in np.unique(why[untouched]).tolist():
+        text = reasons.values[code]
+        if text != _UNTOUCHED:
+            why[untouched & (why == code)] = reasons(f"{text}; {_UNTOUCHED}")
+
+
 def _at(arr: np.ndarray, idx: np.ndarray, missing) -> np.ndarray:
     """``arr[idx]``, ``missing`` where ``idx`` is negative."""
     out = np.full(len(idx), missing, dtype=arr.dtype)
@@ -179,6 +201,12 @@ def categorise(tables: dict[str, pd.DataFrame]) -> tuple[pd.DataFrame, pd.DataFr
     alloc_node = _at(op_node, alloc_op, -1)
     free_node = _at(op_node, free_op, -1)
     alloc_ids = allocs["alloc_id"].to_numpy()
+
+    # 0. the baseline's remainder: what the allocator held at the start that nothing names
+    unreachable = (
+        alloc_ns_na & (allocs["ptr"].to_numpy() == 0) & allocs["tensor_id"].isna().to_numpy()
+    )
+    decide(unreachable, C.UNKNOWN, UNREACHABLE_REASON)
 
     # 1. the live session
     named = _named(names, alloc_ids)
@@ -262,9 +290,12 @@ def categorise(tables: dict[str, pd.DataFrame]) -> tuple[pd.DataFrame, pd.DataFr
         C.UNKNOWN,
         "existed before the capture, freed during it",
     )
+    untouched = _untouched(alloc_ns_na, free_ns_na, u_alloc, n) & ~unreachable
+    decide(alloc_ns_na & untouched, C.INPUT, "existed before the capture, untouched")
     decide(alloc_ns_na, C.INPUT, "existed before the capture")
     decide(outside, C.INPUT, "made outside the model, kept")
     decide(np.ones(n, dtype=bool), C.UNKNOWN, "no rule applies")
+    _mark_untouched(untouched, why, reasons)
 
     # versions: inputs written in place by forward become activations
     if not versions.empty:

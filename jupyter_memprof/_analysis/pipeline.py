@@ -11,12 +11,13 @@ import gc
 import time
 from collections.abc import Callable, Iterator
 
+import numpy as np
 import pandas as pd
 
 from .._records import Capture
 from . import tables as T
 from .categories import categorise
-from .timeline import build_events, build_timeline
+from .timeline import build_events, build_timeline, with_reserved
 
 Progress = Callable[[str, int, int], object]
 
@@ -56,7 +57,13 @@ def paused_gc() -> Iterator[None]:
 def analyse(
     capture: Capture, *, progress: Progress | None = None
 ) -> tuple[dict[str, pd.DataFrame], dict]:
-    trace, names, module_paths, module_classes, devices, start_ns = capture
+    trace, names, devices, start_ns = (
+        capture.trace,
+        capture.names,
+        capture.devices,
+        capture.start_ns,
+    )
+    module_paths, module_classes = capture.module_paths, capture.module_classes
     progress = progress or (lambda *a: None)
     stages = ["ops", "allocations", "versions", "categories", "timeline"]
     timings: dict[str, float] = {}
@@ -75,7 +82,14 @@ def analyse(
     mem = T.memory_table(trace, devices)
     refs = T.refs_table(trace)
     names_df = T.names_table(names)
-    allocations = T.build_allocations(mem, T.untracked_table(trace), names_df, devices)
+    allocations = T.build_allocations(
+        mem,
+        T.untracked_table(trace),
+        names_df,
+        devices,
+        totals_start=capture.totals_start,
+        watched_frees=capture.watched_frees,
+    )
     names_df = T.match_names(names_df, allocations)
     ops = T.finish_ops(ops, flows, allocations)
     step(1)
@@ -103,6 +117,8 @@ def analyse(
         ]
         start_ns = int(min(firsts)) if firsts else 0
     events = build_events(allocations, versions, ops, start_ns)
+    totals_start = capture.totals_start or {}
+    events = with_reserved(events, mem, {d: t.reserved for d, t in totals_start.items()})
     timeline = build_timeline(events, versions)
     step(4)
     tables = {
@@ -119,4 +135,60 @@ def analyse(
         "start_ns": start_ns,
         "end_ns": int(max(ops["end_ns"].max() if len(ops) else start_ns, start_ns)),
         "stage_s": timings,
+        **baseline_meta(allocations, events, capture, T.allocated_at_start(mem, totals_start)),
     }
+
+
+def baseline_meta(allocations, events, capture: Capture, allocated_start: dict) -> dict:
+    """What was live when the capture started, per device, and on CUDA the allocator's and
+    the driver's view (see docs/tables.md, "The baseline"):
+
+    - ``baseline_bytes``: bytes of the blocks live at the start; ``untouched_bytes``: those
+      the captured code never used; ``unreachable_bytes``: CUDA's remainder that nothing the
+      session knows reaches;
+    - ``reserved_peak_bytes``: the caching allocator's largest reserved total (recorded);
+    - ``cuda_start`` / ``cuda_end``: ``allocated``, ``reserved``, ``free`` and ``total``
+      bytes and ``outside_torch_bytes`` (the device's used memory that PyTorch's allocator
+      does not hold: the CUDA context, NCCL, cuBLAS's own, other processes).
+    """
+    a = allocations
+    pre = a["alloc_ns"].isna().to_numpy()
+    dev = a["device"].astype(object).to_numpy()
+    size = a["size_bytes"].to_numpy()
+    reason = a["reason"].astype(object).to_numpy()
+    untouched = np.array(
+        [isinstance(r, str) and r.endswith("untouched") for r in reason.tolist()], dtype=bool
+    )
+    unreachable = pre & (a["ptr"].to_numpy() == 0) & a["tensor_id"].isna().to_numpy()
+    out: dict = {"baseline_bytes": {}, "untouched_bytes": {}, "unreachable_bytes": {}}
+    for d in sorted(set(dev[pre].tolist())):
+        on = pre & (dev == d)
+        out["baseline_bytes"][d] = int(size[on].sum())
+        out["untouched_bytes"][d] = int(size[on & untouched].sum())
+        if (on & unreachable).any():
+            out["unreachable_bytes"][d] = int(size[on & unreachable].sum())
+    reserved = events["reserved_bytes"] if "reserved_bytes" in events else None
+    peaks: dict = {}
+    if reserved is not None and reserved.notna().any():
+        have = events[reserved.notna()]
+        for d, v in have.groupby(have["device"].astype(object), sort=True)["reserved_bytes"]:
+            peaks[str(d)] = int(v.max())
+    for d, t in (capture.totals_start or {}).items():
+        peaks[d] = max(peaks.get(d, 0), int(t.reserved))
+    if peaks:
+        out["reserved_peak_bytes"] = peaks
+    for key, totals in (("cuda_start", capture.totals_start), ("cuda_end", capture.totals_end)):
+        if totals:
+            out[key] = {
+                d: {
+                    "allocated": int(allocated_start.get(d, t.allocated))
+                    if key == "cuda_start"
+                    else int(t.allocated),
+                    "reserved": int(t.reserved),
+                    "free": int(t.free),
+                    "total": int(t.total),
+                    "outside_torch_bytes": max(int(t.total - t.free - t.reserved), 0),
+                }
+                for d, t in totals.items()
+            }
+    return out

@@ -92,6 +92,9 @@ EVENTS = {
     "category": CATEGORY_DTYPE,
     # extension: the op during which it happened (NA for preexisting blocks)
     "op_id": "Int64",
+    # extension: the device allocator's reserved bytes right after the event (CUDA's caching
+    # allocator, as torch's profiler records it); NA where none was recorded
+    "reserved_bytes": "Int64",
 }
 
 TIMELINE = {
@@ -162,6 +165,7 @@ TABLES: dict[str, dict] = {
 ADDED_COLUMNS: dict[str, tuple[str, ...]] = {
     "allocations": ("module", "module_reason"),
     "names": ("module",),
+    "events": ("reserved_bytes",),
 }
 
 

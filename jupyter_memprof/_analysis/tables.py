@@ -307,16 +307,24 @@ def build_flows(ops: pd.DataFrame) -> pd.DataFrame:
 
 # -- allocations ---------------------------------------------------------------------------
 def memory_table(trace: Trace, devices: list[str]) -> pd.DataFrame:
+    """The allocator events, one row each; ``total_allocated`` and ``total_reserved`` are
+    the allocator's own totals after the event (-1 where none were recorded)."""
     cols = ["time_ns", "ptr", "size", "tensor_id", "allocation_id", "device", "op_id"]
     if not trace.memory:
-        return pd.DataFrame({c: pd.Series([], dtype="Int64") for c in cols}).astype(
-            {
-                "time_ns": "int64",
-                "ptr": "int64",
-                "size": "int64",
-                "allocation_id": "int64",
-                "device": "object",
-            }
+        return (
+            pd.DataFrame({c: pd.Series([], dtype="Int64") for c in cols})
+            .astype(
+                {
+                    "time_ns": "int64",
+                    "ptr": "int64",
+                    "size": "int64",
+                    "allocation_id": "int64",
+                    "device": "object",
+                }
+            )
+            .assign(
+                total_allocated=np.zeros(0, dtype=np.int64), total_reserved=np.zeros(0, np.int64)
+            )
         )
     r = _read(trace.memory, _MEMORY_RECORD)
     df = pd.DataFrame(
@@ -328,6 +336,8 @@ def memory_table(trace: Trace, devices: list[str]) -> pd.DataFrame:
             "allocation_id": r["allocation_id"],
             "device": r["device"],
             "op_id": _masked(r["op_id"]),
+            "total_allocated": r["total_allocated"],
+            "total_reserved": r["total_reserved"],
         }
     )
     if set(pd.unique(r["device"]).tolist()) <= set(devices):
@@ -365,8 +375,28 @@ def _runs(keys: tuple, by: int) -> tuple[np.ndarray, np.ndarray]:
     return order, start
 
 
+def allocated_at_start(mem: pd.DataFrame, totals_start: dict | None) -> dict[str, int]:
+    """Per CUDA device, the bytes the caching allocator held just before the capture: its
+    first recorded event's total less the event's own size (exact: the allocator's own
+    count), else the counter read when the capture started."""
+    out = {d: int(t.allocated) for d, t in (totals_start or {}).items()}
+    known = mem[mem["total_allocated"].to_numpy() >= 0] if len(mem) else mem
+    if len(known):
+        first = known.drop_duplicates("device")
+        for d, total, size in zip(
+            first["device"].tolist(), first["total_allocated"].tolist(), first["size"].tolist()
+        ):
+            out[str(d)] = int(total) - int(size)
+    return out
+
+
 def build_allocations(
-    mem: pd.DataFrame, untracked: pd.DataFrame, names: pd.DataFrame, devices: list[str]
+    mem: pd.DataFrame,
+    untracked: pd.DataFrame,
+    names: pd.DataFrame,
+    devices: list[str],
+    totals_start: dict | None = None,
+    watched_frees: list | None = None,
 ) -> pd.DataFrame:
     """One row per block, from allocation to free.
 
@@ -377,12 +407,17 @@ def build_allocations(
     become pre-existing blocks too; their size comes from the live object when the session
     knows it, else from the furthest byte any view of them reached.
 
+    The baseline: every storage the session named at the start is a block even when the
+    capture never touches it (:func:`_untouched_blocks`); its free, when a weak reference saw
+    one (``watched_frees``), ends it. On a CUDA device whose allocator held more at the start
+    than every block known, the rest is one block of address 0 (:func:`_unreachable_blocks`).
+
     Rows: the blocks existing before the capture first, then by allocation time, then by
     free time; ties keep the order of (``allocation_id``, device) and blocks seen only as op
     inputs last, in order of first use.
     """
-    if mem.empty and untracked.empty:  # nothing happened: skip pandas' fixed costs
-        return S.empty(S.ALLOCATIONS)
+    if mem.empty and untracked.empty and not totals_start and not (names["when"] == "start").any():
+        return S.empty(S.ALLOCATIONS)  # nothing happened: skip pandas' fixed costs
     time = mem["time_ns"].to_numpy()
     ptr = mem["ptr"].to_numpy()
     size = mem["size"].to_numpy()
@@ -466,6 +501,32 @@ def build_allocations(
         alloc_op = np.concatenate([alloc_op, np.full(k, -1, dtype=np.int64)])
         free_op = np.concatenate([free_op, np.full(k, -1, dtype=np.int64)])
 
+    # the baseline: named at the start but never seen; then what nothing names (CUDA)
+    for extra in (
+        _untouched_blocks(names, devices, dev_names, b_dev, b_ptr, has_a),
+        _unreachable_blocks(
+            allocated_at_start(mem, totals_start), devices, dev_names, b_dev, b_size, has_a
+        ),
+    ):
+        if not extra:
+            continue
+        k = len(extra)
+        code = {d: i for i, d in enumerate(dev_names)}
+        e_code = np.array([code.setdefault(d, len(code)) for d, _, _ in extra], dtype=np.int64)
+        dev_names = [*code]
+        b_dev = np.concatenate([b_dev, e_code])
+        b_ptr = np.concatenate([b_ptr, np.array([p for _, p, _ in extra], dtype=np.int64)])
+        b_size = np.concatenate([b_size, np.array([z for _, _, z in extra], dtype=np.int64)])
+        b_tid = np.concatenate([b_tid, np.zeros(k, dtype=np.int64)])
+        b_tid_na = np.concatenate([b_tid_na, np.ones(k, dtype=bool)])
+        has_a = np.concatenate([has_a, np.zeros(k, dtype=bool)])
+        has_f = np.concatenate([has_f, np.zeros(k, dtype=bool)])
+        alloc_ns = np.concatenate([alloc_ns, np.zeros(k, dtype=np.int64)])
+        free_ns = np.concatenate([free_ns, np.zeros(k, dtype=np.int64)])
+        alloc_op = np.concatenate([alloc_op, np.full(k, -1, dtype=np.int64)])
+        free_op = np.concatenate([free_op, np.full(k, -1, dtype=np.int64)])
+    _watched_frees(watched_frees, dev_names, b_dev, b_ptr, has_a, has_f, free_ns)
+
     # Preexisting blocks first (alloc_ns NA), then by allocation time.
     order = np.lexsort((free_ns, has_f, alloc_ns, has_a))
     b_dev, b_ptr, b_size, b_tid, b_tid_na = (
@@ -497,6 +558,68 @@ def build_allocations(
         }
     )
     return S.conform(out, S.ALLOCATIONS, name="allocations")
+
+
+def _untouched_blocks(names, devices, dev_names, b_dev, b_ptr, has_a) -> list:
+    """``(device, ptr, bytes)`` of every storage the session named at the start that is no
+    block yet: memory the capture never touched (a model's gradients and optimizer state
+    during an evaluation, a list of cached batches), in the order the names were read."""
+    when = names["when"].to_numpy(dtype=object) == "start"
+    if not when.any():
+        return []
+    pre = ~has_a
+    dn = np.array(dev_names, dtype=object)
+    have = set(zip(dn[b_dev[pre]].tolist(), b_ptr[pre].tolist())) if pre.any() else set()
+    wanted = set(devices)
+    out: list = []
+    for key in zip(
+        names["device"].to_numpy(dtype=object)[when].tolist(),
+        names["ptr"].to_numpy()[when].tolist(),
+        names["size_bytes"].to_numpy()[when].tolist(),
+    ):
+        if key[0] in wanted and key[:2] not in have:
+            have.add(key[:2])
+            out.append(key)
+    return out
+
+
+def _unreachable_blocks(allocated, devices, dev_names, b_dev, b_size, has_a) -> list:
+    """One ``(device, 0, bytes)`` per CUDA device whose allocator held more at the start
+    than every block known then: memory allocated before the capture that nothing the
+    session knows reaches (cuBLAS workspaces, tensors only C++ holds, a graph kept alive)."""
+    out = []
+    pre = ~has_a
+    for device, total in allocated.items():
+        if device not in devices:
+            continue
+        known = 0
+        if device in dev_names:
+            known = int(b_size[pre & (b_dev == dev_names.index(device))].sum())
+        if total > known:
+            out.append((device, 0, total - known))
+    return out
+
+
+def _watched_frees(watched, dev_names, b_dev, b_ptr, has_a, has_f, free_ns) -> None:
+    """End blocks from before the capture that the allocator never reported freed, at the
+    time a weak reference on their storage saw them go. Updates ``has_f`` and ``free_ns``."""
+    if not watched:
+        return
+    open_pre = np.flatnonzero(~has_a & ~has_f)
+    if not len(open_pre):
+        return
+    dn = np.array(dev_names, dtype=object)
+    at = {
+        k: i
+        for i, k in zip(
+            open_pre.tolist(), zip(dn[b_dev[open_pre]].tolist(), b_ptr[open_pre].tolist())
+        )
+    }
+    for device, ptr, t in watched:
+        i = at.pop((device, ptr), None)
+        if i is not None:
+            has_f[i] = True
+            free_ns[i] = t
 
 
 def _start_sizes(names: pd.DataFrame) -> dict:

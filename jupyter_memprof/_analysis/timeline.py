@@ -114,8 +114,37 @@ def build_events(
             "size_bytes": sizes[order],
             "category": pd.Categorical.from_codes(category[order], dtype=S.CATEGORY_DTYPE),
             "op_id": S.integers(op[order], op_na[order]),
+            "reserved_bytes": S.integers(np.zeros(len(order)), np.ones(len(order), dtype=bool)),
         }
     )
+
+
+def with_reserved(events: pd.DataFrame, mem: pd.DataFrame, reserved_start: dict) -> pd.DataFrame:
+    """Fill ``reserved_bytes``: the allocator's reserved total after the last recorded
+    allocator event at or before each event on its device (CUDA's caching allocator records
+    it with every event), the total read at the start before the first one, NA elsewhere."""
+    if events.empty or (not reserved_start and not (mem["total_reserved"].to_numpy() >= 0).any()):
+        return events
+    values = np.zeros(len(events), dtype=np.int64)
+    missing = np.ones(len(events), dtype=bool)
+    ev_dev = events["device"].astype(object).to_numpy()
+    ev_t = events["time_ns"].to_numpy()
+    rec = mem[mem["total_reserved"].to_numpy() >= 0]
+    rec_dev = rec["device"].astype(object).to_numpy()
+    for device in pd.unique(ev_dev).tolist():
+        rows = np.flatnonzero(ev_dev == device)
+        r = rec[rec_dev == device]
+        t = r["time_ns"].to_numpy()
+        order = np.argsort(t, kind="stable")
+        t, total = t[order], r["total_reserved"].to_numpy()[order]
+        pos = np.searchsorted(t, ev_t[rows], side="right") - 1
+        hit = pos >= 0
+        values[rows[hit]] = total[pos[hit]]
+        missing[rows[hit]] = False
+        if device in reserved_start:
+            values[rows[~hit]] = reserved_start[device]
+            missing[rows[~hit]] = False
+    return events.assign(reserved_bytes=S.integers(values, missing))
 
 
 def _version_positions(versions: pd.DataFrame, alloc_id: np.ndarray, version: np.ndarray):

@@ -124,7 +124,7 @@ class FakeRun:
             _register_held(rec, obj)
         del copies
         self.copier.forget_copies()
-        self.start_rows = SessionNames(self.ns()).rows("start", rec.storage)
+        self.start_rows = SessionNames(self.ns(), deep=False).rows("start", rec.storage)
         remap = self.plan.compute if self.plan.simulated else None
         with contextlib.ExitStack() as stack:
             if self.plan.compute is not None and self.plan.compute.type == "cuda":
@@ -141,12 +141,12 @@ class FakeRun:
                 if error is None:
                     raise
                 raise error from None
-        self.names = SessionNames(self.ns(), rec.modules, rec.optimizers)
+        self.names = SessionNames(self.ns(), rec.modules, rec.optimizers, deep=False)
         self.end_rows = self.names.rows("end", rec.storage)
 
     def capture(self) -> Capture:
         rec = self.recorder
-        names = self.names or SessionNames(self.ns(), rec.modules, rec.optimizers)
+        names = self.names or SessionNames(self.ns(), rec.modules, rec.optimizers, deep=False)
         trace = Trace(
             rec.op_records(), rec.tensors, rec.memory, rec.untracked, len(rec.ops) + len(rec.memory)
         )

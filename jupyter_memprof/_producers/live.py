@@ -23,6 +23,7 @@ import torch
 from .._devices import block_bytes
 from .._records import MODULE_MARKER, NameRow
 from .._vocab import Role
+from .reach import reach
 from .torch_profiler import annotation
 
 
@@ -186,6 +187,18 @@ def _storage(t: torch.Tensor) -> tuple[str, int, int] | None:
         return None
 
 
+def _bare_parameter(t: torch.Tensor) -> bool:
+    """A tensor trained like a parameter: an ``nn.Parameter``, or a leaf that requires grad
+    and has received a gradient (``w = torch.randn(..., requires_grad=True)``, after a
+    backward)."""
+    if isinstance(t, torch.nn.Parameter):
+        return True
+    try:
+        return bool(t.is_leaf and t.requires_grad and t.grad is not None)
+    except Exception:  # a tensor subclass whose attributes raise
+        return False
+
+
 class SessionNames:
     """Module paths and tensor names from the namespace and the hooked objects.
 
@@ -212,12 +225,24 @@ class SessionNames:
         namespace: dict | None,
         modules: Sequence[torch.nn.Module] = (),
         optimizers: Sequence[torch.optim.Optimizer] = (),
+        *,
+        deep: bool = True,
     ):
-        """``modules`` and ``optimizers``: those that ran in the capture (call order)."""
-        items = _public(namespace)
-        self.var_modules = [(k, v) for k, v in items if _is(v, torch.nn.Module)]
-        self.var_optimizers = [(k, v) for k, v in items if _is(v, torch.optim.Optimizer)]
-        self.var_tensors = [(k, v) for k, v in items if _is(v, torch.Tensor)]
+        """``modules`` and ``optimizers``: those that ran in the capture (call order).
+        ``deep``: also name what the variables hold (containers, attributes, closures: see
+        :func:`~jupyter_memprof._producers.reach.reach`), not only the variables."""
+        if deep:
+            found = reach(namespace)
+            self.var_modules = found.modules
+            self.var_optimizers = found.optimizers
+            self.var_tensors = found.tensors
+            self.truncated = found.truncated
+        else:
+            items = _public(namespace)
+            self.var_modules = [(k, v) for k, v in items if _is(v, torch.nn.Module)]
+            self.var_optimizers = [(k, v) for k, v in items if _is(v, torch.optim.Optimizer)]
+            self.var_tensors = [(k, v) for k, v in items if _is(v, torch.Tensor)]
+            self.truncated = False
         self.roots = self._roots(modules)
         self.paths = self._paths()
         self.param_names, self.owners = self._param_names()
@@ -278,7 +303,7 @@ class SessionNames:
                 for b in sub.buffers(recurse=False):
                     owners.setdefault(id(b), path)
         for var, t in self.var_tensors:
-            if isinstance(t, torch.nn.Parameter):
+            if _bare_parameter(t):
                 names.setdefault(id(t), var)
                 owners.setdefault(id(t), var)  # a parameter of no module stands for itself
         return names, owners
@@ -292,10 +317,11 @@ class SessionNames:
                 out.append(("optimizer" if len(hooked) == 1 else f"optimizer{len(out)}", o))
         return out
 
-    def rows(self, when: str, storage=None) -> list[NameRow]:
+    def rows(self, when: str, storage=None, watch=None) -> list[NameRow]:
         """Read every named tensor's storage now. ``storage(tensor)`` gives (device, address,
         bytes) or None; by default the real storage (a producer of fake tensors, whose
-        storages have no address, passes its own)."""
+        storages have no address, passes its own). ``watch(tensor, (device, address,
+        bytes))`` is called for each named tensor (the recorder watches for frees)."""
         rows: list[NameRow] = []
         storage = storage or _storage
 
@@ -304,6 +330,8 @@ class SessionNames:
                 st = storage(t)
                 if st is not None and st[1]:
                     rows.append(NameRow(name, role, st[0], st[1], st[2], when, owner))
+                    if watch is not None:
+                        watch(t, st)
 
         seen_params: set[int] = set()
 
@@ -326,10 +354,10 @@ class SessionNames:
                         seen_buffers.add(id(b))
                         add(f"{path}.{bname}", Role.BUFFER, b, self.owners.get(id(b)))
         for var, t in self.var_tensors:
-            if isinstance(t, torch.nn.Parameter):
+            if _bare_parameter(t):
                 if id(t) not in seen_params:
                     add_param(var, t)
-            else:
+            elif id(t) not in seen_params:
                 add(var, Role.VARIABLE, t, None)
         for opt_name, opt in self.optimizers:
             index = 0

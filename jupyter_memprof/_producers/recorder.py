@@ -12,12 +12,13 @@ import sys
 import threading
 import time
 import types
+import weakref
 from collections.abc import Callable, Iterator
 
 import torch
 
 from .._errors import CaptureError
-from .._records import Capture
+from .._records import Capture, DeviceTotals, WatchedFree
 from . import torch_profiler as events
 from .live import ModuleHooks, SessionNames, modules_by_id
 
@@ -226,6 +227,64 @@ def _drop_burner(memory: list, ptr: int | None, code_start_ns: int | None) -> No
             return
 
 
+def cuda_totals(devices: list[str]) -> dict[str, DeviceTotals]:
+    """The allocator's and the driver's counters of every CUDA device in ``devices`` that
+    this process already uses. Never initialises CUDA, nor makes a context on a device that
+    has none (that alone would take hundreds of MB there)."""
+    if not any(d.startswith("cuda") for d in devices):
+        return {}
+    try:
+        if not torch.cuda.is_initialized():
+            return {}
+        current = torch.cuda.current_device()
+    except Exception:
+        return {}
+    out: dict[str, DeviceTotals] = {}
+    for name in devices:
+        if not name.startswith("cuda"):
+            continue
+        try:
+            dev = torch.device(name)
+            reserved = torch.cuda.memory_reserved(dev)
+            if reserved == 0 and dev.index != current:
+                continue  # no memory of ours there: possibly no context either
+            free, total = torch.cuda.mem_get_info(dev)
+            out[name] = DeviceTotals(torch.cuda.memory_allocated(dev), reserved, free, total)
+        except Exception:  # a device that went away, a driver error: no totals for it
+            continue
+    return out
+
+
+class _FreeWatch:
+    """Weak references on the storages the session names at the start: when one is freed
+    during the capture, its time is noted (torch does not report the free of a CPU block
+    allocated before the profiler started). Each storage is watched once; :meth:`close`
+    drops every reference, so frees after the capture are not noted."""
+
+    def __init__(self) -> None:
+        self._refs: dict[tuple[str, int], weakref.ref] = {}
+        self.frees: list[WatchedFree] = []
+
+    def __call__(self, tensor: torch.Tensor, storage: tuple[str, int, int]) -> None:
+        key = (storage[0], storage[1])
+        if key in self._refs:
+            return
+        try:
+            st = tensor.untyped_storage()
+            frees = self.frees
+
+            def gone(_ref, key=key) -> None:
+                frees.append(WatchedFree(key[0], key[1], time.time_ns()))
+
+            self._refs[key] = weakref.ref(st, gone)
+        except (TypeError, RuntimeError, NotImplementedError):  # no storage to watch
+            pass
+
+    def close(self) -> list[WatchedFree]:
+        self._refs.clear()
+        return list(self.frees)
+
+
 def _time_zero(code_start_ns: int | None, trace, trace_start_ns: int | None) -> int | None:
     """When the profiled code started, moved earlier only if something was recorded before.
 
@@ -262,6 +321,10 @@ class Recorder:
         self._burner_ptr: int | None = None
         self._claim: _Claim | None = None
         self._running = False
+        self._watch: _FreeWatch | None = None
+        self.totals_start: dict[str, DeviceTotals] = {}
+        self.totals_end: dict[str, DeviceTotals] = {}
+        self.watched_frees: list[WatchedFree] = []
 
     def start(self) -> None:
         """Start torch's profiler and the hooks. Exception safe: when anything fails (or an
@@ -277,7 +340,8 @@ class Recorder:
                     "a torch profiler is already running: finish its `with` block (or call "
                     "its stop()) before profiling memory here"
                 )
-            self.start_rows = SessionNames(self._namespace()).rows("start")
+            self._watch = _FreeWatch()
+            self.start_rows = SessionNames(self._namespace()).rows("start", watch=self._watch)
             activities = [torch.profiler.ProfilerActivity.CPU]
             if any(d.startswith("cuda") for d in self.devices):
                 activities.append(torch.profiler.ProfilerActivity.CUDA)
@@ -289,6 +353,8 @@ class Recorder:
             )
             burner = torch.empty(1)
             self._burner_ptr = burner.data_ptr()
+            # the baseline on CUDA: read just before the profiler records
+            self.totals_start = cuda_totals(self.devices)
             self._torch_profiler = tp  # before it starts: a failed start is stopped again
             with _quiet_stderr():
                 tp.__enter__()
@@ -304,7 +370,7 @@ class Recorder:
             try:
                 self._undo()
             finally:
-                self._torch_profiler, self.hooks = None, None
+                self._torch_profiler, self.hooks, self._watch = None, None, None
                 self._release_slot()
             raise
         # time zero: the user's code starts now, with the profiler already running (the
@@ -343,11 +409,17 @@ class Recorder:
             finally:
                 self.stop_s = time.perf_counter() - t
 
+        def read_end() -> None:
+            watch, self._watch = self._watch, None
+            if watch is not None:
+                self.watched_frees = watch.close()
+            self.totals_end = cuda_totals(self.devices)
+
         if not self._running:
             return
         self._running = False
         try:
-            _run_all(remove_hooks, stop_profiler)
+            _run_all(remove_hooks, stop_profiler, read_end)
         finally:
             self._release_slot()
 
@@ -393,6 +465,9 @@ class Recorder:
             module_classes=classes,
             devices=list(self.devices),
             start_ns=_time_zero(self.start_ns, trace, events.trace_start_ns(results)),
+            totals_start=dict(self.totals_start),
+            totals_end=dict(self.totals_end),
+            watched_frees=list(self.watched_frees),
         )
 
     def release(self) -> None:

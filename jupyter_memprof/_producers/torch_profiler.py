@@ -413,7 +413,26 @@ def read_trace(
                 tid = NO_ID
             elif size > 0:
                 allocated.add(tid)
-            memory.append(new_memory((t, f.ptr, size, tid, f.allocation_id, dname, parent)))
+            if dname == "cpu":  # the CPU reporter counts only what it saw: no totals
+                memory.append(
+                    new_memory((t, f.ptr, size, tid, f.allocation_id, dname, parent, -1, -1))
+                )
+            else:
+                memory.append(
+                    new_memory(
+                        (
+                            t,
+                            f.ptr,
+                            size,
+                            tid,
+                            f.allocation_id,
+                            dname,
+                            parent,
+                            f.total_allocated,
+                            f.total_reserved,
+                        )
+                    )
+                )
             continue
         elif fields_type is _PY_CCALL:
             if user_frame is not False:  # else: a C call from library code moves nothing

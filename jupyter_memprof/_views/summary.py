@@ -39,7 +39,8 @@ def summary(prof: Profile) -> dict[str, Any]:
     - ``error``: ``"ExcType: message"`` when the profiled code raised, else None;
     - ``analysis_error``: why the tables could not be built, else None;
       ``analysis_interrupted``: True when that was an interrupt (Ctrl-C) during the analysis;
-    - ``empty``: True when no memory activity was recorded;
+    - ``empty``: True when no memory activity was recorded (what was live before the
+      capture is no activity);
     - ``peaks``: for each device with activity, ``{"bytes", "time_ns", "offset_s",
       "top_categories"}``, where ``offset_s`` is the peak's time from the start of the
       capture and ``top_categories`` maps category -> bytes live at the peak, largest first
@@ -47,6 +48,11 @@ def summary(prof: Profile) -> dict[str, Any]:
     - ``ops``, ``blocks``, ``events``: row counts of those tables;
     - ``wall_s`` (how long the code ran), ``capture_s`` (reading torch's events) and
       ``analysis_s`` (building the tables), each None when unknown;
+    - ``baseline``: per device, ``{"bytes", "untouched", "unreachable"}``: bytes live when
+      the capture started, those the code never used, and (CUDA) those nothing names;
+    - ``cuda``: per CUDA device with recorded counters, ``{"reserved_peak",
+      "outside_start", "outside_end"}`` (bytes; None where unknown): the caching allocator's
+      largest reserved total and the device memory outside PyTorch's allocator;
     - ``estimate``: True for a fake run (:func:`jupyter_memprof.estimate`), whose peaks have
       a ``position`` (records into the run) instead of an ``offset_s``; ``limit`` (bytes or
       None) and ``oom``: where the estimated step first went over the limit, else None;
@@ -55,7 +61,11 @@ def summary(prof: Profile) -> dict[str, Any]:
     meta = prof.meta
     start_ns = prof.start_ns
     peaks: dict[str, dict[str, Any]] = {}
+    ev = prof.events
+    active = set(ev.loc[ev["action"] != "preexisting", "device"].astype(str))
     for device in prof.devices:
+        if device not in active:  # only what was live before: no activity to show
+            continue
         blocks = prof.peak(device)
         peak_ns = blocks.attrs.get("peak_ns")
         top: dict[str, int] = {}
@@ -77,6 +87,8 @@ def summary(prof: Profile) -> dict[str, Any]:
             peaks[device]["position"] = round(offset * 1e3)  # the fake clock: 1 ms per record
     return {
         "label": prof.label,
+        "baseline": _baseline(meta, peaks),
+        "cuda": _cuda(meta, peaks),
         "error": meta.get("error") or None,
         "analysis_error": meta.get("analysis_error") or None,
         "analysis_interrupted": bool(meta.get("analysis_interrupted")),
@@ -94,6 +106,63 @@ def summary(prof: Profile) -> dict[str, Any]:
         "oom": meta.get("oom") or None,
         "note": _estimate_note(meta),
     }
+
+
+def _baseline(meta: dict, peaks: dict) -> dict[str, dict[str, int]]:
+    out = {}
+    for device, nbytes in (meta.get("baseline_bytes") or {}).items():
+        if nbytes:
+            out[device] = {
+                "bytes": int(nbytes),
+                "untouched": int((meta.get("untouched_bytes") or {}).get(device, 0)),
+                "unreachable": int((meta.get("unreachable_bytes") or {}).get(device, 0)),
+            }
+    return out
+
+
+def _cuda(meta: dict, peaks: dict) -> dict[str, dict[str, int | None]]:
+    reserved = meta.get("reserved_peak_bytes") or {}
+    start, end = meta.get("cuda_start") or {}, meta.get("cuda_end") or {}
+    out: dict[str, dict[str, int | None]] = {}
+    for device in sorted(set(reserved) | set(start) | set(end)):
+        if meta.get("estimate") or device not in peaks:
+            continue
+        out[device] = {
+            "reserved_peak": reserved.get(device),
+            "outside_start": (start.get(device) or {}).get("outside_torch_bytes"),
+            "outside_end": (end.get(device) or {}).get("outside_torch_bytes"),
+        }
+    return out
+
+
+def baseline_phrase(device: str, b: dict[str, int]) -> str:
+    """``live before the capture on cpu: 10.2 MiB, of which untouched 6.4 MiB``."""
+    text = f"live before the capture on {device}: {format_bytes(b['bytes'])}"
+    parts = []
+    if b["untouched"]:
+        parts.append(f"untouched {format_bytes(b['untouched'])}")
+    if b["unreachable"]:
+        parts.append(f"reachable from no name {format_bytes(b['unreachable'])}")
+    return text + (f", of which {' and '.join(parts)}" if parts else "")
+
+
+def cuda_phrase(device: str, c: dict[str, int | None], peak_bytes: int) -> str:
+    """The caching allocator's reserved peak and the memory outside PyTorch on a device."""
+    parts = []
+    if c["reserved_peak"] is not None:
+        cache = max(int(c["reserved_peak"]) - peak_bytes, 0)
+        parts.append(
+            f"reserved peak {format_bytes(c['reserved_peak'])} "
+            f"({format_bytes(cache)} above the allocated peak)"
+        )
+    if c["outside_start"] is not None or c["outside_end"] is not None:
+        ends = [
+            f"{format_bytes(v)} at the {w}"
+            for v, w in ((c["outside_start"], "start"), (c["outside_end"], "end"))
+            if v is not None
+        ]
+        parts.append(f"outside PyTorch {' and '.join(ends)}")
+    return f"{device}: " + "; ".join(parts)
 
 
 def _estimate_note(meta: dict) -> str | None:
@@ -191,6 +260,10 @@ def summary_text(prof: Profile) -> str:
         if peak["top_categories"]:
             line += f": {_categories_phrase(peak)}"
         lines.append(line)
+    for device, b in s["baseline"].items():
+        lines.append(f"  {baseline_phrase(device, b)}")
+    for device, c in s["cuda"].items():
+        lines.append(f"  {cuda_phrase(device, c, s['peaks'][device]['bytes'])}")
     tail = ", ".join(p for p in (_counts_phrase(s), _timing_phrase(s)) if p)
     lines.append(f"  {tail}")
     if s["error"]:
@@ -231,6 +304,14 @@ def summary_html(prof: Profile) -> str:
         if peak["top_categories"]:
             line += f": {e(_categories_phrase(peak))}"
         rows.append(f'<div class="memprof-summary-peak">{line}</div>')
+    for device, b in s["baseline"].items():
+        rows.append(
+            f'<div class="memprof-summary-baseline" style="{_MUTED_STYLE}">'
+            f"{e(baseline_phrase(device, b))}</div>"
+        )
+    for device, c in s["cuda"].items():
+        text = cuda_phrase(device, c, s["peaks"][device]["bytes"])
+        rows.append(f'<div class="memprof-summary-cuda" style="{_MUTED_STYLE}">{e(text)}</div>')
     tail = ", ".join(p for p in (_counts_phrase(s), _timing_phrase(s)) if p)
     rows.append(f'<div class="memprof-summary-counts" style="{_MUTED_STYLE}">{e(tail)}</div>')
     if s["error"]:
