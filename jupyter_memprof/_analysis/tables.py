@@ -309,23 +309,8 @@ def build_flows(ops: pd.DataFrame) -> pd.DataFrame:
 def memory_table(trace: Trace, devices: list[str]) -> pd.DataFrame:
     """The allocator events, one row each; ``total_allocated`` and ``total_reserved`` are
     the allocator's own totals after the event (-1 where none were recorded)."""
-    cols = ["time_ns", "ptr", "size", "tensor_id", "allocation_id", "device", "op_id"]
     if not trace.memory:
-        return (
-            pd.DataFrame({c: pd.Series([], dtype="Int64") for c in cols})
-            .astype(
-                {
-                    "time_ns": "int64",
-                    "ptr": "int64",
-                    "size": "int64",
-                    "allocation_id": "int64",
-                    "device": "object",
-                }
-            )
-            .assign(
-                total_allocated=np.zeros(0, dtype=np.int64), total_reserved=np.zeros(0, np.int64)
-            )
-        )
+        return S.empty(_MEMORY)
     r = _read(trace.memory, _MEMORY_RECORD)
     df = pd.DataFrame(
         {
@@ -345,20 +330,33 @@ def memory_table(trace: Trace, devices: list[str]) -> pd.DataFrame:
     return df[df["device"].isin(devices)].reset_index(drop=True)
 
 
+#: The columns of the record tables (the analysis's own: not part of a profile).
+_MEMORY = {
+    "time_ns": "int64",
+    "ptr": "int64",
+    "size": "int64",
+    "tensor_id": "Int64",
+    "allocation_id": "int64",
+    "device": "object",
+    "op_id": "Int64",
+    "total_allocated": "int64",
+    "total_reserved": "int64",
+}
+_REFS = {"op_id": "int64", "tensor_id": "int64", "mutable": bool}
+_UNTRACKED = {"tensor_id": "int64", "ptr": "int64", "device": object, "extent": "int64"}
+
+
 def refs_table(trace: Trace) -> pd.DataFrame:
     if not trace.tensors:
-        return pd.DataFrame({"op_id": [], "tensor_id": [], "mutable": []}).astype(
-            {"op_id": "int64", "tensor_id": "int64", "mutable": bool}
-        )
+        return S.empty(_REFS)
     r = _read(trace.tensors, _TENSOR_REF)
     return pd.DataFrame({"op_id": r["op_id"], "tensor_id": r["tensor_id"], "mutable": r["mutable"]})
 
 
 def untracked_table(trace: Trace) -> pd.DataFrame:
-    cols = {"tensor_id": "int64", "ptr": "int64", "device": object, "extent": "int64"}
     if not trace.untracked:
-        return pd.DataFrame({c: pd.Series([], dtype=d) for c, d in cols.items()})
-    return pd.DataFrame(trace.untracked, columns=list(cols)).astype(cols)
+        return S.empty(_UNTRACKED)
+    return pd.DataFrame(trace.untracked, columns=list(_UNTRACKED)).astype(_UNTRACKED)
 
 
 def _runs(keys: tuple, by: int) -> tuple[np.ndarray, np.ndarray]:
@@ -795,11 +793,11 @@ def names_table(rows: list) -> pd.DataFrame:
         {
             "name": pd.array(name, dtype=S.STRING),
             "role": pd.Categorical([r.value for r in role], dtype=S.ROLE_DTYPE),
-            "device": list(device),
+            "device": S.open_categorical(device),
             "ptr": np.asarray(ptr, dtype=np.int64),
             "size_bytes": np.asarray(size, dtype=np.int64),
-            "when": list(when),
-            "alloc_id": pd.array([None] * len(name), dtype="Int64"),
+            "when": pd.Categorical(when, dtype=S.NAMES["when"]),
+            "alloc_id": S.integers(np.zeros(len(name)), np.ones(len(name), dtype=bool)),
             "module": pd.array(module, dtype=S.STRING),
         }
     )
@@ -824,14 +822,12 @@ def match_names(names: pd.DataFrame, allocations: pd.DataFrame) -> pd.DataFrame:
     rows = alive.sort_values(na_position="first").index.to_numpy()
     for key, i in zip(zip(device[rows].tolist(), ptr[rows].tolist()), ids[rows].tolist()):
         end[key] = i
-    out = names.copy()
-    out["device"] = out["device"].astype(object)
+    when = names["when"].to_numpy(dtype=object).tolist()
+    keys = zip(names["device"].to_numpy(dtype=object).tolist(), names["ptr"].to_numpy().tolist())
+    none: dict = {}
     found = [
-        (start if when == "start" else end if when == "end" else {}).get(key)
-        for when, key in zip(
-            out["when"].astype(object).tolist(),
-            zip(out["device"].tolist(), out["ptr"].to_numpy().tolist()),
-        )
+        (start if w == "start" else end if w == "end" else none).get(key, -1)
+        for w, key in zip(when, keys)
     ]
-    out["alloc_id"] = pd.array(found, dtype="Int64")
-    return S.conform(out, S.NAMES, name="names")
+    ids = np.array(found, dtype=np.int64)
+    return S.conform(names.assign(alloc_id=S.integers(ids, ids < 0)), S.NAMES, name="names")

@@ -23,7 +23,7 @@ import torch
 from .._devices import block_bytes
 from .._records import MODULE_MARKER, NameRow
 from .._vocab import Role
-from .reach import reach
+from .reach import collector_paused, reach
 from .torch_profiler import annotation
 
 
@@ -322,8 +322,11 @@ class SessionNames:
         bytes) or None; by default the real storage (a producer of fake tensors, whose
         storages have no address, passes its own). ``watch(tensor, (device, address,
         bytes))`` is called for each named tensor (the recorder watches for frees)."""
+        with collector_paused():
+            return self._rows(when, storage or _storage, watch)
+
+    def _rows(self, when: str, storage, watch) -> list[NameRow]:
         rows: list[NameRow] = []
-        storage = storage or _storage
 
         def add(name: str, role: Role, t: Any, owner: str | None) -> None:
             if isinstance(t, torch.Tensor):

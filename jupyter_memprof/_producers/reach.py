@@ -20,8 +20,11 @@ or ``__getattr__`` runs. The walk stops after :data:`MAX_OBJECTS` objects or
 from __future__ import annotations
 
 import collections
+import contextlib
 import functools
+import gc
 import types
+from collections.abc import Iterator
 from typing import Any, NamedTuple
 
 import torch
@@ -34,6 +37,8 @@ MAX_DEPTH = 8
 _ATOMS = frozenset(
     {int, float, complex, str, bytes, bool, type(None), bytearray, range, slice, type(...)}
 )
+#: Containers whose contents ``gc.get_referents`` lists exactly (no hidden references).
+_PLAIN = _ATOMS | {dict, list, tuple, set, frozenset}
 #: Libraries whose objects hold no tensors of the user's: never entered.
 _OPAQUE_MODULES = (
     "numpy",
@@ -71,6 +76,20 @@ class Reached(NamedTuple):
     truncated: bool
 
 
+@contextlib.contextmanager
+def collector_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector while the session is read. Reading makes little
+    garbage, but a collection its allocations trigger traverses every object the namespace
+    holds: seconds for a million, against tens of milliseconds for the walk itself."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def _opaque(t: type) -> bool:
     mod = getattr(t, "__module__", None) or ""
     return mod.split(".", 1)[0] in _OPAQUE_MODULES
@@ -83,6 +102,14 @@ def _stored(obj: Any, name: str) -> Any:
         return object.__getattribute__(obj, name)
     except Exception:
         return None
+
+
+def _index_label(i: int) -> str:
+    return f"[{i}]"
+
+
+def _attr_label(name: str) -> str:
+    return f".{name}"
 
 
 def _item_label(key: Any) -> str:
@@ -151,31 +178,41 @@ class _Walk:
         self.seen.add(key)
         self.queue.append((path, obj, depth))
 
-    def push_items(self, path: str, items, depth: int, label) -> None:
-        """Push the values of a container, skipping one made only of plain values fast."""
-        values = [v for _, v in items] if label is not None else list(items)
+    def push_items(self, path: str, values: list, depth: int, keys=None, label=None) -> None:
+        """Push the values of a container (``keys[i]`` labels ``values[i]`` through
+        ``label``; no keys: a set). Fast paths: a container of plain values holds nothing;
+        a container of plain containers (a list of records) whose contents are all plain
+        values holds nothing either, found with one C call for all of them."""
         self.visited += len(values)
         kinds = set(map(type, values))
         if kinds <= _ATOMS:
             return
-        if label is None:  # a set: no order, no keys
+        if kinds <= _PLAIN:
+            inner = gc.get_referents(*values)  # keys and values of dicts, items of the rest
+            self.visited += len(inner)
+            if set(map(type, inner)) <= _ATOMS:
+                return
+        if keys is None:
             for v in values:
-                self.push(f"{path}[...]", v, depth)
+                if type(v) not in _ATOMS:
+                    self.push(f"{path}[...]", v, depth)
             return
-        for k, v in items:
+        for k, v in zip(keys, values):
             if type(v) not in _ATOMS:
                 self.push(path + label(k), v, depth)
 
     def run(self, roots) -> Reached:
-        for name, value in roots:
-            self.push(name, value, 0)
-        while self.queue:
-            if self.visited > self.max_objects:
-                self.truncated = True
-                break
-            path, obj, depth = self.queue.popleft()
-            self.visited += 1
-            self.visit(path, obj, depth)
+        """Walk from ``roots`` (the collector paused: see :func:`collector_paused`)."""
+        with collector_paused():
+            for name, value in roots:
+                self.push(name, value, 0)
+            while self.queue:
+                if self.visited > self.max_objects:
+                    self.truncated = True
+                    break
+                path, obj, depth = self.queue.popleft()
+                self.visited += 1
+                self.visit(path, obj, depth)
         return Reached(self.tensors, self.modules, self.optimizers, self.visited, self.truncated)
 
     def visit(self, path: str, obj: Any, depth: int) -> None:
@@ -196,33 +233,34 @@ class _Walk:
         d = depth + 1
         if k == self.MAPPING:
             try:
-                items = list(obj.items())
+                keys, values = list(obj.keys()), list(obj.values())
             except Exception:
                 return
-            self.push_items(path, items, d, _item_label)
-            for key, _ in items:  # tensors as keys (rare, but they are held)
-                if type(key) not in _ATOMS and self.kind(type(key)) == self.TENSOR:
-                    self.push(f"{path}.keys()[...]", key, d)
+            self.push_items(path, values, d, keys, _item_label)
+            if not set(map(type, keys)) <= _ATOMS:  # tensors as keys (rare, but held)
+                for key in keys:
+                    if type(key) not in _ATOMS and self.kind(type(key)) == self.TENSOR:
+                        self.push(f"{path}.keys()[...]", key, d)
         elif k == self.SEQUENCE:
             try:
-                items = list(enumerate(obj))
+                values = list(obj)
             except Exception:
                 return
-            self.push_items(path, items, d, lambda i: f"[{i}]")
+            self.push_items(path, values, d, range(len(values)), _index_label)
         elif k == self.SET:
             try:
                 values = list(obj)
             except Exception:
                 return
-            self.push_items(path, values, d, None)
+            self.push_items(path, values, d)
         elif k == self.FUNCTION:
             self.closure(path, obj, d)
         elif k == self.PARTIAL:
             self.push(f"{path}.func", _stored(obj, "func"), d)
-            args = _stored(obj, "args") or ()
-            self.push_items(f"{path}.args", list(enumerate(args)), d, lambda i: f"[{i}]")
+            args = list(_stored(obj, "args") or ())
+            self.push_items(f"{path}.args", args, d, range(len(args)), _index_label)
             kw = _stored(obj, "keywords") or {}
-            self.push_items(f"{path}.keywords", list(kw.items()), d, _item_label)
+            self.push_items(f"{path}.keywords", list(kw.values()), d, list(kw), _item_label)
         elif k == self.METHOD:
             self.push(f"{path}.__self__", _stored(obj, "__self__"), d)
         else:
@@ -243,12 +281,8 @@ class _Walk:
     def attributes(self, path: str, obj: Any, depth: int) -> None:
         d = _stored(obj, "__dict__")
         if isinstance(d, dict):
-            self.push_items(
-                path,
-                [(k, v) for k, v in list(d.items()) if isinstance(k, str)],
-                depth,
-                lambda a: f".{a}",
-            )
+            names = [k for k in list(d) if isinstance(k, str)]
+            self.push_items(path, [d.get(k) for k in names], depth, names, _attr_label)
         for cls in type(obj).__mro__:
             slots = cls.__dict__.get("__slots__")
             if isinstance(slots, str):
