@@ -499,13 +499,18 @@ def build_allocations(
         alloc_op = np.concatenate([alloc_op, np.full(k, -1, dtype=np.int64)])
         free_op = np.concatenate([free_op, np.full(k, -1, dtype=np.int64)])
 
-    # the baseline: named at the start but never seen; then what nothing names (CUDA)
-    for extra in (
-        _untouched_blocks(names, devices, dev_names, b_dev, b_ptr, has_a),
-        _unreachable_blocks(
-            allocated_at_start(mem, totals_start), devices, dev_names, b_dev, b_size, has_a
-        ),
-    ):
+    # the baseline: named at the start but never seen; then what nothing names (CUDA).
+    # A CUDA device the capture did not use gets none: its counters stay in the meta.
+    used = set(pd.unique(mem["device"]).tolist()) | set(pd.unique(untracked["device"]).tolist())
+    baseline_devices = [d for d in devices if not d.startswith("cuda") or d in used]
+    for step in ("untouched", "unreachable"):
+        if step == "untouched":
+            extra = _untouched_blocks(names, baseline_devices, dev_names, b_dev, b_ptr, has_a)
+        else:  # after the untouched blocks: they are known too
+            allocated = allocated_at_start(mem, totals_start)
+            extra = _unreachable_blocks(
+                allocated, baseline_devices, dev_names, b_dev, b_size, has_a
+            )
         if not extra:
             continue
         k = len(extra)
