@@ -96,6 +96,9 @@ def test_an_evaluation_after_a_training_step_holds_the_gradients_and_adam_state(
     assert prof.peak().attrs["peak_bytes"] >= start + out.numel() * 4
     assert prof.meta["baseline_bytes"]["cpu"] == start
     assert prof.meta["untouched_bytes"]["cpu"] == 3 * params + 16  # params and x are read
+    # the summary (text, and the HTML above the dashboard) says it
+    line = "live before the capture on cpu: 158.2 KiB, of which untouched 112.6 KiB"
+    assert line in str(prof) and line in prof._repr_html_()
 
 
 class _Holder:
