@@ -502,7 +502,15 @@ def _read_zip(z: zipfile.ZipFile, path: str, stored: int) -> tuple[dict, dict]:
     infos = z.infolist()
     if len(infos) > MAX_MEMBERS:
         raise ProfileFileError(f"{where} holds {len(infos)} entries, not a saved profile")
-    names = [_META, *(f"{name}.json" for name in S.TABLES)]
+    present = set(z.namelist())
+    names = [
+        _META,
+        *(
+            f"{name}.json"
+            for name in S.TABLES
+            if name not in S.ADDED_TABLES or f"{name}.json" in present
+        ),
+    ]
     try:
         members = {n: z.getinfo(n) for n in names}
     except KeyError:
@@ -547,6 +555,9 @@ def _read_zip(z: zipfile.ZipFile, path: str, stored: int) -> tuple[dict, dict]:
     meta = check_meta(doc.get("meta", {}), path)
     tables = {}
     for name, schema in S.TABLES.items():
+        if f"{name}.json" not in members:  # a table added since the file was written
+            tables[name] = S.empty(schema)
+            continue
         try:
             tables[name] = _table_from_json(load(f"{name}.json"), schema, name)
         except Bad as exc:

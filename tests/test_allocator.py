@@ -1,0 +1,365 @@
+"""The model of CUDA's caching allocator on hand-worked sequences: each rule and setting,
+with the exact segments and bytes the allocator's source gives."""
+
+from __future__ import annotations
+
+import pytest
+
+from jupyter_memprof._analysis.allocator import (
+    AllocatorConfig,
+    DeviceAllocator,
+    config_from_env,
+    parse_config,
+    replay,
+)
+from jupyter_memprof._errors import AllocatorConfigError
+
+KiB = 1024
+MiB = 1024 * KiB
+
+
+def segments(a: DeviceAllocator, live_only: bool = True) -> list[tuple[str, int]]:
+    """(pool, bytes) of each segment (still reserved, by default), in the order taken."""
+    return [
+        ("small" if small else "large", size)
+        for small, size, _, freed in a.rows
+        if not live_only or freed is None
+    ]
+
+
+def fresh(setting: str = "", capacity: int | None = None) -> DeviceAllocator:
+    return DeviceAllocator(parse_config(setting), capacity)
+
+
+# -- sizes and pools ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("request_", "block"),
+    [(1, 512), (512, 512), (513, 1024), (1000, 1024), (4096, 4096), (1 * MiB, 1 * MiB)],
+)
+def test_requests_round_up_to_512_bytes(request_, block):
+    a = fresh()
+    addr = a.malloc(request_)
+    assert a.used[addr] == block
+    assert segments(a) == [("small", 2 * MiB)]
+
+
+def test_the_small_pool_packs_requests_of_1_MiB_or_less_into_2_MiB_segments():
+    a = fresh()
+    for _ in range(4):
+        a.malloc(512 * KiB)
+    assert segments(a) == [("small", 2 * MiB)] and a.reserved == 2 * MiB
+    a.malloc(512 * KiB)  # the fifth does not fit
+    assert segments(a) == [("small", 2 * MiB)] * 2
+    assert a.allocated == 5 * 512 * KiB
+
+
+def test_just_over_1_MiB_is_the_large_pool():
+    a = fresh()
+    a.malloc(1 * MiB + 1)
+    assert segments(a) == [("large", 20 * MiB)]
+    assert a.used[next(iter(a.used))] == 1 * MiB + 512
+
+
+def test_requests_under_10_MiB_share_20_MiB_segments():
+    a = fresh()
+    a.malloc(8 * MiB)
+    a.malloc(8 * MiB)  # the 12 MiB rest of the first segment
+    assert segments(a) == [("large", 20 * MiB)]
+    a.malloc(8 * MiB)  # 4 MiB left: a second segment
+    assert segments(a) == [("large", 20 * MiB)] * 2
+    assert a.reserved == 40 * MiB and a.allocated == 24 * MiB
+
+
+@pytest.mark.parametrize(
+    ("request_", "segment", "block"),
+    [
+        (10 * MiB, 10 * MiB, 10 * MiB),  # from 10 MiB: its own segment
+        (11 * MiB + 1, 12 * MiB, 12 * MiB),  # rounded to 2 MiB; 1 MiB - 512 left: kept
+        (19 * MiB, 20 * MiB, 20 * MiB),  # 1 MiB left is not more than 1 MiB: not split
+        (19 * MiB - 512, 20 * MiB, 19 * MiB - 512),  # 1 MiB + 512 left: split off
+        (100 * MiB + 3, 102 * MiB, 100 * MiB + 512),
+    ],
+)
+def test_large_requests_get_their_own_segment_rounded_to_2_MiB(request_, segment, block):
+    a = fresh()
+    addr = a.malloc(request_)
+    assert segments(a) == [("large", segment)]
+    assert a.used[addr] == block and a.allocated == block
+
+
+def test_a_small_pool_rest_of_512_bytes_is_split_off():
+    a = fresh()
+    addr = a.malloc(2 * MiB - 512 - 1 * MiB)  # 1 MiB - 512
+    assert a.used[addr] == 1 * MiB - 512
+    b = a.malloc(1 * MiB)
+    c = a.malloc(512)  # exactly the 512 bytes left
+    assert a.used[b] == 1 * MiB and a.used[c] == 512 and segments(a) == [("small", 2 * MiB)]
+
+
+# -- reuse -----------------------------------------------------------------------------------
+
+
+def test_best_fit_takes_the_smallest_cached_block_that_fits():
+    a = fresh()
+    big = a.malloc(12 * MiB)  # its own 12 MiB segment
+    a.malloc(4 * MiB)  # a 20 MiB segment: a 16 MiB rest stays free
+    a.free(big)
+    got = a.malloc(11 * MiB)  # 12 MiB and 16 MiB free: the 12 MiB one
+    assert got == big and a.used[got] == 12 * MiB  # 1 MiB left: not split
+    assert a.reserved == 32 * MiB
+    assert a.malloc(16 * MiB) != big and a.reserved == 32 * MiB  # the rest, exactly
+
+
+def test_equal_blocks_go_lowest_address_first():
+    a = fresh()
+    first = a.malloc(12 * MiB)
+    second = a.malloc(12 * MiB)
+    a.free(second)
+    a.free(first)
+    assert a.malloc(12 * MiB) == min(first, second)
+
+
+def test_freed_neighbours_merge_and_serve_a_larger_request():
+    a = fresh()
+    x = a.malloc(4 * MiB)
+    y = a.malloc(4 * MiB)
+    z = a.malloc(4 * MiB)
+    a.malloc(4 * MiB)
+    a.free(x)
+    a.free(z)
+    a.free(y)  # x, y and z are one 12 MiB block now
+    assert a.malloc(12 * MiB) == x
+    assert segments(a) == [("large", 20 * MiB)]
+
+
+def test_a_cached_block_is_reused_without_a_new_segment():
+    a = fresh()
+    x = a.malloc(30 * MiB)
+    a.free(x)
+    assert a.reserved == 30 * MiB and a.allocated == 0
+    assert a.malloc(29 * MiB) == x and len(a.rows) == 1
+
+
+def test_a_stream_never_gets_another_streams_blocks():
+    a = fresh()
+    x = a.malloc(8 * MiB, stream=0)
+    a.free(x)
+    y = a.malloc(8 * MiB, stream=1)
+    assert y != x and segments(a) == [("large", 20 * MiB)] * 2
+    assert a.malloc(8 * MiB, stream=0) == x
+
+
+# -- settings --------------------------------------------------------------------------------
+
+
+def test_max_split_size_oversize_blocks_are_not_split_nor_given_to_smaller_requests():
+    a = fresh("max_split_size_mb:40")
+    x = a.malloc(50 * MiB)
+    a.free(x)
+    y = a.malloc(12 * MiB)  # under the limit: not the 50 MiB block
+    assert y != x and segments(a) == [("large", 50 * MiB), ("large", 12 * MiB)]
+    z = a.malloc(45 * MiB)  # over the limit and less than 20 MiB smaller: the whole block
+    assert z == x and a.used[z] == 50 * MiB
+
+
+def test_max_split_size_large_requests_take_oversize_blocks_only_within_20_MiB():
+    a = fresh("max_split_size_mb:20")
+    x = a.malloc(50 * MiB)
+    a.free(x)
+    y = a.malloc(25 * MiB)  # 50 >= 25 + 20: refused
+    assert y != x and a.used[y] == 26 * MiB
+    assert a.malloc(32 * MiB) == x  # 50 < 32 + 20: taken whole
+    assert a.used[x] == 50 * MiB
+
+
+def test_max_non_split_rounding_widens_that_slack():
+    a = fresh("max_split_size_mb:20,max_non_split_rounding_mb:40")
+    x = a.malloc(50 * MiB)
+    a.free(x)
+    assert a.malloc(25 * MiB) == x and a.used[x] == 50 * MiB
+
+
+def test_without_max_split_size_a_large_block_is_split_for_a_small_request():
+    a = fresh()
+    x = a.malloc(50 * MiB)
+    a.free(x)
+    assert a.malloc(12 * MiB) == x and a.used[x] == 12 * MiB
+    assert segments(a) == [("large", 50 * MiB)]
+
+
+@pytest.mark.parametrize(
+    ("setting", "request_", "block"),
+    [
+        ("roundup_power2_divisions:4", 1200 * MiB + 1, 1280 * MiB),  # 1024, 1280, ...
+        ("roundup_power2_divisions:4", 1024 * MiB + 1, 1280 * MiB),
+        ("roundup_power2_divisions:4", 1024 * MiB, 1024 * MiB),  # a power of two stays
+        ("roundup_power2_divisions:4", 1200, 1536),  # not over 512 x 4: 512 rounding
+        ("roundup_power2_divisions:4", 3000, 3072),  # 2048, 2560, 3072, 3584
+        ("roundup_power2_divisions:8", 5 * MiB + 1, 5 * MiB + 512 * KiB),
+        # by size: below 512 MiB 1 division (512 rounding), below 1 GiB 2, then 4
+        ("roundup_power2_divisions:[256:1,512:2,>:4]", 200 * MiB + 1, 200 * MiB + 512),
+        ("roundup_power2_divisions:[256:1,512:2,>:4]", 300 * MiB + 1, 300 * MiB + 512),
+        ("roundup_power2_divisions:[256:1,512:2,>:4]", 600 * MiB, 768 * MiB),
+        ("roundup_power2_divisions:[256:1,512:2,>:4]", 5000 * MiB, 5120 * MiB),
+    ],
+)
+def test_roundup_power2_divisions(setting, request_, block):
+    a = fresh(setting)
+    addr = a.malloc(request_)
+    assert a.used[addr] == block
+
+
+def test_expandable_segments_grow_one_segment_by_20_MiB_pages():
+    a = fresh("expandable_segments:True")
+    x = a.malloc(5 * MiB)
+    assert a.reserved == 20 * MiB
+    y = a.malloc(30 * MiB)  # the free 15 MiB plus one more page... 20 MiB
+    assert y == x + 5 * MiB and a.reserved == 40 * MiB
+    assert segments(a) == [("large", 20 * MiB), ("large", 20 * MiB)]  # one row per mapping
+    a.malloc(4 * MiB + 1)  # 5 MiB were left: the rest of 512 bytes or more is split
+    assert a.reserved == 40 * MiB and a.allocated == 39 * MiB + 512
+
+
+def test_expandable_segments_small_pool_pages_are_2_MiB():
+    a = fresh("expandable_segments:True")
+    for _ in range(5):
+        a.malloc(1 * MiB)
+    assert a.reserved == 6 * MiB and segments(a) == [("small", 2 * MiB)] * 3
+
+
+def test_expandable_segments_prefer_a_block_that_cannot_grow():
+    a = fresh("expandable_segments:True")
+    x = a.malloc(5 * MiB)
+    a.malloc(10 * MiB)
+    a.free(x)  # 5 MiB free at the start, 5 MiB free before the unmapped rest
+    assert a.malloc(3 * MiB) == x
+
+
+def test_expandable_large_requests_split_too():
+    plain, grown = fresh(), fresh("expandable_segments:True")
+    for a in (plain, grown):
+        for _ in range(3):
+            a.malloc(15 * MiB)
+    assert plain.reserved == 48 * MiB  # three 16 MiB segments
+    assert grown.reserved == 60 * MiB and grown.allocated == 45 * MiB  # one, of 3 pages
+
+
+# -- a memory limit ---------------------------------------------------------------------------
+
+
+def test_at_a_limit_cached_segments_are_freed_and_the_request_retried():
+    a = fresh(capacity=40 * MiB)
+    x = a.malloc(12 * MiB)
+    a.free(x)
+    a.malloc(30 * MiB)  # 12 + 30 > 40: the cached 12 MiB segment goes back first
+    assert a.oom is None and a.reserved == 30 * MiB
+    assert segments(a, live_only=False) == [("large", 12 * MiB), ("large", 30 * MiB)]
+    assert a.rows[0][3] == a.rows[1][2]  # given back when the second was taken
+
+
+def test_a_segment_with_a_block_in_use_is_not_freed_and_the_limit_is_hit():
+    a = fresh(capacity=40 * MiB)
+    x = a.malloc(4 * MiB)  # a 20 MiB segment
+    a.malloc(4 * MiB)
+    a.free(x)
+    a.event = 7
+    a.malloc(24 * MiB)  # 20 + 24 > 40; the 20 MiB segment holds a block in use
+    assert a.oom is not None
+    assert (a.oom.event, a.oom.size, a.oom.allocated, a.oom.reserved) == (
+        7,
+        24 * MiB,
+        4 * MiB,
+        20 * MiB,
+    )
+    assert a.reserved == 44 * MiB  # after the note, the replay goes on without a limit
+
+
+def test_at_a_limit_max_split_size_frees_oversize_blocks_first():
+    a = fresh("max_split_size_mb:20", capacity=100 * MiB)
+    x = a.malloc(30 * MiB)
+    y = a.malloc(40 * MiB)
+    a.malloc(4 * MiB)  # a 20 MiB segment in use
+    a.free(x)
+    a.free(y)
+    a.malloc(50 * MiB)  # 90 + 50 > 100; no cached block of 50 MiB or more, so the
+    # largest oversize ones go back until 50 MiB are freed: 40, then 30
+    assert a.oom is None and a.reserved == 70 * MiB
+    assert segments(a) == [("large", 20 * MiB), ("large", 50 * MiB)]
+
+
+def test_expandable_segments_at_a_limit_unmap_free_pages():
+    a = fresh("expandable_segments:True", capacity=60 * MiB)
+    x = a.malloc(30 * MiB)  # pages [0, 40)
+    a.malloc(5 * MiB)  # [30, 35)
+    a.free(x)  # free: [0, 30) and [35, 40)
+    a.malloc(45 * MiB)  # needs 40 more MiB: 80 > 60, so the free page [0, 20) is unmapped
+    assert a.oom is None and a.reserved == 60 * MiB and a.allocated == 50 * MiB
+
+
+# -- the stream -------------------------------------------------------------------------------
+
+
+def test_replay_keeps_devices_apart_and_ignores_frees_of_unknown_blocks():
+    out = replay(
+        ["cuda:0", "cuda:1", "cuda:0", "cuda:0", "cuda:1"],
+        [1, 2, 1, 99, 3],
+        [8 * MiB, 100, 0, 0, 12 * MiB],
+    )
+    assert sorted((d, s, size) for d, s, size, _, _ in out.rows) == [
+        ("cuda:0", False, 20 * MiB),
+        ("cuda:1", False, 12 * MiB),
+        ("cuda:1", True, 2 * MiB),
+    ]
+    assert out.peaks["cuda:0"].reserved == 20 * MiB and out.peaks["cuda:0"].event == 0
+    assert out.peaks["cuda:1"].reserved == 14 * MiB
+    assert out.peaks["cuda:1"].fragmentation == 2 * MiB - 512
+
+
+# -- the setting's text ------------------------------------------------------------------------
+
+
+def test_settings_parse_as_torch_reads_them():
+    c = parse_config(
+        "expandable_segments:True, max_split_size_mb:128,roundup_power2_divisions:[>:2],"
+        "garbage_collection_threshold:0.6,backend:native"
+    )
+    assert c.expandable_segments and c.max_split_size == 128 * MiB
+    # '>' fills the sizes after the last one named (none: from 2 MiB), as torch does
+    assert c.roundup_power2_divisions == (0,) + (2,) * 15
+    assert parse_config(None) == parse_config("") == AllocatorConfig()
+    assert parse_config("expandable_segments:False").expandable_segments is False
+    assert config_from_env({"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}).setting == (
+        "expandable_segments:True"
+    )
+    assert config_from_env({}) == AllocatorConfig()
+
+
+@pytest.mark.parametrize(
+    ("setting", "says"),
+    [
+        ("max_split_size_mb:10", "max_split_size_mb must be at least 20 (MB), not 10"),
+        ("max_split_size_mb:lots", "max_split_size_mb takes a whole number, not 'lots'"),
+        ("expandable_segments:yes", "expandable_segments takes True or False, not 'yes'"),
+        ("roundup_power2_divisions:3", "roundup_power2_divisions: 3 is not a power of 2"),
+        ("roundup_power2_divisions:[100:2]", "roundup_power2_divisions: 100 is not a power of 2"),
+        ("roundup_power2_divisions:[256:2", "expected ']' at the end"),
+        ("expandable_segment:True", "unknown setting 'expandable_segment'"),
+        ("max_split_size_mb", "expected ':' at the end"),
+        ("max_split_size_mb=128", "unknown setting 'max_split_size_mb=128'"),
+        ("garbage_collection_threshold:1.5", "between 0 and 1"),
+        ("backend:cudaMallocAsync", "CUDA's own allocator, which is not modelled"),
+        ("expandable_segments:True,expandable_segments:False", "given twice"),
+    ],
+)
+def test_a_bad_setting_is_one_clear_line(setting, says):
+    with pytest.raises(AllocatorConfigError) as err:
+        parse_config(setting)
+    text = str(err.value)
+    assert says in text and "\n" not in text and text.startswith(f"allocator setting {setting!r}")
+
+
+def test_a_bad_setting_in_the_environment_names_the_variable():
+    with pytest.raises(AllocatorConfigError, match=r"^PYTORCH_CUDA_ALLOC_CONF: allocator"):
+        config_from_env({"PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:1"})
