@@ -3,6 +3,10 @@ with the exact segments and bytes the allocator's source gives."""
 
 from __future__ import annotations
 
+import gzip
+import json
+from pathlib import Path
+
 import pytest
 
 from jupyter_memprof._analysis.allocator import (
@@ -363,3 +367,71 @@ def test_a_bad_setting_is_one_clear_line(setting, says):
 def test_a_bad_setting_in_the_environment_names_the_variable():
     with pytest.raises(AllocatorConfigError, match=r"^PYTORCH_CUDA_ALLOC_CONF: allocator"):
         config_from_env({"PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:1"})
+
+
+# -- real GPU data ----------------------------------------------------------------------------
+# The caching allocator's own history (torch.cuda.memory._record_memory_history) of every
+# bench_cuda scenario and of a step made to fragment, from an empty allocator, on an H100
+# with torch 2.11.0+cu130 (benchmarks/record_cuda.py; tests/data/allocator/README.md).
+
+DATA = Path(__file__).parent / "data" / "allocator"
+TRACES = sorted(DATA.glob("*.json.gz"))
+
+
+def load_trace(path: Path) -> dict:
+    with gzip.open(path, "rt") as fh:
+        return json.load(fh)
+
+
+def trace_stream(d: dict) -> dict:
+    """The requests and completed frees of a recorded trace, and its segments."""
+    code = {a: i for i, a in enumerate(d["actions"])}
+    out = {"keys": [], "sizes": [], "streams": [], "places": [], "segments": [], "peak": 0}
+    reserved = 0
+    for act, addr, size, stream in d["trace"]:
+        if act in (code["alloc"], code["free_completed"]):
+            out["keys"].append(addr)
+            out["sizes"].append(size if act == code["alloc"] else 0)
+            out["streams"].append(stream)
+        elif act in (code["segment_alloc"], code["segment_map"]):
+            out["segments"].append(size)
+            out["places"] += [addr] if act == code["segment_alloc"] else []
+            reserved += size
+            out["peak"] = max(out["peak"], reserved)
+        elif act in (code["segment_free"], code["segment_unmap"]):
+            reserved -= size
+    return out
+
+
+def test_the_recorded_traces_are_all_here():
+    names = {p.name.split("__")[0] for p in TRACES}
+    assert len(names) == 10 and "fragment" in names  # nine scenarios and the fragmenter
+    assert {p.name.split("__")[1] for p in TRACES} == {
+        "default.json.gz",
+        "expandable.json.gz",
+        "max_split_20.json.gz",
+        "roundup_4.json.gz",
+    }
+
+
+@pytest.mark.parametrize("path", TRACES, ids=lambda p: p.name.removesuffix(".json.gz"))
+def test_the_model_replays_real_h100_traces_to_torchs_reserved_peak(path):
+    """Replayed from the empty allocator, the model takes the segments CUDA's allocator
+    took, of the same sizes in the same order, and reaches torch.cuda.max_memory_reserved
+    exactly, once it is told where CUDA put each segment (ties between equal free blocks go
+    to the lowest address); without the addresses, within 1%."""
+    d = load_trace(path)
+    s = trace_stream(d)
+    assert s["peak"] == d["max_memory_reserved"]  # the trace holds every segment
+    config = parse_config(d["alloc_conf"])
+    devices = ["cuda:0"] * len(s["keys"])
+    placed = replay(
+        devices, s["keys"], s["sizes"], s["streams"], config, placement={"cuda:0": s["places"]}
+    )
+    assert [size for _, _, size, _, _ in placed.rows] == s["segments"]
+    assert placed.peaks["cuda:0"].reserved == d["max_memory_reserved"]
+    modelled = replay(devices, s["keys"], s["sizes"], s["streams"], config)
+    error = modelled.peaks["cuda:0"].reserved / d["max_memory_reserved"] - 1
+    assert abs(error) < 0.01
+    if d["setting"] != "roundup_4":  # ties there went to another segment
+        assert modelled.peaks["cuda:0"].reserved == d["max_memory_reserved"]

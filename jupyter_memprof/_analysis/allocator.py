@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left, bisect_right, insort
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -345,8 +345,17 @@ class DeviceAllocator:
     stream, set by the caller; rows and the peak are noted with it.
     """
 
-    def __init__(self, config: AllocatorConfig, capacity: int | None = None):
+    def __init__(
+        self,
+        config: AllocatorConfig,
+        capacity: int | None = None,
+        placement: Iterator[int] | None = None,
+    ):
         self.config = config
+        #: where CUDA put each new plain segment, when known (a recorded trace): ties
+        #: between equal free blocks go to the lowest address, and CUDA's addresses follow
+        #: no order the model could know
+        self.placement = placement
         self.capacity = capacity
         self.expandable = config.expandable_segments
         self.split_limit = config.max_split_size
@@ -360,14 +369,16 @@ class DeviceAllocator:
         self.unmapped: dict[int, int] = {}  # an expandable segment's unmapped range -> bytes
         self.unmapped_end: dict[int, int] = {}
         self.free_lists: dict[tuple[int, bool], list[int]] = {}  # (stream, small) -> keys
-        self.seg_base: list[int] = []  # ascending: segments are placed upwards
+        self.seg_base: list[int] = []  # by segment
+        self.bases: list[int] = []  # the bases of the segments reserved now, ascending
+        self.base_seg: list[int] = []  # the segment of each of them
         self.seg_end: list[int] = []
         self.seg_key: list[tuple[int, bool]] = []
         self.seg_row: list[int] = []  # a plain segment's row in :attr:`rows` (-1: expandable)
         self.maps: dict[int, list[list[int]]] = {}  # expandable segment -> [start, end, row]
         #: one row per segment (or mapped range): [small, size, alloc_event, free_event]
         self.rows: list[list] = []
-        self.next_address = _BASE
+        self.next_address = _BASE if placement is None else 1 << 62
         self.allocated = 0
         self.reserved = 0
         self.peak = 0  # the most reserved bytes, and when
@@ -429,7 +440,7 @@ class DeviceAllocator:
         size = self.used.pop(addr)
         self.allocated -= size
         if lst is None:
-            lst = self.free_lists[self.seg_key[bisect_right(self.seg_base, addr) - 1]]
+            lst = self.free_lists[self.seg_key[self.base_seg[bisect_right(self.bases, addr) - 1]]]
         free_at, free_end = self.free_at, self.free_end
         end = addr + size
         after = free_at.pop(end, 0)
@@ -472,7 +483,7 @@ class DeviceAllocator:
         return (key >> _SHIFT) + self.unmapped.get(end, 0)
 
     def _segment_of(self, addr: int) -> int:
-        return bisect_right(self.seg_base, addr) - 1
+        return self.base_seg[bisect_right(self.bases, addr) - 1]
 
     def _cache(self, addr: int, size: int) -> None:
         """Put a free block on its free list."""
@@ -521,9 +532,16 @@ class DeviceAllocator:
         return alloc << _SHIFT | base
 
     def _segment(self, key: tuple[int, bool], span: int) -> int:
-        """A new segment of ``span`` address bytes, placed above the others: its address."""
-        base = self.next_address
-        self.next_address += -(-span // LARGE_BUFFER) * LARGE_BUFFER + LARGE_BUFFER
+        """A new segment of ``span`` address bytes: its address. Segments never touch (a
+        gap after each; recorded addresses are doubled), so touching blocks share one."""
+        if self.placement is not None and span != _EXPANDABLE_SPAN:
+            base = 2 * next(self.placement)
+        else:
+            base = self.next_address
+            self.next_address += -(-span // LARGE_BUFFER) * LARGE_BUFFER + LARGE_BUFFER
+        k = bisect_left(self.bases, base)
+        self.bases.insert(k, base)
+        self.base_seg.insert(k, len(self.seg_base))
         self.seg_base.append(base)
         self.seg_end.append(base + span)
         self.seg_key.append(key)
@@ -646,9 +664,12 @@ class DeviceAllocator:
 
     def _release_segment(self, addr: int) -> None:
         """Give a cached block that is a whole plain segment back to CUDA."""
+        seg = self._segment_of(addr)
         size = self._uncache(addr)
         self.reserved -= size
-        self.rows[self.seg_row[self._segment_of(addr)]][3] = self.event
+        self.rows[self.seg_row[seg]][3] = self.event
+        k = bisect_left(self.bases, addr)
+        del self.bases[k], self.base_seg[k]
 
     def _release_oversize(self, key: tuple[int, bool], size: int) -> bool:
         """With ``max_split_size_mb``: free cached oversize segments of the stream's pool, one
@@ -722,11 +743,14 @@ def replay(
     streams: Sequence[int] | None = None,
     config: AllocatorConfig | None = None,
     capacity: Mapping[str, int] | None = None,
+    placement: Mapping[str, Sequence[int]] | None = None,
 ) -> Replay:
     """Replay a stream of requests and frees through one :class:`DeviceAllocator` per
     device: event i is a request of ``sizes[i]`` bytes (> 0) for block ``keys[i]``, or its
     free (``sizes[i] <= 0``); ``streams`` (default all 0) are CUDA stream ids. A free of a
-    block never requested is ignored (the block is not the allocator's)."""
+    block never requested is ignored (the block is not the allocator's). ``capacity``:
+    device -> the bytes it may reserve; ``placement``: device -> the addresses CUDA gave its
+    new segments, in order (from a recorded trace)."""
     config = config or AllocatorConfig()
     capacity = capacity or {}
     streams = streams if streams is not None else [0] * len(keys)
@@ -737,7 +761,10 @@ def replay(
         if dev != last:
             a = alloc.get(dev)
             if a is None:
-                a = alloc[dev] = DeviceAllocator(config, capacity.get(dev))
+                places = (placement or {}).get(dev)
+                a = alloc[dev] = DeviceAllocator(
+                    config, capacity.get(dev), None if places is None else iter(places)
+                )
             last = dev
         a.event = i
         if size > 0:
