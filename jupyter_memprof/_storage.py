@@ -155,6 +155,11 @@ def _nonneg_int(v) -> bool:
     return _is_int(v) and v >= 0
 
 
+def _by_device(v, check) -> bool:
+    """A dict of device name -> a value ``check`` accepts."""
+    return type(v) is dict and all(is_device_name(k) and check(x) for k, x in v.items())
+
+
 def _str_list(v) -> bool:
     return type(v) is list and all(_str(x) for x in v)
 
@@ -172,6 +177,12 @@ def _oom(v) -> bool:
         "module": _str,
         "callsite": _str,
         "phase": _str,
+        "tensors_bytes": _is_int,
+        "cache_bytes": _is_int,
+        "context_bytes": _is_int,
+        "reserved_bytes": _is_int,
+        "cause": _str,
+        "expandable_segments": lambda x: type(x) is dict,
     }
     if any(k not in v or not check(v[k]) for k, check in need.items()):
         return False
@@ -209,6 +220,11 @@ META_FIELDS = {
     "stop_s": _is_num,
     "event_count": _nonneg_int,
     "stage_s": lambda v: type(v) is dict and all(_is_num(x) for x in v.values()),
+    "allocator": _str,
+    "reserved_peak_bytes": lambda v: _by_device(v, _nonneg_int),
+    "reserved_peak_ns": lambda v: _by_device(v, _is_int),
+    "fragmentation_bytes": lambda v: _by_device(v, _nonneg_int),
+    "reserved_model_error": lambda v: _by_device(v, _is_num),
 }
 
 

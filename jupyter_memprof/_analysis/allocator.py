@@ -332,6 +332,7 @@ class OutOfMemory:
     size: int  # the rounded request
     allocated: int  # bytes in blocks in use
     reserved: int  # bytes in segments
+    segment: int  # the bytes the new segment (or mapping) would have taken
 
 
 class DeviceAllocator:
@@ -512,10 +513,20 @@ class DeviceAllocator:
             found = self._grow(key, size)
         if found < 0:
             if self.oom is None:
-                self.oom = OutOfMemory(self.event, size, self.allocated, self.reserved)
+                self.oom = OutOfMemory(
+                    self.event, size, self.allocated, self.reserved, self._segment_size(size)
+                )
             self.capacity = None
             found = self._grow(key, size)
         return found
+
+    def _segment_size(self, size: int) -> int:
+        """The new memory a request of ``size`` bytes needs when no cached block serves it
+        (with expandable segments: whole pages)."""
+        if not self.expandable:
+            return _allocation_size(size)
+        page = SMALL_BUFFER if size <= SMALL_SIZE else LARGE_BUFFER
+        return -(-size // page) * page
 
     def _grow(self, key: tuple[int, bool], size: int) -> int:
         if self.expandable:
