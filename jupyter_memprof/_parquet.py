@@ -269,6 +269,8 @@ def _column(col, dtype, budget: list[int]):
             dense = 0
             for chunk in col.chunks:
                 lengths = np.asarray(pc.binary_length(chunk.dictionary).fill_null(0), np.int64)
+                if not len(lengths):  # every value missing: no text
+                    continue
                 dense += int(lengths[np.asarray(chunk.indices.fill_null(0), np.int64)].sum())
             budget[0] -= dense
             if budget[0] < 0:

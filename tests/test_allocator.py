@@ -7,7 +7,9 @@ import gzip
 import json
 from pathlib import Path
 
+import pandas as pd
 import pytest
+import torch
 
 from jupyter_memprof._analysis.allocator import (
     AllocatorConfig,
@@ -435,3 +437,102 @@ def test_the_model_replays_real_h100_traces_to_torchs_reserved_peak(path):
     assert abs(error) < 0.01
     if d["setting"] != "roundup_4":  # ties there went to another segment
         assert modelled.peaks["cuda:0"].reserved == d["max_memory_reserved"]
+
+
+# -- profiles ---------------------------------------------------------------------------------
+
+
+def _blocks_step():
+    """Blocks of known sizes on the step's device: 3 MiB, 8 MiB (freed), 12 MiB, 100 KiB."""
+    a = torch.empty(3 * MiB // 4)
+    b = torch.empty(8 * MiB // 4)
+    del b
+    c = torch.empty(12 * MiB // 4)
+    d = torch.empty(100 * KiB // 4)
+    return a, c, d
+
+
+@pytest.fixture(scope="module")
+def blocks_estimate():
+    from jupyter_memprof import estimate
+
+    w = torch.empty(2 * MiB // 4)  # a block from before the step: placed first
+    return estimate(lambda w: (w, _blocks_step()), w, device="cuda:0")
+
+
+def test_an_estimate_for_cuda_has_its_segments_and_reserved_peak(blocks_estimate):
+    """w (2 MiB) and a (3 MiB) share a 20 MiB segment, b (8 MiB) takes 8 of its last 15
+    MiB and gives them back, c (12 MiB) takes 12 of those 15 (a cached block serves a large
+    request too), d (100 KiB) gets a small-pool segment."""
+    prof = blocks_estimate
+    seg = prof.segments
+    assert list(seg.columns) == [
+        "segment_id",
+        "device",
+        "pool",
+        "size_bytes",
+        "alloc_ns",
+        "free_ns",
+        "source",
+    ]
+    assert seg[["pool", "size_bytes"]].astype(object).values.tolist() == [
+        ["large", 20 * MiB],
+        ["small", 2 * MiB],
+    ]
+    assert set(seg["source"]) == {"modelled"} and seg["free_ns"].isna().all()
+    assert seg["alloc_ns"].iloc[0] == prof.start_ns  # w was there at the start
+    assert prof.meta["reserved_peak_bytes"] == {"cuda:0": 22 * MiB}
+    assert prof.meta["reserved_peak_ns"] == {"cuda:0": int(seg["alloc_ns"].iloc[1])}
+    live = 2 * MiB + 3 * MiB + 12 * MiB + 100 * KiB
+    assert prof.peak("cuda:0").attrs["peak_bytes"] == live
+    assert prof.meta["fragmentation_bytes"] == {"cuda:0": 22 * MiB - live}
+
+
+def test_segments_survive_save_and_load_in_both_formats(blocks_estimate, tmp_path):
+    import jupyter_memprof
+
+    for fmt in ("zip", "parquet"):
+        path = tmp_path / f"p.{fmt}"
+        blocks_estimate.save(path, **({"format": "parquet"} if fmt == "parquet" else {}))
+        back = jupyter_memprof.load(path)
+        pd.testing.assert_frame_equal(back.segments, blocks_estimate.segments)
+        assert back.meta["reserved_peak_bytes"] == {"cuda:0": 22 * MiB}
+
+
+def test_a_file_saved_before_segments_loads_with_none(blocks_estimate, tmp_path):
+    import shutil
+    import zipfile
+
+    import jupyter_memprof
+
+    path = blocks_estimate.save(tmp_path / "p.memprof")
+    old = tmp_path / "old.memprof"
+    with zipfile.ZipFile(path) as src, zipfile.ZipFile(old, "w") as dst:
+        for info in src.infolist():
+            if info.filename != "segments.json":
+                dst.writestr(info, src.read(info))
+    assert jupyter_memprof.load(old).segments.empty
+    folder = blocks_estimate.save(tmp_path / "p.parquet", format="parquet")
+    (Path(folder) / "segments.parquet").unlink()
+    assert jupyter_memprof.load(folder).segments.empty
+    shutil.rmtree(folder)
+
+
+def test_a_cpu_capture_has_no_segments_and_takes_the_setting():
+    import jupyter_memprof
+
+    with jupyter_memprof.profile(namespace={}, allocator="expandable_segments:True") as prof:
+        torch.ones(1000) * 2
+    assert prof.segments.empty and prof.meta["allocator"] == "expandable_segments:True"
+    assert "reserved_peak_bytes" not in prof.meta
+
+
+def test_a_bad_setting_stops_a_capture_before_it_starts(monkeypatch):
+    import jupyter_memprof
+    from jupyter_memprof._errors import CaptureError
+
+    with pytest.raises(CaptureError, match=r"^allocator setting 'max_split_size_mb:5': "):
+        jupyter_memprof.profile(namespace={}, allocator="max_split_size_mb:5")
+    monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:perhaps")
+    with pytest.raises(CaptureError, match=r"^PYTORCH_CUDA_ALLOC_CONF: allocator setting"):
+        jupyter_memprof.profile(namespace={})
