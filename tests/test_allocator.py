@@ -536,3 +536,23 @@ def test_a_bad_setting_stops_a_capture_before_it_starts(monkeypatch):
     monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:perhaps")
     with pytest.raises(CaptureError, match=r"^PYTORCH_CUDA_ALLOC_CONF: allocator setting"):
         jupyter_memprof.profile(namespace={})
+
+
+def test_recorded_reserved_totals_are_kept_and_the_model_checked_against_them(blocks_estimate):
+    """Where the events table holds the reserved totals torch's profiler recorded
+    (``reserved_bytes``), the recorded peak is the profile's, and the model's error on it
+    is in meta."""
+    from jupyter_memprof._analysis.allocator import model_profile
+
+    events = blocks_estimate.events.copy()
+    recorded = [pd.NA] * len(events)
+    recorded[-1] = 24 * MiB  # the allocator also held a block the step never saw
+    events["reserved_bytes"] = pd.array(recorded, dtype="Int64")
+    tables = {"events": events, "allocations": blocks_estimate.allocations}
+    segments, meta = model_profile(tables)
+    assert meta["reserved_peak_bytes"] == {"cuda:0": 24 * MiB}
+    assert meta["reserved_model_error"] == {"cuda:0": (22 - 24) / 24}
+    pd.testing.assert_frame_equal(segments, blocks_estimate.segments)
+    _, without = model_profile({**tables, "events": blocks_estimate.events})
+    assert without["reserved_peak_bytes"] == {"cuda:0": 22 * MiB}
+    assert "reserved_model_error" not in without

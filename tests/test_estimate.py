@@ -407,7 +407,8 @@ def test_magic_estimate_binds_fakes_and_restores_the_namespace(shell, run):
     )
     before = _snapshot(model, opt)
     result, out = run(
-        "%%memprofile --estimate --device cuda:0 --limit 24GiB -o est_prof --no-display\n"
+        "%%memprofile --estimate --device cuda:0 --limit 24GiB --allocator "
+        "expandable_segments:True --context 600MiB -o est_prof --no-display\n"
         "est_step()\n"
         "est_new = est_model(est_x)\n"
         "est_n = 2\n"
@@ -417,6 +418,7 @@ def test_magic_estimate_binds_fakes_and_restores_the_namespace(shell, run):
     prof = ns["est_prof"]
     assert prof.meta["estimate"] is True and prof.meta["device"] == "cuda:0"
     assert prof.meta["oom"] is None and prof.meta["limit"] == 24 * 2**30
+    assert prof.meta["allocator"] == "expandable_segments:True"
     assert prof.label.endswith("(estimate)")
     # the notebook function saw the fakes too: the step's gradients are named
     names = set(prof.names["name"].dropna())
@@ -435,6 +437,13 @@ def test_magic_estimate_bad_input_is_one_line(shell, run):
         ("%%memprofile --estimate --device tpu\nest_bad = 1", "unknown device 'tpu'"),
         ("%%memprofile --estimate --limit lots\nest_bad = 1", "limit: not a size in bytes"),
         ("%%memprofile --limit 1GiB\nest_bad = 1", "--limit needs --estimate"),
+        ("%%memprofile --context 1GiB\nest_bad = 1", "--context needs --estimate"),
+        (
+            "%%memprofile --estimate --allocator max_split_size_mb:1\nest_bad = 1",
+            "max_split_size_mb must be at least 20 (MB), not 1",
+        ),
+        ("%%memprofile --allocator foo:1\nest_bad = 1", "--allocator: allocator setting 'foo:1'"),
+        ("%%memprofile --estimate --context lots\nest_bad = 1", "context: not a size in bytes"),
         (
             "%%memprofile --estimate --device cpu,cuda\nest_bad = 1",
             "--estimate takes one --device",
