@@ -777,8 +777,8 @@ def replay(
                     config, capacity.get(dev), None if places is None else iter(places)
                 )
             last = dev
-        a.event = i
         if size > 0:
+            a.event = i  # frees never take or give back segments: only requests need it
             where[key] = (a, a.malloc(size, stream), a.last_list)
         else:
             block = where.pop(key, None)
