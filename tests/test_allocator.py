@@ -556,3 +556,43 @@ def test_recorded_reserved_totals_are_kept_and_the_model_checked_against_them(bl
     _, without = model_profile({**tables, "events": blocks_estimate.events})
     assert without["reserved_peak_bytes"] == {"cuda:0": 22 * MiB}
     assert "reserved_model_error" not in without
+
+
+def test_the_inline_replay_of_the_default_settings_is_malloc_and_free_step_for_step():
+    """replay() runs the default settings inline (DeviceAllocator.run_plain): the same
+    segments, peaks and fragmentation as malloc() and free() called one by one, on a
+    stream of random requests (under 4 KiB, up to 1 MiB, up to 64 MiB) and frees."""
+    import random
+
+    rng = random.Random(1)
+    keys, sizes, live, nid = [], [], [], 0
+    for _ in range(20_000):
+        if live and (rng.random() < 0.5 or len(live) > 300):
+            keys.append(live.pop(rng.randrange(len(live))))
+            sizes.append(0)
+        else:
+            nid += 1
+            top = rng.choice([4096, 1 * MiB, 64 * MiB])
+            keys.append(nid)
+            sizes.append(rng.randint(1, top))
+            live.append(nid)
+    keys.append(12345678)  # a free of a block never requested
+    sizes.append(0)
+    fast = replay(["cuda:0"] * len(keys), keys, sizes)
+    a = DeviceAllocator(AllocatorConfig())
+    where = {}
+    for i, (key, size) in enumerate(zip(keys, sizes)):
+        a.event = i
+        if size:
+            where[key] = a.malloc(size)
+        elif key in where:
+            a.free(where.pop(key))
+    assert [(s, n, t0, t1) for _, s, n, t0, t1 in fast.rows] == [tuple(r) for r in a.rows]
+    peak = fast.peaks["cuda:0"]
+    assert (peak.reserved, peak.event, peak.allocated, peak.reserved_then) == (
+        a.peak,
+        a.peak_event,
+        a.peak_allocated,
+        a.reserved_then,
+    )
+    assert len(a.rows) > 10 and peak.fragmentation > 0
