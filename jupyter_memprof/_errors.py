@@ -25,3 +25,9 @@ class ExportError(ValueError):
 class DeviceError(ValueError):
     """A device name that cannot be used (:mod:`._devices`); each caller re-raises it as its
     own error (CaptureError, EstimateError) with the same line."""
+
+
+class AllocatorConfigError(ValueError):
+    """A ``PYTORCH_CUDA_ALLOC_CONF`` setting (from the environment or an ``allocator=``
+    argument) that the caching allocator would refuse; each front end re-raises it as its own
+    error with the same line."""

@@ -269,6 +269,8 @@ def _column(col, dtype, budget: list[int]):
             dense = 0
             for chunk in col.chunks:
                 lengths = np.asarray(pc.binary_length(chunk.dictionary).fill_null(0), np.int64)
+                if not len(lengths):  # every value missing: no text
+                    continue
                 dense += int(lengths[np.asarray(chunk.indices.fill_null(0), np.int64)].sum())
             budget[0] -= dense
             if budget[0] < 0:
@@ -297,6 +299,8 @@ def _read_folder(path: str) -> tuple[dict[str, pd.DataFrame], dict]:
     meta, stored = _read_meta(path)
     files = {}
     for name in S.TABLES:
+        if name in S.ADDED_TABLES and not os.path.lexists(os.path.join(path, f"{name}.parquet")):
+            continue  # a table added since the folder was written: empty
         files[name], size = _file(path, f"{name}.parquet")
         stored += size
     declared = 0
@@ -312,6 +316,9 @@ def _read_folder(path: str) -> tuple[dict[str, pd.DataFrame], dict]:
     budget = [size_budget(stored) - declared]  # what text columns may spell out
     tables = {}
     for name, schema in S.TABLES.items():
+        if name not in files:
+            tables[name] = S.empty(schema)
+            continue
         file = files[name]
         where = shown(file)
         try:

@@ -33,7 +33,9 @@ class Profile:
     - ``flows``: forward op -> backward op links by autograd sequence number;
     - ``uses``: which data-flow op read or wrote which tensor version;
     - ``names``: tensors the session knows by name (parameters, gradients, optimizer state,
-      notebook variables).
+      notebook variables);
+    - ``segments``: the CUDA caching allocator's segments, modelled from the blocks (or
+      recorded), with ``meta["reserved_peak_bytes"]``.
     """
 
     ops: pd.DataFrame
@@ -44,6 +46,7 @@ class Profile:
     flows: pd.DataFrame
     uses: pd.DataFrame
     names: pd.DataFrame
+    segments: pd.DataFrame = field(default_factory=lambda: _schema.empty(_schema.SEGMENTS))
     meta: dict[str, Any] = field(default_factory=dict)
     session_id: int | None = field(default=None, compare=False)
 

@@ -155,6 +155,11 @@ def _nonneg_int(v) -> bool:
     return _is_int(v) and v >= 0
 
 
+def _by_device(v, check) -> bool:
+    """A dict of device name -> a value ``check`` accepts."""
+    return type(v) is dict and all(is_device_name(k) and check(x) for k, x in v.items())
+
+
 def _str_list(v) -> bool:
     return type(v) is list and all(_str(x) for x in v)
 
@@ -172,6 +177,12 @@ def _oom(v) -> bool:
         "module": _str,
         "callsite": _str,
         "phase": _str,
+        "tensors_bytes": _is_int,
+        "cache_bytes": _is_int,
+        "context_bytes": _is_int,
+        "reserved_bytes": _is_int,
+        "cause": _str,
+        "expandable_segments": lambda x: type(x) is dict,
     }
     if any(k not in v or not check(v[k]) for k, check in need.items()):
         return False
@@ -209,6 +220,11 @@ META_FIELDS = {
     "stop_s": _is_num,
     "event_count": _nonneg_int,
     "stage_s": lambda v: type(v) is dict and all(_is_num(x) for x in v.values()),
+    "allocator": _str,
+    "reserved_peak_bytes": lambda v: _by_device(v, _nonneg_int),
+    "reserved_peak_ns": lambda v: _by_device(v, _is_int),
+    "fragmentation_bytes": lambda v: _by_device(v, _nonneg_int),
+    "reserved_model_error": lambda v: _by_device(v, _is_num),
 }
 
 
@@ -502,7 +518,15 @@ def _read_zip(z: zipfile.ZipFile, path: str, stored: int) -> tuple[dict, dict]:
     infos = z.infolist()
     if len(infos) > MAX_MEMBERS:
         raise ProfileFileError(f"{where} holds {len(infos)} entries, not a saved profile")
-    names = [_META, *(f"{name}.json" for name in S.TABLES)]
+    present = set(z.namelist())
+    names = [
+        _META,
+        *(
+            f"{name}.json"
+            for name in S.TABLES
+            if name not in S.ADDED_TABLES or f"{name}.json" in present
+        ),
+    ]
     try:
         members = {n: z.getinfo(n) for n in names}
     except KeyError:
@@ -547,6 +571,9 @@ def _read_zip(z: zipfile.ZipFile, path: str, stored: int) -> tuple[dict, dict]:
     meta = check_meta(doc.get("meta", {}), path)
     tables = {}
     for name, schema in S.TABLES.items():
+        if f"{name}.json" not in members:  # a table added since the file was written
+            tables[name] = S.empty(schema)
+            continue
         try:
             tables[name] = _table_from_json(load(f"{name}.json"), schema, name)
         except Bad as exc:

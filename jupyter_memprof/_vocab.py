@@ -78,3 +78,17 @@ class Role(_Vocabulary):
     GRADIENT = "gradient"
     OPTIMIZER_STATE = "optimizer_state"
     VARIABLE = "variable"
+
+
+class Pool(_Vocabulary):
+    """The caching allocator's pool a segment belongs to (see ``prof.segments``)."""
+
+    SMALL = "small"  # requests of 1 MiB or less, from 2 MiB segments
+    LARGE = "large"  # everything else
+
+
+class Source(_Vocabulary):
+    """Where a row of ``prof.segments`` comes from."""
+
+    RECORDED = "recorded"  # the allocator's own trace (cudaMalloc / cuMemMap calls)
+    MODELLED = "modelled"  # replayed by the model of the caching allocator

@@ -248,25 +248,75 @@ def test_a_real_tensor_the_step_reads_is_named():
 @pytest.fixture(scope="module")
 def oom_estimate():
     model, opt, x, y = _mlp(2)  # a fresh Adam: its state is created inside the step
-    return estimate(classification_step, model, opt, x, y, device="cuda:0", limit="4MiB")
+    return estimate(classification_step, model, opt, x, y, device="cuda:0", limit="8MiB", context=0)
 
 
 def test_limit_names_where_the_step_runs_out_of_memory(oom_estimate):
+    """On a GPU what runs out is the caching allocator's segments: this step's tensors
+    peak at 7.7 MiB, under the 8 MiB limit, but its segments need 10 MiB: the allocator's
+    cache pushes it over, in the optimizer; expandable segments would fit it in 8 MiB."""
     prof = oom_estimate
     oom = prof.meta["oom"]
-    assert oom["device"] == "cuda:0" and oom["limit"] == 4 * 2**20
-    assert oom["bytes"] > oom["limit"]
-    # the live bytes just before the crossing allocation were within the limit
-    assert oom["bytes"] - oom["size_bytes"] <= oom["limit"]
+    assert oom["device"] == "cuda:0" and oom["limit"] == 8 * 2**20
+    assert prof.peak("cuda:0").attrs["peak_bytes"] <= oom["limit"]
+    assert prof.meta["reserved_peak_bytes"] == {"cuda:0": 10 * 2**20}
+    assert oom["bytes"] == 10 * 2**20 > oom["limit"] and oom["cause"] == "cache"
+    assert oom["tensors_bytes"] <= oom["limit"] and oom["context_bytes"] == 0
+    assert oom["bytes"] == oom["tensors_bytes"] + oom["cache_bytes"] + oom["context_bytes"]
+    assert oom["expandable_segments"] == {"fits": True, "reserved_peak_bytes": 8 * 2**20}
     assert oom["phase"] == "optimizer" and oom["op_name"].startswith("aten::")
     assert "in classification_step" in oom["callsite"]
-    assert sum(oom["live_by_category"].values()) == oom["bytes"]
+    assert sum(oom["live_by_category"].values()) <= oom["tensors_bytes"]
     lines = repr(prof).splitlines()
     assert lines[0] == "memory estimate 'estimate of classification_step'"
-    assert lines[1].startswith("  OUT OF MEMORY: ") and "during optimizer" in lines[1]
+    assert lines[1].startswith("  OUT OF MEMORY: cuda:0 would need 10.0 MiB (tensors ")
+    assert "during optimizer; pushed over by the allocator's cache (fragmentation)" in lines[1]
+    assert "with expandable_segments:True it would fit (reserved peak 8.0 MiB)" in lines[1]
+    reserved = "  reserved peak 10.0 MiB on cuda:0 (caching allocator, modelled); fragmentation"
+    assert any(line.startswith(reserved) for line in lines)
     assert "computed on the CPU path" in lines[-1] or torch.cuda.is_available()
     html = prof._repr_html_()
     assert "memprof-summary-oom" in html and "memory estimate" in html
+    assert "memprof-summary-reserved" in html
+
+
+def test_the_limit_counts_the_cuda_context_and_the_allocator_setting(warm_mlp):
+    """The default CUDA context (751 MiB, measured on an H100) counts against the limit; the
+    allocator= setting changes the segments: with expandable segments the same step fits in
+    8 MiB."""
+    from jupyter_memprof._analysis.limit import CUDA_CONTEXT_BYTES
+
+    prof = estimate(classification_step, *warm_mlp, device="cuda:0", limit="700MiB")
+    oom = prof.meta["oom"]
+    assert oom["cause"] == "context" and oom["context_bytes"] == CUDA_CONTEXT_BYTES
+    fits = estimate(classification_step, *warm_mlp, device="cuda:0", limit="760MiB")
+    assert fits.meta["oom"] is None
+    grown = estimate(
+        classification_step,
+        *_mlp(2),  # as oom_estimate's step, which needs 10 MiB of default segments
+        device="cuda:0",
+        limit="8MiB",
+        context="0B",
+        allocator="expandable_segments:True",
+    )
+    assert grown.meta["oom"] is None and grown.meta["allocator"] == "expandable_segments:True"
+    assert grown.meta["reserved_peak_bytes"] == {"cuda:0": 8 * 2**20}
+    assert set(grown.segments["size_bytes"]) == {2 * 2**20}  # small-pool pages only
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"allocator": "expandable_segments:maybe"}, "expandable_segments takes True or False"),
+        ({"allocator": 3}, "allocator setting must be text"),
+        ({"context": "lots"}, "context: not a size in bytes"),
+    ],
+)
+def test_bad_allocator_or_context_fails_before_running(kwargs, message):
+    ran = []
+    with pytest.raises(EstimateError, match=message) as err:
+        estimate(lambda: ran.append(1), device="cuda:0", **kwargs)
+    assert "\n" not in str(err.value) and not ran
 
 
 def test_a_step_that_fits_says_so(warm_mlp):
@@ -283,7 +333,7 @@ def test_dashboard_marks_the_limit_and_the_oom_moment(oom_estimate):
     layout = build(oom_estimate).layout
     limit = list(layout.select({"name": "memprof-limit-cuda:0", "type": Span}))
     oom = list(layout.select({"name": "memprof-oom-cuda:0", "type": Span}))
-    assert limit[0].location == 4 * 2**20 and limit[0].dimension == "width"
+    assert limit[0].location == 8 * 2**20 and limit[0].dimension == "width"
     # the OOM line sits at the crossing's position on the fake clock (1 "ms" per record)
     assert oom[0].location == oom_estimate.meta["oom"]["time_ns"] / 1e6
     labels = {a.axis_label for a in layout.select({"type": Axis})}
@@ -319,7 +369,7 @@ def test_estimate_dashboard_renders_and_says_estimate(oom_estimate, tmp_path):
                  for (const m of Bokeh.documents[0].all_models) if (m.type === "Label") out.push(m.text);
                  return out; }"""
         )
-        assert "limit 4.0 MiB" in labels
+        assert "limit 8.0 MiB" in labels
         assert any(t.startswith("out of memory at #") for t in labels), labels
         assert page.locator(".memprof-timeline canvas").count() >= 1
         assert errors == []
@@ -357,7 +407,8 @@ def test_magic_estimate_binds_fakes_and_restores_the_namespace(shell, run):
     )
     before = _snapshot(model, opt)
     result, out = run(
-        "%%memprofile --estimate --device cuda:0 --limit 24GiB -o est_prof --no-display\n"
+        "%%memprofile --estimate --device cuda:0 --limit 24GiB --allocator "
+        "expandable_segments:True --context 600MiB -o est_prof --no-display\n"
         "est_step()\n"
         "est_new = est_model(est_x)\n"
         "est_n = 2\n"
@@ -367,6 +418,7 @@ def test_magic_estimate_binds_fakes_and_restores_the_namespace(shell, run):
     prof = ns["est_prof"]
     assert prof.meta["estimate"] is True and prof.meta["device"] == "cuda:0"
     assert prof.meta["oom"] is None and prof.meta["limit"] == 24 * 2**30
+    assert prof.meta["allocator"] == "expandable_segments:True"
     assert prof.label.endswith("(estimate)")
     # the notebook function saw the fakes too: the step's gradients are named
     names = set(prof.names["name"].dropna())
@@ -385,6 +437,13 @@ def test_magic_estimate_bad_input_is_one_line(shell, run):
         ("%%memprofile --estimate --device tpu\nest_bad = 1", "unknown device 'tpu'"),
         ("%%memprofile --estimate --limit lots\nest_bad = 1", "limit: not a size in bytes"),
         ("%%memprofile --limit 1GiB\nest_bad = 1", "--limit needs --estimate"),
+        ("%%memprofile --context 1GiB\nest_bad = 1", "--context needs --estimate"),
+        (
+            "%%memprofile --estimate --allocator max_split_size_mb:1\nest_bad = 1",
+            "max_split_size_mb must be at least 20 (MB), not 1",
+        ),
+        ("%%memprofile --allocator foo:1\nest_bad = 1", "--allocator: allocator setting 'foo:1'"),
+        ("%%memprofile --estimate --context lots\nest_bad = 1", "context: not a size in bytes"),
         (
             "%%memprofile --estimate --device cpu,cuda\nest_bad = 1",
             "--estimate takes one --device",

@@ -553,6 +553,7 @@ def test_a_capture_reports_its_stop_its_reading_and_its_analysis_on_one_bar(monk
         "versions",
         "categories",
         "timeline",
+        "segments",
     ]
     done = [d for _, d, _ in reports]
     assert done == sorted(done) and done[-1] == 1000

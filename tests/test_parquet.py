@@ -57,6 +57,17 @@ def test_empty_profile_round_trip(tmp_path):
     _assert_same(empty, back)
 
 
+def test_a_text_column_with_no_text_at_all_round_trips(mlp_adam_profile, tmp_path):
+    """A table whose text column is missing in every row (an estimate of one op outside any
+    module has no ``module``) is a dictionary column with an empty dictionary."""
+    prof, _ = mlp_adam_profile
+    ops = prof.ops.copy()
+    ops["module"] = pd.array([None] * len(ops), dtype=S.STRING)
+    one = Profile(**{**prof.tables, "ops": ops}, meta=prof.meta)
+    back = jupyter_memprof.load(one.save(tmp_path / "one", format="parquet"))
+    _assert_same(one, back)
+
+
 def test_rank_in_the_path(mlp_adam_profile, tmp_path):
     prof, _ = mlp_adam_profile
     ranked = Profile(**prof.tables, meta={**prof.meta, "rank": 1, "world_size": 2})

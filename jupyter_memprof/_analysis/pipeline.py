@@ -16,6 +16,7 @@ import pandas as pd
 
 from .._records import Capture
 from . import tables as T
+from .allocator import AllocatorConfig, model_profile
 from .categories import categorise
 from .timeline import build_events, build_timeline, with_reserved
 
@@ -55,8 +56,16 @@ def paused_gc() -> Iterator[None]:
 
 
 def analyse(
-    capture: Capture, *, progress: Progress | None = None
+    capture: Capture,
+    *,
+    progress: Progress | None = None,
+    allocator: AllocatorConfig | None = None,
 ) -> tuple[dict[str, pd.DataFrame], dict]:
+    """Every table of ``capture``, and meta: its start and end, each stage's seconds, what
+    was live at the start (:func:`baseline_meta`), and what the model of CUDA's caching
+    allocator (with the settings ``allocator``, default torch's) gives for the CUDA blocks
+    (``segments``; meta ``reserved_peak_bytes`` etc., see :func:`.allocator.model_profile`;
+    a recorded reserved peak is kept over the modelled one)."""
     trace, names, devices, start_ns = (
         capture.trace,
         capture.names,
@@ -65,7 +74,7 @@ def analyse(
     )
     module_paths, module_classes = capture.module_paths, capture.module_classes
     progress = progress or (lambda *a: None)
-    stages = ["ops", "allocations", "versions", "categories", "timeline"]
+    stages = ["ops", "allocations", "versions", "categories", "timeline", "segments"]
     timings: dict[str, float] = {}
     t = time.perf_counter()
 
@@ -121,6 +130,11 @@ def analyse(
     events = with_reserved(events, mem, {d: t.reserved for d, t in totals_start.items()})
     timeline = build_timeline(events, versions)
     step(4)
+    segments, allocator_meta = model_profile(
+        {"events": events, "allocations": allocations}, allocator
+    )
+    step(5)
+    baseline = baseline_meta(allocations, events, capture, T.allocated_at_start(mem, totals_start))
     tables = {
         "ops": ops,
         "allocations": allocations,
@@ -130,12 +144,19 @@ def analyse(
         "flows": flows,
         "uses": uses,
         "names": names_df,
+        "segments": segments,
+    }
+    reserved = {  # recorded where torch recorded it, else modelled
+        **allocator_meta.get("reserved_peak_bytes", {}),
+        **baseline.get("reserved_peak_bytes", {}),
     }
     return tables, {
         "start_ns": start_ns,
         "end_ns": int(max(ops["end_ns"].max() if len(ops) else start_ns, start_ns)),
         "stage_s": timings,
-        **baseline_meta(allocations, events, capture, T.allocated_at_start(mem, totals_start)),
+        **allocator_meta,
+        **baseline,
+        **({"reserved_peak_bytes": reserved} if reserved else {}),
     }
 
 

@@ -11,9 +11,9 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from .._vocab import Action, Category, OpKind, Phase, Relation, Role
+from .._vocab import Action, Category, OpKind, Phase, Pool, Relation, Role, Source
 
-__all__ = ["Action", "Category", "OpKind", "Phase", "Relation", "Role"]
+__all__ = ["Action", "Category", "OpKind", "Phase", "Pool", "Relation", "Role", "Source"]
 
 
 def _cat(values: list[str], ordered: bool = False) -> pd.CategoricalDtype:
@@ -26,6 +26,8 @@ KIND_DTYPE = _cat(OpKind.values())
 ACTION_DTYPE = _cat(Action.values())
 RELATION_DTYPE = _cat(Relation.values())
 ROLE_DTYPE = _cat(Role.values())
+POOL_DTYPE = _cat(Pool.values())
+SOURCE_DTYPE = _cat(Source.values())
 STRING = pd.StringDtype()
 # Open vocabularies (op names, devices): categories are whatever occurs.
 OPEN_CATEGORY = "category"
@@ -136,6 +138,19 @@ NAMES = {
     "module": STRING,
 }
 
+# The CUDA caching allocator's segments (cudaMalloc'd ranges; with expandable segments, each
+# mapped range), recorded or modelled (_analysis/allocator.py). `free_ns` NA: still reserved
+# at the end.
+SEGMENTS = {
+    "segment_id": "int64",
+    "device": OPEN_CATEGORY,
+    "pool": POOL_DTYPE,
+    "size_bytes": "int64",
+    "alloc_ns": "int64",
+    "free_ns": "Int64",
+    "source": SOURCE_DTYPE,
+}
+
 LINEAGE = {
     "time_ns": "Int64",
     "op_id": "Int64",
@@ -157,7 +172,12 @@ TABLES: dict[str, dict] = {
     "flows": FLOWS,
     "uses": USES,
     "names": NAMES,
+    "segments": SEGMENTS,
 }
+
+#: Tables added after files of format 1 were first written: a saved profile without one
+#: loads with it empty.
+ADDED_TABLES: tuple[str, ...] = ("segments",)
 
 
 #: Columns added after files of format 1 were first written: a saved table without them

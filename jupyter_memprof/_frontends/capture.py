@@ -11,15 +11,17 @@ what failed, and the user's own exception is never replaced.
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 import time
 from collections.abc import Iterable
 
 import torch
 
+from .._analysis.allocator import AllocatorConfig, config_from_env, parse_config
 from .._analysis.pipeline import Progress, analyse, paused_gc
 from .._devices import resolve_devices
-from .._errors import CaptureError
+from .._errors import AllocatorConfigError, CaptureError
 from .._producers.recorder import LATER, Recorder
 from .._profile import Profile
 from . import session as _session
@@ -51,6 +53,11 @@ class profile(contextlib.AbstractContextManager):  # lower case: reads like a fu
         ``progress(stage, done, total)``, called after the code: before torch's profiler
         stops, while its events are read and while the tables are built (``done`` out of
         ``total`` steps of all that work).
+    allocator:
+        ``PYTORCH_CUDA_ALLOC_CONF`` settings for the model of CUDA's caching allocator that
+        gives ``prof.segments`` and the reserved peaks (e.g. ``"expandable_segments:True"``
+        to see what that setting would change); default: the environment's, as torch reads
+        it. A bad setting raises :class:`CaptureError` (one line) before anything runs.
     """
 
     def __init__(
@@ -61,8 +68,15 @@ class profile(contextlib.AbstractContextManager):  # lower case: reads like a fu
         namespace: dict | None = None,
         label: str | None = None,
         progress: Progress | None = None,
+        allocator: str | AllocatorConfig | None = None,
     ) -> None:
         self.devices = resolve_devices(device)
+        try:
+            self.allocator = (
+                config_from_env(os.environ) if allocator is None else parse_config(allocator)
+            )
+        except AllocatorConfigError as err:
+            raise CaptureError(str(err)) from None
         self.with_stack = with_stack
         self.label = label
         self.progress = progress
@@ -130,7 +144,7 @@ class profile(contextlib.AbstractContextManager):  # lower case: reads like a fu
                 prof.meta["stop_error"] = _reason(stop_error)
             if isinstance(failure, (Exception, type(None))):  # not when interrupted stopping
                 try:
-                    tables, meta = build_tables(recorder, self.progress)
+                    tables, meta = build_tables(recorder, self.progress, self.allocator)
                 except BaseException as build_error:  # Ctrl-C included: keep the profile
                     if failure is None:
                         failure, self.failed_step = build_error, "building its memory tables"
@@ -203,14 +217,18 @@ def _one_bar(progress: Progress):
     return reading, analysing
 
 
-def build_tables(recorder: Recorder, progress: Progress | None = None) -> tuple[dict, dict]:
+def build_tables(
+    recorder: Recorder,
+    progress: Progress | None = None,
+    allocator: AllocatorConfig | None = None,
+) -> tuple[dict, dict]:
     """Everything that happens after the profiled code: records, then tables and analysis."""
     reading, analysing = _one_bar(progress) if progress is not None else (None, None)
     with paused_gc():
         t0 = time.perf_counter()
         capture = recorder.capture(reading)
         t1 = time.perf_counter()
-        tables, meta = analyse(capture, progress=analysing)
+        tables, meta = analyse(capture, progress=analysing, allocator=allocator)
     meta["capture_s"] = t1 - t0
     meta["analysis_s"] = time.perf_counter() - t1  # tables and analyses, after reading
     meta["event_count"] = capture.trace.event_count

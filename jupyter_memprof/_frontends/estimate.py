@@ -7,6 +7,7 @@ the same tables as a real capture, analysed by the same pipeline.
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 import types
@@ -15,10 +16,11 @@ from typing import Any
 
 import torch
 
+from .._analysis.allocator import AllocatorConfig, config_from_env, parse_config
 from .._analysis.limit import first_over
 from .._analysis.pipeline import analyse, paused_gc
 from .._devices import parse_device
-from .._errors import DeviceError, EstimateError
+from .._errors import AllocatorConfigError, DeviceError, EstimateError
 from .._producers.fake import FakeRun, plan
 from .._producers.fake_copy import holds_torch
 from .._profile import Profile
@@ -55,8 +57,35 @@ def check_limit(limit: Any) -> int | None:
     return n
 
 
+def check_allocator(allocator: Any) -> AllocatorConfig:
+    """The caching allocator's settings: ``allocator`` (a ``PYTORCH_CUDA_ALLOC_CONF`` text)
+    when given, else the environment's; a bad one raises :class:`EstimateError` (one line)."""
+    try:
+        if allocator is None:
+            return config_from_env(os.environ)
+        return parse_config(allocator)
+    except AllocatorConfigError as err:
+        raise EstimateError(str(err)) from None
+
+
+def check_context(context: Any) -> int | None:
+    """The bytes a CUDA device holds outside PyTorch (None: the documented default)."""
+    if context is None:
+        return None
+    try:
+        return parse_bytes(context)
+    except ValueError as err:
+        raise EstimateError(f"context: {err}") from None
+
+
 def estimate(
-    fn: Callable, *args: Any, device: str | None = None, limit: Any = None, **kwargs: Any
+    fn: Callable,
+    *args: Any,
+    device: str | None = None,
+    limit: Any = None,
+    allocator: str | None = None,
+    context: Any = None,
+    **kwargs: Any,
 ) -> Profile:
     """Estimate the memory of ``fn(*args, **kwargs)`` on ``device`` without running it.
 
@@ -74,7 +103,18 @@ def estimate(
         them (multiples of 512 bytes).
     limit:
         Bytes (an int or a string like ``"24GiB"``): the profile then says where the step
-        would run out of memory (``prof.meta["oom"]``, first line of the summary).
+        would run out of memory (``prof.meta["oom"]``, first line of the summary). On a
+        CUDA device the limit is judged against what the GPU needs: the caching
+        allocator's reserved bytes (modelled: ``prof.segments``) plus the CUDA context; the
+        report says which of the three (tensors, cache, context) pushed it over, and what
+        ``expandable_segments:True`` would change.
+    allocator:
+        ``PYTORCH_CUDA_ALLOC_CONF`` settings for the model of CUDA's caching allocator, e.g.
+        ``"expandable_segments:True"``; default: the environment's.
+    context:
+        Bytes a CUDA device holds outside PyTorch (CUDA context, library handles); default
+        :data:`jupyter_memprof._analysis.limit.CUDA_CONTEXT_BYTES` (751 MiB, measured on an
+        H100 with torch 2.11 and CUDA 13).
 
     Returns a :class:`Profile` with ``meta["estimate"] = True``; its ``*_ns`` columns count
     positions in the run (:data:`CLOCK`), not nanoseconds.
@@ -89,10 +129,20 @@ def estimate(
         raise EstimateError(f"estimate() needs a function to call first, not {type(fn).__name__}")
     dev = check_device(device)
     nbytes = check_limit(limit)
+    config = check_allocator(allocator)
+    ctx = check_context(context)
     caller = caller_names(sys._getframe(1))
     try:
         return run_estimate(
-            fn, args, kwargs, device=dev, limit=nbytes, names=caller, label=_label(fn)
+            fn,
+            args,
+            kwargs,
+            device=dev,
+            limit=nbytes,
+            names=caller,
+            label=_label(fn),
+            allocator=config,
+            context=ctx,
         )
     finally:
         caller.clear()
@@ -112,6 +162,8 @@ def run_estimate(
     limit: int | None,
     names: dict,
     label: str | None,
+    allocator: AllocatorConfig | None = None,
+    context: int | None = None,
 ) -> Profile:
     """The work behind :func:`estimate` and ``%%memprofile --estimate``: ``names`` are the
     variables the real objects are known by (they name the fake copies)."""
@@ -135,7 +187,7 @@ def run_estimate(
             t1 = time.perf_counter()
             capture = run.capture()
             t2 = time.perf_counter()
-            tables, meta = analyse(capture)
+            tables, meta = analyse(capture, allocator=allocator)
     finally:
         run.release()
     prof = Profile(**tables, meta={})
@@ -149,7 +201,9 @@ def run_estimate(
         compute_device=None if where.compute is None else str(where.compute),
         clock=CLOCK,
         limit=limit,
-        oom=None if limit is None else first_over(prof.tables, limit, where.device),
+        oom=None
+        if limit is None
+        else first_over(prof.tables, limit, where.device, allocator=allocator, context=context),
         wall_s=wall_s,
         capture_s=t2 - t1,
         analysis_s=time.perf_counter() - t2,
@@ -190,7 +244,16 @@ def names_read(codes: list, namespace: dict, depth: int = 3) -> list[str]:
     return order
 
 
-def estimate_cell(shell, code, *, device: str | None, limit: int | None, label: str) -> Profile:
+def estimate_cell(
+    shell,
+    code,
+    *,
+    device: str | None,
+    limit: int | None,
+    label: str,
+    allocator: AllocatorConfig | None = None,
+    context: int | None = None,
+) -> Profile:
     """Run a compiled cell (``magic._Code``) on fake copies of the tensors, modules and
     optimizers it reads from the notebook.
 
@@ -210,7 +273,15 @@ def estimate_cell(shell, code, *, device: str | None, limit: int | None, label: 
 
     try:
         return run_estimate(
-            run_cell, (real,), {}, device=device, limit=limit, names=real, label=label
+            run_cell,
+            (real,),
+            {},
+            device=device,
+            limit=limit,
+            names=real,
+            label=label,
+            allocator=allocator,
+            context=context,
         )
     finally:
         _restore(ns, before)

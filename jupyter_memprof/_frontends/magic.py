@@ -311,6 +311,19 @@ class MemprofMagics(Magics):
         "the cell would run out of memory.",
     )
     @magic_arguments.argument(
+        "--allocator",
+        metavar="SETTING",
+        help="PYTORCH_CUDA_ALLOC_CONF settings for the model of CUDA's caching allocator "
+        "(reserved memory, segments), e.g. expandable_segments:True; default: the "
+        "environment's.",
+    )
+    @magic_arguments.argument(
+        "--context",
+        metavar="SIZE",
+        help="With --estimate --limit: the memory a CUDA device holds outside PyTorch (CUDA "
+        "context, library handles); default 751MiB (measured on an H100).",
+    )
+    @magic_arguments.argument(
         "--label",
         metavar="TEXT",
         help="Name shown in summaries and the Memory profiles panel "
@@ -372,6 +385,7 @@ class MemprofMagics(Magics):
             local_ns = None
         args.label, args.html = _unquote(args.label), _unquote(args.html)
         args.limit = _unquote(args.limit)
+        args.allocator, args.context = _unquote(args.allocator), _unquote(args.context)
 
         if args.output is not None and (
             not args.output.isidentifier() or keyword.iskeyword(args.output)
@@ -381,8 +395,11 @@ class MemprofMagics(Magics):
             estimate_options = _estimate_options(args, name)
         elif args.limit is not None:
             raise UsageError("--limit needs --estimate (a limit for an estimated cell)")
+        elif args.context is not None:
+            raise UsageError("--context needs --estimate (with --limit)")
         else:
             devices = _devices(args.device)
+            allocator = _allocator_option(args.allocator)
         if args.html is not None:
             folder = os.path.dirname(os.path.abspath(os.path.expanduser(args.html)))
             if not os.path.isdir(folder):
@@ -411,6 +428,7 @@ class MemprofMagics(Magics):
                 namespace=shell.user_ns,
                 label=label,
                 progress=progress,
+                allocator=allocator,
             )
             prof = capture.start()
         except CaptureError as err:
@@ -461,7 +479,9 @@ class MemprofMagics(Magics):
             raise failure  # the code ran fine; the interrupt was ours to pass on
         return value
 
-    def _estimate(self, code, args, name: str, label: str, local_ns, *, device, limit):
+    def _estimate(
+        self, code, args, name: str, label: str, local_ns, *, device, limit, allocator, context
+    ):
         """``--estimate``: run the cell on fake copies and show the estimate."""
         from .._errors import CaptureError, EstimateError
         from .estimate import estimate_cell
@@ -470,7 +490,15 @@ class MemprofMagics(Magics):
         if args.label is None:
             label = f"{label} (estimate)"
         try:
-            prof = estimate_cell(shell, code, device=device, limit=limit, label=label)
+            prof = estimate_cell(
+                shell,
+                code,
+                device=device,
+                limit=limit,
+                label=label,
+                allocator=allocator,
+                context=context,
+            )
         except (EstimateError, CaptureError) as err:  # CaptureError: another one is running
             raise UsageError(f"{name} --estimate: {err}") from None
         shell.user_ns[LAST] = prof
@@ -486,7 +514,7 @@ def _estimate_options(args, name: str) -> dict:
     """--device and --limit of an estimate, checked before anything runs."""
     from .._devices import split_devices
     from .._errors import EstimateError
-    from .estimate import check_device, check_limit
+    from .estimate import check_allocator, check_context, check_device, check_limit
 
     wanted = split_devices(args.device or [])
     if len(wanted) > 1:
@@ -495,9 +523,23 @@ def _estimate_options(args, name: str) -> dict:
         return {
             "device": check_device(wanted[0] if wanted else None),
             "limit": check_limit(args.limit),
+            "allocator": check_allocator(args.allocator),
+            "context": check_context(args.context),
         }
     except EstimateError as err:
         raise UsageError(f"{name} --estimate: {err}") from None
+
+
+def _allocator_option(setting):
+    """--allocator of a real capture, checked before anything runs (None: the
+    environment's)."""
+    from .._analysis.allocator import config_from_env, parse_config
+    from .._errors import AllocatorConfigError
+
+    try:
+        return config_from_env(os.environ) if setting is None else parse_config(setting)
+    except AllocatorConfigError as err:
+        raise UsageError(f"--allocator: {err}") from None
 
 
 def _refusal(path: str) -> str:

@@ -241,6 +241,7 @@ class _Chart:
     visible: tuple[bool, ...]  # per category: stacked (else hidden until its legend is clicked)
     peak: bool = False  # the peak is marked ...
     peak_late: bool = False  # ... with its label left of the mark (late in the capture)
+    reserved: bool = False  # the caching allocator's reserved bytes are drawn
     limit: bool = False  # an estimate's memory limit is drawn
     oom: bool = False  # and where it was first exceeded, on this device ...
     oom_late: bool = False  # ... labelled left of the mark
@@ -447,8 +448,15 @@ def _spec(prof, shown: _Shown, *, header: bool) -> tuple[_Shape, dict]:
             v[f"peak{k}"] = {"x": [tl.peak_ms], "y": [tl.peak_bytes]}
             late = tl.peak_ms > 0.6 * end_ms  # keep the label inside the plot
             chart = replace(chart, peak=True, peak_late=late)
+        reserved = dd.reserved_line(prof, tl.device, win)
+        if reserved is not None:
+            v[f"reserved{k}"] = reserved
+            source = "recorded" if tl.device in (meta.get("reserved_model_error") or {}) else ""
+            v[f"reserved_label{k}"] = f"reserved ({source or 'modelled'})"
+            chart = replace(chart, reserved=True)
         if limit is not None:
-            v[f"y_end{k}"] = max(tl.peak_bytes, limit) * 1.15
+            top = max([tl.peak_bytes, limit, *(reserved or {}).get("y", [])])
+            v[f"y_end{k}"] = top * 1.15
             here = oom_at is not None and oom_at[0] == tl.device
             late = here and oom_at[1] > 0.6 * end_ms
             chart = replace(chart, limit=True, oom=here, oom_late=late)
@@ -906,9 +914,12 @@ def _timeline_chart(sh: _Shared, k: int, chart: _Chart, src, selected, cleared):
     restack = CustomJS(args=dict(src=src, cats=cats, renderers=areas), code=js.restack())
     for r in areas:
         r.js_on_change("visible", restack)
+    items = [LegendItem(label=c, renderers=[r]) for c, r in zip(cats, areas)]
+    if chart.reserved:
+        items.append(_reserved_line(sh, k, chart, p))
     if areas:
         legend = Legend(
-            items=[LegendItem(label=c, renderers=[r]) for c, r in zip(cats, areas)],
+            items=items,
             click_policy="hide",
             location="top_left",
             title="click to hide/show",
@@ -963,6 +974,21 @@ def _timeline_chart(sh: _Shared, k: int, chart: _Chart, src, selected, cleared):
     if chart.limit:
         _limit_marks(sh, chart, p)
     return p
+
+
+def _reserved_line(sh: _Shared, k: int, chart: _Chart, p) -> LegendItem:
+    """The caching allocator's reserved bytes: one dashed step line over the stacked live
+    bytes (the gap between them is the allocator's cache and fragmentation); its legend
+    item."""
+    src = _cds(sh.v[f"reserved{k}"], f"memprof-reserved-{chart.device}", sh.kit)
+    line = sh.kit.glyph(
+        p,
+        src,
+        Step,
+        {"x": "x", "y": "y", "mode": "after"},
+        {"line_color": "#6a1b9a", "line_width": 2, "line_dash": "dashed"},
+    )
+    return LegendItem(label=sh.v[f"reserved_label{k}"], renderers=[line])
 
 
 def _limit_marks(sh: _Shared, chart: _Chart, p) -> None:

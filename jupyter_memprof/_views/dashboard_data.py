@@ -29,6 +29,7 @@ import numpy as np
 import pandas as pd
 
 from .._analysis import lineage as _lineage
+from .._analysis.allocator import reserved_timeline
 from .._analysis.peak import PeakPoint, peak_point
 from .._analysis.schema import Category, Phase, Relation
 from .._units import format_bytes, format_time
@@ -471,6 +472,20 @@ def nearest_shown(op_ids, prof, ops: Ops) -> np.ndarray:
 # ----------------------------------------------------------------------------------------
 # allocations and their lineage
 # ----------------------------------------------------------------------------------------
+def reserved_line(prof, device: str, win: Window) -> dict[str, list] | None:
+    """The caching allocator's reserved bytes on ``device`` over time (``prof.segments``), as
+    the points of a step line in the window's ms (held to its end); None without segments."""
+    r = reserved_timeline(prof.segments, device)
+    if r.empty:
+        return None
+    x = win.ms(r["time_ns"].to_numpy()).tolist()
+    y = r["reserved_bytes"].to_numpy().tolist()
+    end = float(win.end_ms)
+    if end > x[-1]:
+        x, y = x + [end], y + [y[-1]]
+    return {"x": x, "y": y}
+
+
 def peak_or_none(prof, device: str) -> PeakPoint | None:
     """The peak of ``device`` (what ``prof.peak(device)`` reports, without the blocks'
     details), or None where the peak analysis cannot answer (no events)."""

@@ -44,7 +44,9 @@ def summary(prof: Profile) -> dict[str, Any]:
     - ``peaks``: for each device with activity, ``{"bytes", "time_ns", "offset_s",
       "top_categories"}``, where ``offset_s`` is the peak's time from the start of the
       capture and ``top_categories`` maps category -> bytes live at the peak, largest first
-      (categories with no bytes left out);
+      (categories with no bytes left out); on CUDA devices also ``reserved_bytes`` (the
+      caching allocator's reserved peak), ``reserved_source`` (``recorded`` or
+      ``modelled``) and ``fragmentation_bytes`` (reserved minus allocated at the peak);
     - ``ops``, ``blocks``, ``events``: row counts of those tables;
     - ``wall_s`` (how long the code ran), ``capture_s`` (reading torch's events) and
       ``analysis_s`` (building the tables), each None when unknown;
@@ -85,6 +87,14 @@ def summary(prof: Profile) -> dict[str, Any]:
         }
         if meta.get("estimate") and offset is not None:
             peaks[device]["position"] = round(offset * 1e3)  # the fake clock: 1 ms per record
+        reserved = (meta.get("reserved_peak_bytes") or {}).get(device)
+        if reserved is not None:
+            peaks[device]["reserved_bytes"] = int(reserved)
+            peaks[device]["fragmentation_bytes"] = (meta.get("fragmentation_bytes") or {}).get(
+                device
+            )
+            recorded = device in (meta.get("reserved_model_error") or {})
+            peaks[device]["reserved_source"] = "recorded" if recorded else "modelled"
     return {
         "label": prof.label,
         "baseline": _baseline(meta, peaks),
@@ -196,10 +206,44 @@ def oom_phrase(s: dict[str, Any]) -> str | None:
         if p
     )
     live = ", ".join(f"{c} {format_bytes(b)}" for c, b in list(oom["live_by_category"].items())[:4])
-    return (
-        f"OUT OF MEMORY: {format_bytes(oom['bytes'])} live on {oom['device']} exceeds the "
-        f"limit of {limit} {where}; live then: {live}"
+    if oom.get("cause") is None:  # a CPU device: live bytes
+        return (
+            f"OUT OF MEMORY: {format_bytes(oom['bytes'])} live on {oom['device']} exceeds the "
+            f"limit of {limit} {where}; live then: {live}"
+        )
+    parts = ", ".join(
+        f"{name} {format_bytes(oom.get(key) or 0)}"
+        for name, key in (
+            ("tensors", "tensors_bytes"),
+            ("allocator cache", "cache_bytes"),
+            ("CUDA context", "context_bytes"),
+        )
     )
+    return (
+        f"OUT OF MEMORY: {oom['device']} would need {format_bytes(oom['bytes'])} ({parts}), "
+        f"over the limit of {limit}{' ' + where if where else ''}; pushed over by the "
+        f"{_CAUSE.get(oom['cause'], oom['cause'])}{_expandable(oom)}; live then: {live}"
+    )
+
+
+_CAUSE = {
+    "tensors": "tensors",
+    "cache": "allocator's cache (fragmentation)",
+    "context": "CUDA context",
+}
+
+
+def _expandable(oom: dict[str, Any]) -> str:
+    """What ``expandable_segments:True`` would change, as a clause."""
+    other = oom.get("expandable_segments")
+    if not isinstance(other, dict):
+        return ""
+    if other.get("fits"):
+        peak = other.get("reserved_peak_bytes")
+        return "; with expandable_segments:True it would fit" + (
+            f" (reserved peak {format_bytes(peak)})" if isinstance(peak, int) else ""
+        )
+    return "; with expandable_segments:True it would still run out"
 
 
 # -- text ---------------------------------------------------------------------------------
@@ -212,6 +256,21 @@ def _when(peak: dict[str, Any]) -> str:
 def _peak_phrase(device: str, peak: dict[str, Any]) -> str:
     when = _when(peak)
     return f"peak {format_bytes(peak['bytes'])} on {device}{when}"
+
+
+def reserved_phrase(device: str, peak: dict[str, Any]) -> str | None:
+    """The caching allocator's reserved peak on ``device`` and the fragmentation at the
+    peak, or None off CUDA."""
+    if peak.get("reserved_bytes") is None:
+        return None
+    line = (
+        f"reserved peak {format_bytes(peak['reserved_bytes'])} on {device} "
+        f"(caching allocator, {peak.get('reserved_source', 'modelled')})"
+    )
+    frag = peak.get("fragmentation_bytes")
+    if frag is not None:
+        line += f"; fragmentation at the peak {format_bytes(frag)}"
+    return line
 
 
 def _categories_phrase(peak: dict[str, Any]) -> str:
@@ -260,6 +319,9 @@ def summary_text(prof: Profile) -> str:
         if peak["top_categories"]:
             line += f": {_categories_phrase(peak)}"
         lines.append(line)
+        reserved = None if device in s["cuda"] else reserved_phrase(device, peak)
+        if reserved:
+            lines.append(f"  {reserved}")
     for device, b in s["baseline"].items():
         lines.append(f"  {baseline_phrase(device, b)}")
     for device, c in s["cuda"].items():
@@ -304,6 +366,9 @@ def summary_html(prof: Profile) -> str:
         if peak["top_categories"]:
             line += f": {e(_categories_phrase(peak))}"
         rows.append(f'<div class="memprof-summary-peak">{line}</div>')
+        reserved = None if device in s["cuda"] else reserved_phrase(device, peak)
+        if reserved:
+            rows.append(f'<div class="memprof-summary-reserved">{e(reserved)}</div>')
     for device, b in s["baseline"].items():
         rows.append(
             f'<div class="memprof-summary-baseline" style="{_MUTED_STYLE}">'

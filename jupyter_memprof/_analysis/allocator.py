@@ -1,0 +1,1011 @@
+"""A model of CUDA's caching allocator: what a step reserves on a GPU, not only what it
+allocates.
+
+PyTorch does not hand each tensor to ``cudaMalloc``: its caching allocator
+(``c10/cuda/CUDACachingAllocator.cpp``) takes *segments* from CUDA and carves them into
+blocks, keeping freed blocks cached for reuse. What runs out on a GPU is the segments (the
+*reserved* bytes), so a step whose tensors fit can still fail for fragmentation. This module
+replays a stream of allocations and frees through the allocator's rules, as of torch
+2.11-2.13 (docs/estimate.md, "Will it fit", lists them with the sequences that test them):
+
+- every request is rounded up to a multiple of 512 bytes (at least 512), or, with
+  ``roundup_power2_divisions``, to the next of N equal divisions between powers of two;
+- requests of 1 MiB or less come from the *small* pool, whose segments are 2 MiB; larger
+  ones from the *large* pool: a new segment is 20 MiB for requests under 10 MiB, else the
+  request rounded up to 2 MiB;
+- a request takes the smallest cached free block of its pool and stream that fits (ties: the
+  lowest address), and splits it when the rest is worth keeping (small pool: 512 bytes or
+  more; large pool: more than 1 MiB, and only for requests under ``max_split_size_mb``);
+  a freed block merges with free neighbours of its segment;
+- with ``max_split_size_mb``, blocks of that size or more are never split, never given to
+  smaller requests, and given to larger requests only when less than
+  ``max_non_split_rounding_mb`` (20 MiB) too large;
+- when a new segment would not fit (a memory limit), the allocator frees cached oversize
+  blocks (with ``max_split_size_mb``), then every cached segment with no block in use, and
+  tries again: only then is it out of memory;
+- with ``expandable_segments:True``, each stream and pool has one segment that grows by
+  mapping pages (20 MiB in the large pool, 2 MiB in the small one), splitting on any 512
+  bytes left over; freeing only unmaps pages when the cache is emptied (at a limit);
+- blocks of one stream are never given to another stream.
+
+:func:`parse_config` reads ``PYTORCH_CUDA_ALLOC_CONF`` (the one place it is parsed);
+:class:`DeviceAllocator` is one device's allocator; :func:`replay` drives them over a
+stream of events; :func:`model_profile` replays a profile's tables into ``prof.segments``
+and the reserved peaks.
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_left, bisect_right, insort
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+import pandas as pd
+
+from .._errors import AllocatorConfigError
+from . import schema as S
+from .schema import Pool, Source
+
+KIB = 1024
+MIB = 1024 * KIB
+MIN_BLOCK = 512  # kMinBlockSize: every block is a multiple of this
+SMALL_SIZE = 1 * MIB  # kSmallSize: the largest request of the small pool
+SMALL_BUFFER = 2 * MIB  # kSmallBuffer: a small pool segment (and expandable page)
+MIN_LARGE_ALLOC = 10 * MIB  # kMinLargeAlloc: requests from here get their own segment
+LARGE_BUFFER = 20 * MIB  # kLargeBuffer: a large segment for smaller requests (and page)
+ROUND_LARGE = 2 * MIB  # kRoundLarge: own segments are rounded up to this
+POW2_INTERVALS = 16  # roundup_power2_divisions: one entry per power of two from 1 MiB
+#: the settings the model does not need (they change neither sizes nor placement)
+_IGNORED = {
+    "release_lock_on_cudamalloc": "bool",
+    "pinned_use_cuda_host_register": "bool",
+    "pinned_use_background_threads": "bool",
+    "pinned_num_register_threads": "int",
+    "graph_capture_record_stream_reuse": "bool",
+    "garbage_collection_threshold": "fraction",
+}
+_KNOWN = (
+    "max_split_size_mb",
+    "max_non_split_rounding_mb",
+    "roundup_power2_divisions",
+    "expandable_segments",
+    "backend",
+    *_IGNORED,
+)
+
+
+# -- the settings ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AllocatorConfig:
+    """The allocator settings the model follows (defaults: torch's)."""
+
+    #: blocks this large or larger are never split (None: no limit, torch's default)
+    max_split_size: int | None = None
+    #: how much larger than a request an unsplittable block may be and still serve it
+    max_non_split_rounding: int = LARGE_BUFFER
+    #: divisions per power of two, for sizes from 1 MiB up (index: log2(size) - 20)
+    roundup_power2_divisions: tuple[int, ...] = (0,) * POW2_INTERVALS
+    expandable_segments: bool = False
+    #: the setting it was read from ("" for the defaults)
+    setting: str = ""
+
+    def divisions(self, size: int) -> int:
+        """The divisions that apply to a request of ``size`` bytes."""
+        index = max(size.bit_length() - 1 - 20, 0)
+        return self.roundup_power2_divisions[min(index, POW2_INTERVALS - 1)]
+
+    def round_size(self, size: int) -> int:
+        """The size the allocator makes a request of ``size`` bytes (``round_size``)."""
+        if size < MIN_BLOCK:
+            return MIN_BLOCK
+        divisions = self.divisions(size)
+        if divisions > 1 and size > MIN_BLOCK * divisions:
+            return _next_division(size, divisions)
+        return -(-size // MIN_BLOCK) * MIN_BLOCK
+
+    def with_expandable(self, on: bool = True) -> AllocatorConfig:
+        """These settings with ``expandable_segments`` set to ``on``."""
+        text = ",".join(
+            p for p in self.setting.split(",") if p and not p.strip().startswith("expandable")
+        )
+        text = ",".join(x for x in (text, f"expandable_segments:{on}") if x)
+        return replace(self, expandable_segments=on, setting=text)
+
+
+def _next_division(size: int, divisions: int) -> int:
+    """``size`` rounded up to the next of ``divisions`` equal steps between the powers of
+    two around it (a power of two stays itself)."""
+    if size & (size - 1) == 0:
+        return size
+    floor = 1 << (size.bit_length() - 1)
+    step = floor >> (divisions.bit_length() - 1)
+    if step == 0:
+        return floor << 1
+    down = size & ~(step - 1)
+    return size if down == size else down + step
+
+
+def _lex(text: str) -> list[str]:
+    """The setting's tokens: names and numbers, and each of ``, : [ ]`` (spaces dropped)."""
+    tokens: list[str] = []
+    word = ""
+    for ch in text:
+        if ch in ",:[]":
+            if word:
+                tokens.append(word)
+                word = ""
+            tokens.append(ch)
+        elif ch != " ":
+            word += ch
+    if word:
+        tokens.append(word)
+    return tokens
+
+
+class _Parser:
+    """Reads one ``PYTORCH_CUDA_ALLOC_CONF`` text as torch's config parser does."""
+
+    def __init__(self, text: str):
+        self.text = text
+        self.tokens = _lex(text)
+        self.i = 0
+        self.values: dict = {}
+
+    def fail(self, message: str):
+        raise AllocatorConfigError(f"allocator setting {self.text!r}: {message}")
+
+    def take(self, what: str = "a value") -> str:
+        if self.i >= len(self.tokens):
+            self.fail(f"expected {what} at the end")
+        token = self.tokens[self.i]
+        self.i += 1
+        return token
+
+    def expect(self, ch: str) -> None:
+        token = self.take(repr(ch))
+        if token != ch:
+            self.fail(f"expected {ch!r}, found {token!r}")
+
+    def integer(self, key: str) -> int:
+        token = self.take(f"a number for {key}")
+        if not token.isdigit():
+            self.fail(f"{key} takes a whole number, not {token!r}")
+        return int(token)
+
+    def boolean(self, key: str) -> bool:
+        token = self.take(f"True or False for {key}")
+        if token not in ("True", "False", "true", "false"):
+            self.fail(f"{key} takes True or False, not {token!r}")
+        return token in ("True", "true")
+
+    def megabytes(self, key: str) -> int:
+        n = self.integer(key)
+        if n < LARGE_BUFFER // MIB:
+            self.fail(f"{key} must be at least {LARGE_BUFFER // MIB} (MB), not {n}")
+        return n * MIB
+
+    def fraction(self, key: str) -> float:
+        token = self.take(f"a number for {key}")
+        try:
+            x = float(token)
+        except ValueError:
+            x = math.nan
+        if not 0.0 < x < 1.0:
+            self.fail(f"{key} must be between 0 and 1 (exclusive), not {token!r}")
+        return x
+
+    def power_of_two(self, key: str, token: str, zero_ok: bool) -> int:
+        if not token.isdigit():
+            self.fail(f"{key} takes whole numbers, not {token!r}")
+        n = int(token)
+        if not ((n == 0 and zero_ok) or (n > 0 and n & (n - 1) == 0)):
+            self.fail(f"{key}: {n} is not a power of 2")
+        return n
+
+    def divisions(self) -> tuple[int, ...]:
+        key = "roundup_power2_divisions"
+        table = [0] * POW2_INTERVALS
+        if self.i < len(self.tokens) and self.tokens[self.i] == "[":
+            self.i += 1
+            first, last = True, 0
+            while True:
+                token = self.take("']'")
+                if token == "]":
+                    break
+                self.expect(":")
+                value = self.power_of_two(key, self.take(f"divisions for {token}"), True)
+                if token == ">":
+                    table[last + 1 :] = [value] * (POW2_INTERVALS - last - 1)
+                else:
+                    bound = self.power_of_two(key, token, False)
+                    index = min(bound.bit_length() - 1, POW2_INTERVALS - 1)
+                    if first:
+                        table[:index] = [value] * index
+                        first = False
+                    table[index] = value
+                    last = index
+                if self.i < len(self.tokens) and self.tokens[self.i] == ",":
+                    self.i += 1
+            return tuple(table)
+        value = self.power_of_two(key, self.take(f"a number for {key}"), False)
+        return (value,) * POW2_INTERVALS
+
+    def setting(self) -> None:
+        key = self.take("a setting")
+        if key not in _KNOWN:
+            self.fail(f"unknown setting {key!r} (known: {', '.join(_KNOWN)})")
+        if key in self.values:
+            self.fail(f"{key} is given twice")
+        self.expect(":")
+        if key in ("max_split_size_mb", "max_non_split_rounding_mb"):
+            self.values[key] = self.megabytes(key)
+        elif key == "roundup_power2_divisions":
+            self.values[key] = self.divisions()
+        elif key == "expandable_segments":
+            self.values[key] = self.boolean(key)
+        elif key == "backend":
+            backend = self.take("a backend")
+            if backend == "cudaMallocAsync":
+                self.fail("backend:cudaMallocAsync is CUDA's own allocator, which is not modelled")
+            if backend != "native":
+                self.fail(f"backend is native or cudaMallocAsync, not {backend!r}")
+        else:
+            {"bool": self.boolean, "int": self.integer, "fraction": self.fraction}[_IGNORED[key]](
+                key
+            )
+            self.values[key] = True
+
+    def parse(self) -> AllocatorConfig:
+        while self.i < len(self.tokens):
+            self.setting()
+            if self.i < len(self.tokens):
+                self.expect(",")
+        v = self.values
+        return AllocatorConfig(
+            max_split_size=v.get("max_split_size_mb"),
+            max_non_split_rounding=v.get("max_non_split_rounding_mb", LARGE_BUFFER),
+            roundup_power2_divisions=v.get("roundup_power2_divisions", (0,) * POW2_INTERVALS),
+            expandable_segments=v.get("expandable_segments", False),
+            setting=self.text.strip(),
+        )
+
+
+def parse_config(setting: str | AllocatorConfig | None) -> AllocatorConfig:
+    """The settings of a ``PYTORCH_CUDA_ALLOC_CONF`` text (``None`` or ``""``: torch's
+    defaults), e.g. ``"expandable_segments:True,max_split_size_mb:128"``.
+
+    Raises :class:`AllocatorConfigError` with one line for a setting torch would refuse
+    (an unknown name, a value out of range, a malformed list) and for
+    ``backend:cudaMallocAsync``, which the model does not cover.
+    """
+    if isinstance(setting, AllocatorConfig):
+        return setting
+    if setting is None:
+        return AllocatorConfig()
+    if not isinstance(setting, str):
+        raise AllocatorConfigError(
+            f"allocator setting must be text such as 'expandable_segments:True', not "
+            f"{type(setting).__name__}"
+        )
+    return _Parser(setting).parse()
+
+
+def config_from_env(environ: Mapping[str, str]) -> AllocatorConfig:
+    """The settings torch reads from ``environ``: ``PYTORCH_ALLOC_CONF``, else
+    ``PYTORCH_CUDA_ALLOC_CONF``."""
+    for name in ("PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF"):
+        if name in environ:
+            try:
+                return parse_config(environ[name])
+            except AllocatorConfigError as exc:
+                raise AllocatorConfigError(f"{name}: {exc}") from None
+    return AllocatorConfig()
+
+
+# -- one device's allocator ---------------------------------------------------------------
+
+_SHIFT = 64  # a free-list key is size << _SHIFT | address: sorted by size, then address
+_MASK = (1 << _SHIFT) - 1
+_BASE = 1 << 40  # the first segment's address
+_EXPANDABLE_SPAN = 1 << 40  # the address space an expandable segment reserves
+
+
+def _allocation_size(size: int) -> int:
+    """The size of a new segment for a (rounded) request of ``size`` bytes."""
+    if size <= SMALL_SIZE:
+        return SMALL_BUFFER
+    if size < MIN_LARGE_ALLOC:
+        return LARGE_BUFFER
+    return -(-size // ROUND_LARGE) * ROUND_LARGE
+
+
+@dataclass
+class OutOfMemory:
+    """The first request a limited allocator could not serve, even after emptying its
+    cache: the state right after the cache was emptied."""
+
+    event: int  # the position of the request in the replayed stream
+    size: int  # the rounded request
+    allocated: int  # bytes in blocks in use
+    reserved: int  # bytes in segments
+    segment: int  # the bytes the new segment (or mapping) would have taken
+
+
+class DeviceAllocator:
+    """One device's caching allocator, replayed: :meth:`malloc` and :meth:`free`.
+
+    Blocks are identified by their (model) address; segments lie apart (a gap after each),
+    so blocks that touch belong to one segment. ``capacity`` is the memory the reserved
+    bytes may not exceed (None: unlimited); the first request that cannot be served even
+    after emptying the cache is noted in :attr:`oom`, and the allocator then goes on without
+    a limit, so the rest of the stream still replays. :attr:`event` is the position in the
+    stream, set by the caller; rows and the peak are noted with it.
+    """
+
+    def __init__(
+        self,
+        config: AllocatorConfig,
+        capacity: int | None = None,
+        placement: Iterator[int] | None = None,
+    ):
+        self.config = config
+        #: where CUDA put each new plain segment, when known (a recorded trace): ties
+        #: between equal free blocks go to the lowest address, and CUDA's addresses follow
+        #: no order the model could know
+        self.placement = placement
+        self.capacity = capacity
+        self.expandable = config.expandable_segments
+        self.split_limit = config.max_split_size
+        self.rounded = any(d > 1 for d in config.roundup_power2_divisions)
+        #: neither expandable segments nor max_split_size_mb: the best fit is the first fit
+        self.plain = not self.expandable and self.split_limit is None
+        self.last_list: list[int] = []
+        self.used: dict[int, int] = {}  # block in use -> bytes
+        self.free_at: dict[int, int] = {}  # cached free block -> bytes
+        self.free_end: dict[int, int] = {}  # where a cached free block ends -> its start
+        self.unmapped: dict[int, int] = {}  # an expandable segment's unmapped range -> bytes
+        self.unmapped_end: dict[int, int] = {}
+        self.free_lists: dict[tuple[int, bool], list[int]] = {}  # (stream, small) -> keys
+        self.seg_base: list[int] = []  # by segment
+        self.bases: list[int] = []  # the bases of the segments reserved now, ascending
+        self.base_seg: list[int] = []  # the segment of each of them
+        self.seg_end: list[int] = []
+        self.seg_key: list[tuple[int, bool]] = []
+        self.seg_row: list[int] = []  # a plain segment's row in :attr:`rows` (-1: expandable)
+        self.maps: dict[int, list[list[int]]] = {}  # expandable segment -> [start, end, row]
+        #: one row per segment (or mapped range): [small, size, alloc_event, free_event]
+        self.rows: list[list] = []
+        self.next_address = _BASE if placement is None else 1 << 62
+        self.allocated = 0
+        self.reserved = 0
+        self.peak = 0  # the most reserved bytes, and when
+        self.peak_event = -1
+        self.peak_allocated = 0  # the most allocated bytes, and the reserved bytes then
+        self.reserved_then = 0
+        self.event = 0
+        self.oom: OutOfMemory | None = None
+
+    # -- requests ---------------------------------------------------------------------------
+    def malloc(self, size: int, stream: int = 0) -> int:
+        """Serve a request of ``size`` bytes on ``stream``; returns the block's address (its
+        size: ``used[address]``; its pool's free list: :attr:`last_list`)."""
+        if size < MIN_BLOCK:
+            size = MIN_BLOCK
+        elif self.rounded:
+            size = self.config.round_size(size)
+        else:
+            size = (size + 511) & ~511
+        small = size <= SMALL_SIZE
+        lst = self.free_lists.get((stream, small))
+        if lst is None:
+            lst = self.free_lists[(stream, small)] = []
+        self.last_list = lst
+        if self.plain:  # the common case of _take_cached, inline
+            i = bisect_left(lst, size << _SHIFT)
+            found = lst.pop(i) if i < len(lst) else -1
+        else:
+            found = self._take_cached(lst, size) if lst else -1
+        grew = found < 0
+        if grew:
+            found = self._new_block((stream, small), size)
+        addr = found & _MASK
+        block = found >> _SHIFT
+        free_at = self.free_at
+        del free_at[addr], self.free_end[addr + block]
+        rest = block - size
+        if rest and (
+            rest >= MIN_BLOCK
+            if small or self.expandable
+            else rest > SMALL_SIZE and (self.split_limit is None or size < self.split_limit)
+        ):
+            r = addr + size
+            free_at[r] = rest
+            self.free_end[r + rest] = r
+            insort(lst, rest << _SHIFT | r)
+            block = size
+        self.used[addr] = block
+        self.allocated += block
+        if self.allocated > self.peak_allocated:
+            self.peak_allocated, self.reserved_then = self.allocated, self.reserved
+        if grew and self.reserved > self.peak:
+            self.peak, self.peak_event = self.reserved, self.event
+        return addr
+
+    def free(self, addr: int, lst: list[int] | None = None) -> int:
+        """Return block ``addr`` to the cache, merged with its free neighbours; returns the
+        merged block's address. ``lst``: its pool's free list, when the caller knows it."""
+        size = self.used.pop(addr)
+        self.allocated -= size
+        if lst is None:
+            lst = self.free_lists[self.seg_key[self.base_seg[bisect_right(self.bases, addr) - 1]]]
+        free_at, free_end = self.free_at, self.free_end
+        end = addr + size
+        after = free_at.pop(end, 0)
+        if after:
+            del lst[bisect_left(lst, after << _SHIFT | end)]
+            end += after
+        before = free_end.pop(addr, -1)
+        if before >= 0:
+            del lst[bisect_left(lst, free_at.pop(before) << _SHIFT | before)]
+            addr = before
+        free_at[addr] = end - addr
+        free_end[end] = addr
+        insort(lst, (end - addr) << _SHIFT | addr)
+        return addr
+
+    def run_plain(self, keys: Sequence[int], sizes: Sequence[int], streams: Sequence[int]):
+        """:meth:`malloc` and :meth:`free` over a whole stream (as :func:`replay` drives
+        them), their steps inline: for the default settings without a limit (best fit is
+        the first fit, a new segment never fails), where the call overhead would be most of
+        the time. The same rules, step for step (checked against :meth:`malloc` in the
+        tests and on every recorded trace of the default settings)."""
+        assert self.plain and not self.rounded and self.capacity is None
+        free_at, free_end, used, lists = self.free_at, self.free_end, self.used, self.free_lists
+        where: dict[int, tuple[int, list[int]]] = {}
+        allocated, top, reserved_then = self.allocated, self.peak_allocated, self.reserved_then
+        shift, mask = _SHIFT, _MASK
+        for i, (key, size, stream) in enumerate(zip(keys, sizes, streams)):
+            if size > 0:  # malloc
+                size = MIN_BLOCK if size < MIN_BLOCK else (size + 511) & ~511
+                small = size <= SMALL_SIZE
+                lst = lists.get((stream, small))
+                if lst is None:
+                    lst = lists[(stream, small)] = []
+                j = bisect_left(lst, size << shift)
+                grew = j == len(lst)
+                if grew:
+                    self.event = i
+                    found = self._new_block((stream, small), size)
+                else:
+                    found = lst.pop(j)
+                addr = found & mask
+                block = found >> shift
+                del free_at[addr], free_end[addr + block]
+                rest = block - size
+                if rest and (rest >= MIN_BLOCK if small else rest > SMALL_SIZE):
+                    r = addr + size
+                    free_at[r] = rest
+                    free_end[r + rest] = r
+                    insort(lst, rest << shift | r)
+                    block = size
+                used[addr] = block
+                allocated += block
+                if allocated > top:
+                    top, reserved_then = allocated, self.reserved
+                if grew and self.reserved > self.peak:
+                    self.peak, self.peak_event = self.reserved, i
+                where[key] = (addr, lst)
+                continue
+            w = where.pop(key, None)  # free
+            if w is None:
+                continue
+            addr, lst = w
+            size = used.pop(addr)
+            allocated -= size
+            end = addr + size
+            after = free_at.pop(end, 0)
+            if after:
+                del lst[bisect_left(lst, after << shift | end)]
+                end += after
+            before = free_end.pop(addr, -1)
+            if before >= 0:
+                del lst[bisect_left(lst, free_at.pop(before) << shift | before)]
+                addr = before
+            free_at[addr] = end - addr
+            free_end[end] = addr
+            insort(lst, (end - addr) << shift | addr)
+        self.allocated, self.peak_allocated, self.reserved_then = allocated, top, reserved_then
+
+    def _take_cached(self, lst: list[int], size: int) -> int:
+        """The free-list key of the best cached block for ``size``, taken off the list, or -1
+        (get_free_block)."""
+        i = bisect_left(lst, size << _SHIFT)
+        if i == len(lst):
+            return -1
+        if self.expandable and self.maps:
+            # an expandable block counts as large as it can grow: prefer blocks that cannot
+            while i + 1 < len(lst) and self._growable(lst[i + 1]) < self._growable(lst[i]):
+                i += 1
+        found = lst[i]
+        limit = self.split_limit
+        if limit is not None:
+            block = found >> _SHIFT
+            if size < limit <= block:  # an oversize block for a smaller request
+                return -1
+            if size >= limit and block >= size + self.config.max_non_split_rounding:
+                return -1
+        del lst[i]
+        return found
+
+    def _growable(self, key: int) -> int:
+        """A free block's size plus the unmapped range right after it."""
+        end = (key & _MASK) + (key >> _SHIFT)
+        return (key >> _SHIFT) + self.unmapped.get(end, 0)
+
+    def _segment_of(self, addr: int) -> int:
+        return self.base_seg[bisect_right(self.bases, addr) - 1]
+
+    def _cache(self, addr: int, size: int) -> None:
+        """Put a free block on its free list."""
+        self.free_at[addr] = size
+        self.free_end[addr + size] = addr
+        insort(self.free_lists[self.seg_key[self._segment_of(addr)]], size << _SHIFT | addr)
+
+    def _uncache(self, addr: int) -> int:
+        """Take cached free block ``addr`` off its free list; returns its size."""
+        size = self.free_at.pop(addr)
+        del self.free_end[addr + size]
+        lst = self.free_lists[self.seg_key[self._segment_of(addr)]]
+        del lst[bisect_left(lst, size << _SHIFT | addr)]
+        return size
+
+    # -- new memory -------------------------------------------------------------------------
+    def _new_block(self, key: tuple[int, bool], size: int) -> int:
+        """The free-list key of a block of at least ``size`` bytes from new memory, emptying
+        the cache and trying again when a limit is in the way (alloc_block and its
+        retries)."""
+        found = self._grow(key, size)
+        if found < 0 and self._release_oversize(key, size):
+            found = self._grow(key, size)
+        if found < 0:
+            self._release_cached()
+            found = self._grow(key, size)
+        if found < 0:
+            if self.oom is None:
+                self.oom = OutOfMemory(
+                    self.event, size, self.allocated, self.reserved, self._segment_size(size)
+                )
+            self.capacity = None
+            found = self._grow(key, size)
+        return found
+
+    def _segment_size(self, size: int) -> int:
+        """The new memory a request of ``size`` bytes needs when no cached block serves it
+        (with expandable segments: whole pages)."""
+        if not self.expandable:
+            return _allocation_size(size)
+        page = SMALL_BUFFER if size <= SMALL_SIZE else LARGE_BUFFER
+        return -(-size // page) * page
+
+    def _grow(self, key: tuple[int, bool], size: int) -> int:
+        if self.expandable:
+            return self._grow_expandable(key, size)
+        alloc = _allocation_size(size)
+        if self.capacity is not None and self.reserved + alloc > self.capacity:
+            return -1
+        base = self._segment(key, alloc)
+        self.seg_row.append(len(self.rows))
+        self.rows.append([key[1], alloc, self.event, None])
+        self.reserved += alloc
+        self.free_at[base] = alloc  # taken at once by the caller
+        self.free_end[base + alloc] = base
+        return alloc << _SHIFT | base
+
+    def _segment(self, key: tuple[int, bool], span: int) -> int:
+        """A new segment of ``span`` address bytes: its address. Segments never touch (a
+        gap after each; recorded addresses are doubled), so touching blocks share one."""
+        if self.placement is not None and span != _EXPANDABLE_SPAN:
+            base = 2 * next(self.placement)
+        else:
+            base = self.next_address
+            self.next_address += -(-span // LARGE_BUFFER) * LARGE_BUFFER + LARGE_BUFFER
+        k = bisect_left(self.bases, base)
+        self.bases.insert(k, base)
+        self.base_seg.insert(k, len(self.seg_base))
+        self.seg_base.append(base)
+        self.seg_end.append(base + span)
+        self.seg_key.append(key)
+        return base
+
+    # -- expandable segments ----------------------------------------------------------------
+    def _grow_expandable(self, key: tuple[int, bool], size: int) -> int:
+        """Map pages of the stream's expandable segment until a free block of ``size`` bytes
+        exists there, and take it (try_allocate_expandable_block)."""
+        addr = self._expandable_candidate(key, size)
+        if addr in self.unmapped:
+            addr = self._map(addr, min(self.unmapped[addr], size))
+            if addr < 0:
+                return -1
+        while self.free_at[addr] < size:
+            nxt = addr + self.free_at[addr]
+            addr = self._map(nxt, min(size - self.free_at[addr], self.unmapped[nxt]))
+            if addr < 0:
+                return -1
+        block = self.free_at[addr]
+        lst = self.free_lists[key]
+        del lst[bisect_left(lst, block << _SHIFT | addr)]
+        return block << _SHIFT | addr
+
+    def _expandable_candidate(self, key: tuple[int, bool], size: int) -> int:
+        """The lowest unmapped range (with the free block just before it) that can hold
+        ``size`` bytes in a segment of this stream and pool; a new segment when none can."""
+        for a in sorted(self.unmapped):
+            if self.seg_key[self._segment_of(a)] != key:
+                continue
+            start = self.free_end.get(a, a)
+            room, b = 0, start
+            while room < size:
+                n = self.free_at.get(b) or self.unmapped.get(b)
+                if not n:
+                    break
+                room, b = room + n, b + n
+            if room >= size:
+                return start
+        base = self._segment(key, _EXPANDABLE_SPAN)
+        self.seg_row.append(-1)
+        self.maps[len(self.seg_base) - 1] = []
+        self.unmapped[base] = _EXPANDABLE_SPAN
+        self.unmapped_end[base + _EXPANDABLE_SPAN] = base
+        return base
+
+    def _map(self, addr: int, size: int) -> int:
+        """Map whole pages from the start of unmapped range ``addr`` to cover ``size`` bytes;
+        the mapped block joins its free neighbours in the cache. Returns the merged block's
+        address, or -1 when a limit is in the way."""
+        seg = self._segment_of(addr)
+        page = SMALL_BUFFER if self.seg_key[seg][1] else LARGE_BUFFER
+        span = self.unmapped[addr]
+        mapped = min(-(-size // page) * page, span)
+        if self.capacity is not None and self.reserved + mapped > self.capacity:
+            return -1
+        del self.unmapped[addr], self.unmapped_end[addr + span]
+        if mapped < span:
+            self.unmapped[addr + mapped] = span - mapped
+            self.unmapped_end[addr + span] = addr + mapped
+        self.reserved += mapped
+        self.maps[seg].append([addr, addr + mapped, len(self.rows)])
+        self.rows.append([self.seg_key[seg][1], mapped, self.event, None])
+        self.used[addr] = mapped
+        self.allocated += mapped
+        return self.free(addr)
+
+    def _unmap(self, addr: int) -> None:
+        """Unmap the whole pages inside cached free block ``addr`` (emptying the cache)."""
+        seg = self._segment_of(addr)
+        base = self.seg_base[seg]
+        page = SMALL_BUFFER if self.seg_key[seg][1] else LARGE_BUFFER
+        size = self.free_at[addr]
+        lo = base + -(-(addr - base) // page) * page
+        hi = base + (addr + size - base) // page * page
+        if hi <= lo:
+            return
+        self._uncache(addr)
+        if lo > addr:
+            self._cache(addr, lo - addr)
+        if addr + size > hi:
+            self._cache(hi, addr + size - hi)
+        start, end = lo, hi
+        if hi in self.unmapped:
+            end = hi + self.unmapped.pop(hi)
+            del self.unmapped_end[end]
+        if lo in self.unmapped_end:
+            start = self.unmapped_end.pop(lo)
+            del self.unmapped[start]
+        self.unmapped[start] = end - start
+        self.unmapped_end[end] = start
+        self.reserved -= hi - lo
+        self._end_maps(seg, lo, hi)
+
+    def _end_maps(self, seg: int, lo: int, hi: int) -> None:
+        """End the rows of the ranges mapped in [lo, hi); what of them lies outside stays
+        mapped as new rows."""
+        keep = []
+        for start, end, row in self.maps[seg]:
+            if end <= lo or start >= hi:
+                keep.append([start, end, row])
+                continue
+            self.rows[row][3] = self.event
+            small = self.rows[row][0]
+            for a, b in ((start, min(end, lo)), (max(start, hi), end)):
+                if b > a:
+                    keep.append([a, b, len(self.rows)])
+                    self.rows.append([small, b - a, self.event, None])
+        self.maps[seg] = keep
+
+    # -- emptying the cache -----------------------------------------------------------------
+    def _whole(self, addr: int) -> bool:
+        """Whether cached block ``addr`` is a whole plain segment."""
+        seg = self._segment_of(addr)
+        return (
+            seg not in self.maps
+            and addr == self.seg_base[seg]
+            and addr + self.free_at[addr] == self.seg_end[seg]
+        )
+
+    def _release_segment(self, addr: int) -> None:
+        """Give a cached block that is a whole plain segment back to CUDA."""
+        seg = self._segment_of(addr)
+        size = self._uncache(addr)
+        self.reserved -= size
+        self.rows[self.seg_row[seg]][3] = self.event
+        k = bisect_left(self.bases, addr)
+        del self.bases[k], self.base_seg[k]
+
+    def _release_oversize(self, key: tuple[int, bool], size: int) -> bool:
+        """With ``max_split_size_mb``: free cached oversize segments of the stream's pool, one
+        large enough or else the largest ones until enough (release_available_cached_blocks)."""
+        limit = self.split_limit
+        if limit is None:
+            return False
+        lst = self.free_lists.get(key, [])
+        want = max(size, limit)
+        i = bisect_left(lst, want << _SHIFT)
+        if i < len(lst) and self._whole(lst[i] & _MASK):
+            self._release_segment(lst[i] & _MASK)
+            return True
+        released = 0
+        for found in reversed(lst[:i]):
+            if released >= want or found >> _SHIFT < limit:
+                break
+            if self._whole(found & _MASK):
+                released += found >> _SHIFT
+                self._release_segment(found & _MASK)
+        return released >= want
+
+    def _release_cached(self) -> None:
+        """Free every cached segment with no block in use, and unmap the free pages of
+        expandable segments (release_cached_blocks, as ``torch.cuda.empty_cache()``)."""
+        for lst in list(self.free_lists.values()):
+            for found in list(lst):
+                addr = found & _MASK
+                if self._segment_of(addr) in self.maps:
+                    self._unmap(addr)
+                elif self._whole(addr):
+                    self._release_segment(addr)
+
+
+# -- replaying a stream -----------------------------------------------------------------------
+
+
+@dataclass
+class Peak:
+    """A device's peaks: the most reserved bytes and the event that reached them, and the
+    most allocated bytes (whole blocks, as ``torch.cuda.memory_allocated`` counts them)
+    with the reserved bytes at that moment."""
+
+    reserved: int
+    event: int
+    allocated: int
+    reserved_then: int
+
+    @property
+    def fragmentation(self) -> int:
+        """At the allocated peak: reserved bytes no block in use holds (cached free blocks,
+        the split-off rests of segments)."""
+        return self.reserved_then - self.allocated
+
+
+@dataclass
+class Replay:
+    """What :func:`replay` found, per device (keys: the devices' names)."""
+
+    #: rows of ``prof.segments`` (without segment ids): device, small, size, alloc, free
+    #: (alloc and free are positions in the stream; free None: still reserved at the end)
+    rows: list[tuple[str, bool, int, int, int | None]] = field(default_factory=list)
+    peaks: dict[str, Peak] = field(default_factory=dict)
+    oom: dict[str, OutOfMemory] = field(default_factory=dict)
+
+
+def replay(
+    devices: Sequence[str],
+    keys: Sequence[int],
+    sizes: Sequence[int],
+    streams: Sequence[int] | None = None,
+    config: AllocatorConfig | None = None,
+    capacity: Mapping[str, int] | None = None,
+    placement: Mapping[str, Sequence[int]] | None = None,
+) -> Replay:
+    """Replay a stream of requests and frees through one :class:`DeviceAllocator` per
+    device: event i is a request of ``sizes[i]`` bytes (> 0) for block ``keys[i]``, or its
+    free (``sizes[i] <= 0``); ``streams`` (default all 0) are CUDA stream ids. A free of a
+    block never requested is ignored (the block is not the allocator's). ``capacity``:
+    device -> the bytes it may reserve; ``placement``: device -> the addresses CUDA gave its
+    new segments, in order (from a recorded trace)."""
+    config = config or AllocatorConfig()
+    capacity = capacity or {}
+    streams = streams if streams is not None else [0] * len(keys)
+    alloc: dict[str, DeviceAllocator] = {}
+    where: dict[int, tuple[DeviceAllocator, int, list[int]]] = {}
+    last, a = None, None
+    one = set(devices)
+    if len(one) == 1 and not capacity and not placement:
+        first = DeviceAllocator(config)
+        if first.plain and not first.rounded:  # the default settings: the inline replay
+            alloc[one.pop()] = first
+            first.run_plain(keys, sizes, streams)
+            devices = ()
+    for i, (dev, key, size, stream) in enumerate(zip(devices, keys, sizes, streams)):
+        if dev != last:
+            a = alloc.get(dev)
+            if a is None:
+                places = (placement or {}).get(dev)
+                a = alloc[dev] = DeviceAllocator(
+                    config, capacity.get(dev), None if places is None else iter(places)
+                )
+            last = dev
+        if size > 0:
+            a.event = i  # frees never take or give back segments: only requests need it
+            where[key] = (a, a.malloc(size, stream), a.last_list)
+        else:
+            block = where.pop(key, None)
+            if block is not None:
+                block[0].free(block[1], block[2])
+    out = Replay()
+    for dev, a in alloc.items():
+        out.rows.extend((dev, small, size, t0, t1) for small, size, t0, t1 in a.rows)
+        out.peaks[dev] = Peak(a.peak, a.peak_event, a.peak_allocated, a.reserved_then)
+        if a.oom is not None:
+            out.oom[dev] = a.oom
+    return out
+
+
+# -- a profile's allocator ----------------------------------------------------------------------
+
+
+def is_cuda(device: str) -> bool:
+    return str(device).startswith("cuda")
+
+
+@dataclass
+class Stream:
+    """A profile's CUDA allocations and frees, in the order the allocator saw them: blocks
+    live at the capture's start first (by address), then the events."""
+
+    event: np.ndarray  # the row of ``events`` (-1: a block from before the capture)
+    time_ns: np.ndarray
+    device: list[str]
+    key: list[int]
+    size: list[int]  # > 0: a request, 0: a free
+
+
+def profile_stream(tables: Mapping[str, pd.DataFrame]) -> Stream:
+    """The CUDA allocations and frees of a profile's ``events`` table."""
+    ev = tables["events"]
+    act = ev["action"].astype(object).to_numpy()
+    dev = ev["device"].astype(object).to_numpy().astype(str)
+    cuda = np.char.startswith(dev, "cuda")
+    pre = cuda & (act == "preexisting")
+    live = cuda & ((act == "create") | (act == "destroy"))
+    pre_rows = np.flatnonzero(pre)
+    if len(pre_rows):  # the allocator's oldest blocks, placed first, lowest address first
+        alloc = tables["allocations"]
+        ptr = pd.Series(alloc["ptr"].to_numpy(), index=alloc["alloc_id"].to_numpy())
+        ptrs = ptr.reindex(ev["alloc_id"].to_numpy()[pre_rows]).to_numpy()
+        pre_rows = pre_rows[np.argsort(ptrs, kind="stable")]
+    rows = np.concatenate([pre_rows, np.flatnonzero(live)])
+    size = ev["size_bytes"].to_numpy()[rows]
+    size = np.where(act[rows] == "destroy", 0, size)
+    return Stream(
+        event=rows,
+        time_ns=ev["time_ns"].to_numpy()[rows],
+        device=dev[rows].tolist(),
+        key=ev["alloc_id"].to_numpy()[rows].tolist(),
+        size=size.tolist(),
+    )
+
+
+def segments_table(result: Replay, time_ns: np.ndarray, source: Source) -> pd.DataFrame:
+    """``prof.segments`` from a replay's rows, stream positions turned into times."""
+    if not result.rows:
+        return S.empty(S.SEGMENTS)
+    dev, small, size, t0, t1 = zip(*result.rows)
+    t1 = np.array([-1 if t is None else t for t in t1], dtype=np.int64)
+    return S.conform(
+        pd.DataFrame(
+            {
+                "segment_id": np.arange(len(dev), dtype=np.int64),
+                "device": pd.Categorical(dev),
+                "pool": pd.Categorical(
+                    [Pool.SMALL.value if s else Pool.LARGE.value for s in small],
+                    dtype=S.POOL_DTYPE,
+                ),
+                "size_bytes": np.array(size, dtype=np.int64),
+                "alloc_ns": time_ns[np.array(t0, dtype=np.int64)],
+                "free_ns": S.integers(time_ns[np.maximum(t1, 0)], t1 < 0),
+                "source": pd.Categorical([source.value] * len(dev), dtype=S.SOURCE_DTYPE),
+            }
+        ),
+        S.SEGMENTS,
+        name="segments",
+    )
+
+
+def reserved_timeline(segments: pd.DataFrame, device: str | None = None) -> pd.DataFrame:
+    """Reserved bytes over time from ``prof.segments``: ``time_ns, device, reserved_bytes``,
+    one row per segment change (a segment given back at the time another is taken counts
+    as given back first)."""
+    seg = segments if device is None else segments[segments["device"] == device]
+    out = []
+    for dev, g in seg.groupby("device", observed=True):
+        freed = g["free_ns"].notna().to_numpy()
+        t = np.concatenate(
+            [g["alloc_ns"].to_numpy(), g["free_ns"].to_numpy(dtype=np.int64, na_value=0)[freed]]
+        )
+        d = np.concatenate([g["size_bytes"].to_numpy(), -g["size_bytes"].to_numpy()[freed]])
+        order = np.lexsort((d, t))
+        out.append(
+            pd.DataFrame(
+                {"time_ns": t[order], "device": str(dev), "reserved_bytes": np.cumsum(d[order])}
+            )
+        )
+    if not out:
+        return pd.DataFrame(
+            {
+                "time_ns": pd.Series([], dtype="int64"),
+                "device": pd.Series([], dtype=object),
+                "reserved_bytes": pd.Series([], dtype="int64"),
+            }
+        )
+    return pd.concat(out, ignore_index=True)
+
+
+def model_profile(
+    tables: Mapping[str, pd.DataFrame], config: AllocatorConfig | None = None
+) -> tuple[pd.DataFrame, dict]:
+    """Replay a profile's CUDA blocks through the allocator model.
+
+    Returns ``prof.segments`` (modelled) and meta: ``reserved_peak_bytes`` (device ->
+    bytes), ``reserved_peak_ns`` (when it was first reached), ``fragmentation_bytes``
+    (at the peak of allocated bytes: reserved minus allocated) and ``allocator`` (the setting
+    replayed). Where the
+    ``events`` table holds the reserved totals torch's profiler recorded
+    (``reserved_bytes``), the recorded peak is kept as ``reserved_peak_bytes`` and the
+    model's relative error on it is ``reserved_model_error``.
+    """
+    config = config or AllocatorConfig()
+    stream = profile_stream(tables)
+    meta: dict = {"allocator": config.setting}
+    if not stream.key:
+        return S.empty(S.SEGMENTS), meta
+    result = replay(stream.device, stream.key, stream.size, config=config)
+    segments = segments_table(result, stream.time_ns, Source.MODELLED)
+    peaks = {d: p.reserved for d, p in result.peaks.items()}
+    when = {d: int(stream.time_ns[p.event]) for d, p in result.peaks.items() if p.event >= 0}
+    frag = {d: p.fragmentation for d, p in result.peaks.items()}
+    meta.update(reserved_peak_bytes=peaks, reserved_peak_ns=when, fragmentation_bytes=frag)
+    recorded = recorded_peaks(tables["events"])
+    if recorded:
+        meta["reserved_model_error"] = {
+            d: (peaks[d] - r) / r for d, r in recorded.items() if d in peaks and r > 0
+        }
+        meta["reserved_peak_bytes"] = {**peaks, **recorded}
+    return segments, meta
+
+
+def recorded_peaks(events: pd.DataFrame) -> dict[str, int]:
+    """Device -> the largest reserved total torch's profiler recorded (the events table's
+    ``reserved_bytes`` column, when it has one)."""
+    if "reserved_bytes" not in events.columns:
+        return {}
+    r = events[["device", "reserved_bytes"]].dropna()
+    r = r[r["device"].astype(str).str.startswith("cuda")]
+    if r.empty:
+        return {}
+    return {
+        str(d): int(v)
+        for d, v in r.groupby("device", observed=True)["reserved_bytes"].max().items()
+    }
