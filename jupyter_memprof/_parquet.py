@@ -25,10 +25,12 @@ from ._io import atomic_write_dir
 from ._storage import (
     MAX_META_BYTES,
     Bad,
+    TextBudget,
     check_meta,
     check_tables,
     check_text,
     column_kind,
+    count_values,
     one_line,
     parse_json,
     regular_file,
@@ -228,7 +230,7 @@ def _declared(file: str) -> int:
     return max(uncompressed, max(md.num_rows, 0) * md.num_columns * 8)
 
 
-def _column(col, dtype, budget: list[int]):
+def _column(col, dtype, text: TextBudget):
     """An Arrow column as what pandas builds the declared dtype from; raises Bad."""
     import numpy as np
     import pyarrow as pa
@@ -262,35 +264,49 @@ def _column(col, dtype, budget: list[int]):
         raise Bad(f"is {t}, not text")
     if pa.types.is_null(value_type):
         return pd.Series([None] * len(col), dtype=object)
+    text.charge(len(col), _longest(col), capped=kind != "object")
     if kind == "str" and str(dtype) == "string":  # kept as dense text, not a dictionary
         if pa.types.is_dictionary(t):
-            import pyarrow.compute as pc
-
-            dense = 0
-            for chunk in col.chunks:
-                lengths = np.asarray(pc.binary_length(chunk.dictionary).fill_null(0), np.int64)
-                if not len(lengths):  # every value missing: no text
-                    continue
-                dense += int(lengths[np.asarray(chunk.indices.fill_null(0), np.int64)].sum())
-            budget[0] -= dense
-            if budget[0] < 0:
-                raise Bad("spells out more text than the size rule allows")
             col = col.cast(value_type)
         return col.to_pandas(types_mapper={value_type: S.STRING}.get)
     values = col.to_pandas()
     if kind == "object":
-        values = values.astype(object).where(values.notna(), "null")
-        try:
-            decoded = _decode_json_column(values)
-        except RecursionError:
-            raise Bad("nests too deeply") from None
-        except ValueError as exc:
-            raise Bad(f"holds text that is not JSON ({one_line(exc)})") from None
-        distinct = {id(v): v for v in decoded}.values()  # rows share parsed values
-        if not all(shape_ok(v) for v in distinct):
-            raise Bad("holds values that are not lists of numbers")
-        return pd.Series(decoded, dtype=object)
+        return _shapes(values, text)
     return values
+
+
+def _longest(col) -> int:
+    """The longest text of an Arrow text column, in characters: of its dictionaries when it
+    is dictionary-encoded (read before any row is spelled out)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    longest = 0
+    for chunk in col.chunks:
+        values = chunk.dictionary if pa.types.is_dictionary(chunk.type) else chunk
+        if len(values):
+            longest = max(longest, pc.max(pc.utf8_length(values)).as_py() or 0)
+    return longest
+
+
+def _shapes(values: pd.Series, text: TextBudget) -> pd.Series:
+    """``ops.input_shapes`` from its JSON text: the values it holds counted before parsing
+    (each distinct text once), then parsed and checked; raises Bad."""
+    values = values.astype(object).where(values.notna(), "null")
+    distinct = pd.unique(values.to_numpy())
+    text.values -= sum(count_values(v.encode("utf-8", "surrogatepass")) for v in distinct)
+    if text.values < 0:
+        raise Bad("holds more values than the size rule allows; refusing to parse it")
+    try:
+        decoded = _decode_json_column(values)
+    except RecursionError:
+        raise Bad("nests too deeply") from None
+    except ValueError as exc:
+        raise Bad(f"holds text that is not JSON ({one_line(exc)})") from None
+    parsed = {id(v): v for v in decoded}.values()  # rows share parsed values
+    if not all(shape_ok(v) for v in parsed):
+        raise Bad("holds values that are not lists of numbers")
+    return pd.Series(decoded, dtype=object)
 
 
 def _read_folder(path: str) -> tuple[dict[str, pd.DataFrame], dict]:
@@ -313,7 +329,7 @@ def _read_folder(path: str) -> tuple[dict[str, pd.DataFrame], dict]:
             ) from None
     if declared > size_budget(stored):
         raise size_refusal(path, declared, stored)
-    budget = [size_budget(stored) - declared]  # what text columns may spell out
+    budget = TextBudget(stored)  # what text columns may spell out
     tables = {}
     for name, schema in S.TABLES.items():
         if name not in files:

@@ -66,6 +66,13 @@ MAX_META_BYTES = 2**20
 MAX_MEMBERS = 64
 #: Nesting of JSON values kept from a file (meta values, ``ops.input_shapes``).
 MAX_DEPTH = 32
+#: The JSON values (counted before parsing: commas and brackets) a zip may hold: at most
+#: ``max(VALUE_FLOOR, VALUES_PER_BYTE * its size)``. Parsing costs up to about 80 bytes of
+#: memory per value; real profiles hold about one value per byte of the file.
+VALUES_PER_BYTE = 8
+VALUE_FLOOR = 2**20
+#: The longest text value (op name, module, callsite, ...) a profile may hold, in characters.
+MAX_TEXT = 2**16
 _INT64 = (-(2**63), 2**63 - 1)
 _META = "meta.json"
 
@@ -81,6 +88,40 @@ def size_refusal(path: str, declared: int, stored: int) -> ProfileFileError:
         f"(over {MAX_RATIO}x its size and over {format_bytes(SIZE_FLOOR)}); refusing to "
         "decompress it"
     )
+
+
+def value_budget(stored: int) -> int:
+    """The most JSON values a zip of ``stored`` bytes may hold."""
+    return max(VALUE_FLOOR, VALUES_PER_BYTE * stored)
+
+
+def count_values(data: bytes) -> int:
+    """An upper bound of the JSON values in ``data``, counted without parsing it."""
+    return data.count(b",") + data.count(b"[") + data.count(b"{") + 1
+
+
+class TextBudget:
+    """What the text columns of one file may spell out, charged column by column before the
+    text is spelled out: each column's rows times its longest value (views lay text out at
+    its longest), at most :func:`size_budget` in all, and no value over :data:`MAX_TEXT`
+    characters. Raises :class:`Bad`."""
+
+    def __init__(self, stored: int) -> None:
+        self.left = size_budget(stored)
+        #: the JSON values left to parse (:func:`value_budget`)
+        self.values = value_budget(stored)
+
+    def charge(self, rows: int, longest: int, *, capped: bool = True) -> None:
+        if capped and longest > MAX_TEXT:
+            raise Bad(
+                f"holds a text value of {longest:,} characters, over the {MAX_TEXT:,} a "
+                "profile keeps"
+            )
+        self.left -= rows * longest
+        if self.left < 0:
+            raise Bad(
+                "spells out more text (rows times the longest value) than the size rule allows"
+            )
 
 
 def shown(path: str) -> str:
@@ -267,26 +308,38 @@ def column_kind(dtype) -> str:
     }[str(dtype)]
 
 
-def shape_ok(value) -> bool:
-    """An ``input_shapes`` entry: None or nested lists of scalars, at most MAX_DEPTH deep."""
+def shape_size(value) -> int:
+    """How many lists and scalars an ``input_shapes`` entry holds (None: 0), or -1 when it is
+    not one: None or nested lists of scalars, at most MAX_DEPTH deep."""
     if value is None:
-        return True
+        return 0
     if type(value) is not list:
-        return False
+        return -1
+    size = 1
     stack = [(value, 1)]
     while stack:
         v, d = stack.pop()
+        size += len(v)
         for x in v:
             if type(x) is list:
                 if d >= MAX_DEPTH:
-                    return False
+                    return -1
                 stack.append((x, d + 1))
             elif not (x is None or type(x) in (bool, float) or _is_int(x) or _str(x)):
-                return False
-    return True
+                return -1
+    return size
 
 
-def _column_from_json(values, dtype):
+def shape_ok(value) -> bool:
+    """An ``input_shapes`` entry: None or nested lists of scalars, at most MAX_DEPTH deep."""
+    return shape_size(value) >= 0
+
+
+#: characters an ``input_shapes`` item takes at most when a view spells it out
+SHAPE_ITEM_CHARS = 8
+
+
+def _column_from_json(values, dtype, text: TextBudget):
     """The column's values as what pandas builds the declared dtype from; raises Bad."""
     if type(values) is not list:
         raise Bad(f"is {type(values).__name__}, not a list")
@@ -311,9 +364,12 @@ def _column_from_json(values, dtype):
         if not types <= {str, type(None)}:
             bad = sorted(t.__name__ for t in types - {str, type(None)})
             raise Bad(f"holds {', '.join(bad)} values, not text")
+        text.charge(len(values), max((len(v) for v in values if v is not None), default=0))
         return pd.Series(values, dtype=object)
-    if not all(shape_ok(v) for v in values):
+    sizes = [shape_size(v) for v in values]
+    if sizes and min(sizes) < 0:
         raise Bad(f"holds values that are not lists of numbers nested at most {MAX_DEPTH} deep")
+    text.charge(len(values), SHAPE_ITEM_CHARS * max(sizes, default=0), capped=False)
     return pd.Series(values, dtype=object)
 
 
@@ -377,7 +433,43 @@ def check_tables(tables: dict[str, pd.DataFrame], path: str) -> dict[str, pd.Dat
                 raise ProfileFileError(
                     f"{where}: table {name!r} names a device {device!r} that is not a device"
                 )
+    problem = _block_problem(tables)
+    if problem:
+        raise ProfileFileError(f"{where}: {problem}")
     return tables
+
+
+#: columns holding block ids: each must be an ``alloc_id`` of ``allocations`` (or NA)
+_BLOCK_REFS = {
+    "events": "alloc_id",
+    "versions": "alloc_id",
+    "uses": "alloc_id",
+    "names": "alloc_id",
+}
+
+
+def _block_problem(tables: dict[str, pd.DataFrame]) -> str | None:
+    """The first contradiction between the blocks and what refers to them (the analyses
+    and views look blocks up by id): ids repeated, references to unknown blocks, a block
+    without events or whose events are on another device; None if none."""
+    allocs = tables["allocations"]
+    ids = allocs["alloc_id"].to_numpy(dtype=np.int64)
+    if len(np.unique(ids)) != len(ids):
+        return "table 'allocations' names a block twice (alloc_id repeats)"
+    for name, col in _BLOCK_REFS.items():
+        refs = tables[name][col].dropna().to_numpy(dtype=np.int64)
+        if not np.isin(refs, ids).all():
+            return f"table {name!r} column {col!r} names a block that is not in 'allocations'"
+    events = tables["events"]
+    ev_ids = events["alloc_id"].to_numpy(dtype=np.int64)
+    if not np.isin(ids, ev_ids).all():
+        return "table 'allocations' holds a block without events"
+    block_device = pd.Series(allocs["device"].astype(object).to_numpy(), index=ids)
+    if len(events) and not np.array_equal(
+        block_device.reindex(ev_ids).to_numpy(), events["device"].astype(object).to_numpy()
+    ):
+        return "table 'events' puts a block on another device than 'allocations' does"
+    return None
 
 
 # -- the zip format ------------------------------------------------------------------------
@@ -404,36 +496,44 @@ def _table_to_json(df: pd.DataFrame) -> str:
     )
 
 
-def _table_from_json(doc, schema: dict, name: str) -> pd.DataFrame:
+def _row_count(doc: dict, schema: dict, name: str) -> int:
+    """The rows of a table document: what it declares, checked against its columns (before
+    anything is allocated per row); raises Bad."""
+    data = doc["data"]
+    present = [c for c in schema if c in data]
+    missing = [c for c in schema if c not in data and c not in S.ADDED_COLUMNS.get(name, ())]
+    if missing:
+        raise Bad(f"lacks columns {missing}")
+    lengths = {c: len(data[c]) for c in present if type(data[c]) is list}
+    rows = doc.get("rows")
+    if rows is not None and not _nonneg_int(rows):
+        raise Bad(f"declares {_describe(rows)} rows")
+    for col in present:
+        if type(data[col]) is not list:
+            raise Bad(f"column {col!r} is {type(data[col]).__name__}, not a list")
+        if rows is None:
+            rows = lengths[col]
+        if lengths[col] != rows:
+            raise Bad(f"column {col!r} has {lengths[col]} rows, not {rows}")
+    return rows or 0
+
+
+def _table_from_json(doc, schema: dict, name: str, text: TextBudget) -> pd.DataFrame:
     """One table from its parsed JSON document; raises Bad saying what is wrong."""
     if type(doc) is not dict or type(doc.get("data")) is not dict:
         raise Bad("is not a table (an object with 'data')")
     data = doc["data"]
-    rows = doc.get("rows")
-    if rows is not None and not _nonneg_int(rows):
-        raise Bad(f"declares {_describe(rows)} rows")
-    lengths = {len(v) for v in data.values() if type(v) is list}
-    if rows is None and len(lengths) == 1:
-        rows = lengths.pop()
+    rows = _row_count(doc, schema, name)
     columns = {}
-    for col in S.ADDED_COLUMNS.get(name, ()):
-        if col not in data and rows is not None:
-            columns[col] = pd.Series([None] * rows, dtype=object)
-    missing = [c for c in schema if c not in data and c not in columns]
-    if missing:
-        raise Bad(f"lacks columns {missing}")
     for col, dtype in schema.items():
-        if col in columns:
+        if col not in data:  # a column added after the file was written
+            columns[col] = pd.Series([None] * rows, dtype=object)
             continue
         try:
-            columns[col] = _column_from_json(data[col], dtype)
+            columns[col] = _column_from_json(data[col], dtype, text)
         except Bad as exc:
             raise Bad(f"column {col!r} {exc}") from None
-        if rows is None:
-            rows = len(columns[col])
-        if len(columns[col]) != rows:
-            raise Bad(f"column {col!r} has {len(columns[col])} rows, not {rows}")
-    df = pd.DataFrame(columns, index=pd.RangeIndex(rows or 0))
+    df = pd.DataFrame(columns, index=pd.RangeIndex(rows))
     problem = check_text(df, schema)
     if problem:
         raise Bad(problem)
@@ -492,11 +592,15 @@ def _entry_count(fh, size: int) -> int | None:
     return struct.unpack("<H", data[at + 10 : at + 12])[0]
 
 
-def _read_member(z: zipfile.ZipFile, info: zipfile.ZipInfo) -> str:
+def _read_member(z: zipfile.ZipFile, info: zipfile.ZipInfo) -> bytes:
     with z.open(info) as f:
         data = f.read(info.file_size + 1)  # zipfile stops at the declared size
     if len(data) != info.file_size:
         raise Bad(f"holds {len(data)} bytes, not the {info.file_size} it declares")
+    return data
+
+
+def decode_utf8(data: bytes) -> str:
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError:
@@ -552,9 +656,19 @@ def _read_zip(z: zipfile.ZipFile, path: str, stored: int) -> tuple[dict, dict]:
             f"{format_bytes(MAX_META_BYTES)}"
         )
 
+    text = TextBudget(stored)  # what the members left to parse may hold and spell out
+
     def load(n: str):
         try:
-            return parse_json(_read_member(z, members[n]))
+            data = _read_member(z, members[n])
+            text.values -= count_values(data)
+            if text.values < 0:
+                raise Bad(
+                    f"brings the values in the file over {value_budget(stored):,} "
+                    f"(at most {VALUES_PER_BYTE} per byte of the file, or {VALUE_FLOOR:,}); "
+                    "refusing to parse it"
+                )
+            return parse_json(decode_utf8(data))
         except Bad as exc:
             raise ProfileFileError(f"{where}: {n} {exc}") from None
 
@@ -575,7 +689,7 @@ def _read_zip(z: zipfile.ZipFile, path: str, stored: int) -> tuple[dict, dict]:
             tables[name] = S.empty(schema)
             continue
         try:
-            tables[name] = _table_from_json(load(f"{name}.json"), schema, name)
+            tables[name] = _table_from_json(load(f"{name}.json"), schema, name, text)
         except Bad as exc:
             raise ProfileFileError(f"{where}: table {name!r} {exc}") from None
         except (ValueError, TypeError, OverflowError) as exc:  # pandas refusing a cast
