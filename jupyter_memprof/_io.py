@@ -5,14 +5,22 @@ Every file the package writes (saved profiles, HTML reports, exports) goes throu
 to a temporary name in the target folder and renamed into place, so a failed or interrupted
 write leaves the previous file as it was. An existing target is replaced only when it is of
 the writer's own kind (``is_own_kind(path)``) or when the caller passes ``overwrite=True``.
+
+Files and folders are created as any file the user writes: with the mode the user's umask
+gives (``0o666 & ~umask``, folders ``0o777 & ~umask``); a file that replaces another keeps
+the permission bits of the one it replaces. A target that exists and is not a regular file
+(a FIFO, a socket, a device) is refused before anything opens it, so a write never blocks;
+a file the user cannot read is refused as such. Temporary names stay short whatever the
+target's name (a name of up to 255 bytes can be written).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import shutil
-import tempfile
+import stat
 from collections.abc import Callable
 
 
@@ -21,7 +29,7 @@ class WriteRefused(FileExistsError):
 
 
 def _target(path: str | os.PathLike) -> str:
-    path = os.path.abspath(os.path.expanduser(os.fspath(path)))
+    path = os.path.abspath(os.path.expanduser(os.fsdecode(os.fspath(path))))
     folder = os.path.dirname(path)
     if not os.path.isdir(folder):
         raise FileNotFoundError(f"cannot write {path}: the folder {folder} does not exist")
@@ -31,13 +39,100 @@ def _target(path: str | os.PathLike) -> str:
 def _check_replace(
     path: str, what: str, overwrite: bool, is_own_kind: Callable[[str], bool] | None
 ) -> None:
-    if not os.path.lexists(path) or overwrite:
+    if not os.path.lexists(path):
         return
+    _check_kind(path, folder_ok=False)
+    if overwrite:
+        return
+    _check_readable(path)
     if is_own_kind is not None and is_own_kind(path):
         return
     raise WriteRefused(
         f"refusing to replace {path}: it is not a {what}; pass overwrite=True to replace it"
     )
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    return "not a regular file"
+
+
+def _check_kind(path: str, *, folder_ok: bool) -> None:
+    """Refuse a target that is not a regular file (or a folder, where ``folder_ok``) without
+    opening it: opening a FIFO blocks, a device may never end."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:  # a link to nothing: replaced like a file
+        return
+    if stat.S_ISREG(mode) or (folder_ok and stat.S_ISDIR(mode)):
+        return
+    if stat.S_ISDIR(mode):
+        raise IsADirectoryError(f"cannot write {path}: it is a folder")
+    raise WriteRefused(f"refusing to write {path}: it is {_kind(mode)}, not a regular file")
+
+
+def _check_readable(path: str) -> None:
+    """Refuse a target the user cannot read (so cannot tell whether it is ours) with that
+    reason, not as a file of the wrong kind."""
+    if os.path.isdir(path) or os.access(path, os.R_OK):
+        return
+    try:
+        owner = os.stat(path).st_uid
+    except OSError:
+        return
+    whose = " (it belongs to another user)" if owner != os.getuid() else ""
+    raise PermissionError(f"cannot replace {path}: you may not read it{whose}")
+
+
+def _temp_name(path: str, suffix: str) -> str:
+    """A fresh name next to ``path``: a dot, at most 32 characters of its name, a random
+    part and ``suffix`` (short enough whatever the length of the name)."""
+    base = os.path.basename(path)[:32]
+    return os.path.join(os.path.dirname(path), f".{base}.{secrets.token_hex(6)}{suffix}")
+
+
+def _new_file(path: str) -> str:
+    """Create an empty temporary file next to ``path`` with the mode of an ordinary new file
+    (the umask applies) or, when ``path`` exists, the permission bits of ``path``."""
+    while True:
+        tmp = _temp_name(path, ".tmp")
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        except FileExistsError:
+            continue
+        except PermissionError:
+            raise PermissionError(
+                f"cannot write {path}: the folder {os.path.dirname(path)} is not writable"
+            ) from None
+        break
+    try:
+        with contextlib.suppress(OSError):
+            st = os.stat(path)
+            if stat.S_ISREG(st.st_mode):
+                os.fchmod(fd, stat.S_IMODE(st.st_mode))
+    finally:
+        os.close(fd)
+    return tmp
+
+
+def _new_folder(path: str, suffix: str) -> str:
+    """Create an empty folder next to ``path`` (the umask applies)."""
+    while True:
+        tmp = _temp_name(path, suffix)
+        try:
+            os.mkdir(tmp, 0o777)
+        except FileExistsError:
+            continue
+        except PermissionError:
+            raise PermissionError(
+                f"cannot write {path}: the folder {os.path.dirname(path)} is not writable"
+            ) from None
+        return tmp
 
 
 def check_target(
@@ -70,10 +165,7 @@ def atomic_write(
     if os.path.isdir(path):
         raise IsADirectoryError(f"cannot write {path}: it is a folder")
     _check_replace(path, what, overwrite, is_own_kind)
-    fd, tmp = tempfile.mkstemp(
-        prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=os.path.dirname(path)
-    )
-    os.close(fd)
+    tmp = _new_file(path)
     try:
         write(tmp)
         os.replace(tmp, path)
@@ -82,6 +174,18 @@ def atomic_write(
             os.unlink(tmp)
         raise
     return path
+
+
+def _check_replace_folder(
+    path: str, what: str, overwrite: bool, is_own_kind: Callable[[str], bool] | None
+) -> None:
+    if not os.path.lexists(path) or overwrite:
+        return
+    if is_own_kind is not None and is_own_kind(path):
+        return
+    raise WriteRefused(
+        f"refusing to replace {path}: it is not a {what}; pass overwrite=True to replace it"
+    )
 
 
 def atomic_write_dir(
@@ -99,19 +203,22 @@ def atomic_write_dir(
     """
     path = _target(path)
     if os.path.lexists(path) and not os.path.isdir(path):
+        _check_kind(path, folder_ok=False)
         if not overwrite:
             raise WriteRefused(
                 f"refusing to replace {path}: it is a file, not a {what}; pass overwrite=True"
             )
     else:
-        _check_replace(path, what, overwrite, is_own_kind)
-    parent = os.path.dirname(path)
-    tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=parent)
+        _check_replace_folder(path, what, overwrite, is_own_kind)
+    tmp = _new_folder(path, ".tmp")
+    with contextlib.suppress(OSError):
+        if os.path.isdir(path):  # the new folder keeps the permission bits of the old one
+            os.chmod(tmp, stat.S_IMODE(os.stat(path).st_mode))
     old = None
     try:
         write(tmp)
         if os.path.lexists(path):
-            old = tempfile.mkdtemp(prefix=f".{os.path.basename(path)}.", suffix=".old", dir=parent)
+            old = _new_folder(path, ".old")
             os.rmdir(old)
             os.replace(path, old)
         os.replace(tmp, path)

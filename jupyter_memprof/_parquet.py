@@ -138,13 +138,16 @@ def write_folder(
                 df[col] = _encode_json_column(df[col])
             table = pa.Table.from_pandas(df, preserve_index=False)
             encodings = _encodings(table)
-            pq.write_table(
-                table,
-                os.path.join(folder, f"{name}.parquet"),
-                compression="zstd",
-                use_dictionary=[c for c in table.column_names if c not in encodings],
-                column_encoding=encodings,
-            )
+            # a Python file, not a path: pyarrow spells paths in UTF-8, which a name of
+            # another encoding (decoded with surrogate escapes) is not
+            with open(os.path.join(folder, f"{name}.parquet"), "wb") as fh:
+                pq.write_table(
+                    table,
+                    fh,
+                    compression="zstd",
+                    use_dictionary=[c for c in table.column_names if c not in encodings],
+                    column_encoding=encodings,
+                )
         with open(os.path.join(folder, META), "w", encoding="utf-8") as fh:
             fh.write(meta_text)
 
@@ -225,7 +228,8 @@ def _declared(file: str) -> int:
     in the property test of tests/test_load_hostile.py)."""
     import pyarrow.parquet as pq
 
-    md = pq.read_metadata(file)
+    with open(file, "rb") as fh:  # not the path: see write_folder
+        md = pq.read_metadata(fh)
     uncompressed = sum(max(md.row_group(i).total_byte_size, 0) for i in range(md.num_row_groups))
     return max(uncompressed, max(md.num_rows, 0) * md.num_columns * 8)
 
@@ -338,7 +342,8 @@ def _read_folder(path: str) -> tuple[dict[str, pd.DataFrame], dict]:
         file = files[name]
         where = shown(file)
         try:
-            have = pq.read_schema(file).names
+            with open(file, "rb") as fh:  # not the path: see write_folder
+                have = pq.read_schema(fh).names
             missing = [
                 c for c in schema if c not in have and c not in S.ADDED_COLUMNS.get(name, ())
             ]
@@ -348,7 +353,8 @@ def _read_folder(path: str) -> tuple[dict[str, pd.DataFrame], dict]:
                 raise Bad("names a column twice")
             wanted = [c for c in schema if c in have]
             text = [c for c in wanted if column_kind(schema[c]) in ("str", "vocab", "object")]
-            table = pq.read_table(file, columns=wanted, read_dictionary=text)
+            with open(file, "rb") as fh:
+                table = pq.read_table(fh, columns=wanted, read_dictionary=text)
             columns = {}
             for c, dtype in schema.items():
                 if c not in have:

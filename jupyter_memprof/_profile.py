@@ -199,8 +199,8 @@ class Profile:
 
         return write(self.tables, self.meta, path, overwrite=overwrite)
 
-    def _expand(self, path: str | os.PathLike) -> str:
-        path = os.path.expanduser(os.fspath(path))
+    def _expand(self, path: str | bytes | os.PathLike) -> str:
+        path = os.path.expanduser(_path(path))
         if "{rank}" in path:
             path = path.replace("{rank}", str(int(self.meta.get("rank") or 0)))
         return path
@@ -225,7 +225,7 @@ def load(path: str | os.PathLike) -> Profile:
     crafted file raises :class:`~jupyter_memprof.ProfileFileError` (one line naming the file
     and what is wrong), and a profile that loads works. A path that does not exist raises
     FileNotFoundError."""
-    path = os.fspath(path)
+    path = _path(path)
     if os.path.isdir(path):
         from ._parquet import read_folder
 
@@ -237,10 +237,21 @@ def load(path: str | os.PathLike) -> Profile:
     return Profile(**tables, meta=meta)
 
 
+def _path(path: str | bytes | os.PathLike) -> str:
+    """A file system path as text (a bytes path decoded as the file system does); TypeError
+    (one line) for anything else."""
+    try:
+        return os.fsdecode(os.fspath(path))
+    except TypeError:
+        raise TypeError(
+            f"a path must be a str, bytes or os.PathLike, not {type(path).__name__}"
+        ) from None
+
+
 def _as_profile(p: Profile | str | os.PathLike, which: str) -> Profile:
     if isinstance(p, Profile):
         return p
-    if isinstance(p, (str, os.PathLike)):
+    if isinstance(p, (str, bytes, os.PathLike)):
         return load(p)
     raise TypeError(f"{which} must be a Profile or the path of a saved one, not {type(p).__name__}")
 

@@ -266,10 +266,19 @@ def all_lineages(tables: dict[str, pd.DataFrame], alloc_ids=None) -> pd.DataFram
     return S.conform(out, LINEAGES, name="lineage")
 
 
+def check_block(tables: dict[str, pd.DataFrame], alloc_id) -> int:
+    """``alloc_id`` as an int when ``allocations`` holds that block; else KeyError (one
+    line) naming the valid ids."""
+    ids = tables["allocations"]["alloc_id"]
+    ok = isinstance(alloc_id, (int, np.integer)) and not isinstance(alloc_id, bool)
+    if ok and -(2**63) <= int(alloc_id) < 2**63 and bool((ids == int(alloc_id)).any()):
+        return int(alloc_id)
+    valid = f"0..{len(ids) - 1}" if len(ids) else "none"
+    raise KeyError(f"no block with alloc_id={alloc_id!r} (valid: {valid})")
+
+
 def lineage(tables: dict[str, pd.DataFrame], alloc_id: int) -> pd.DataFrame:
-    a = tables["allocations"]
-    if not (a["alloc_id"] == alloc_id).any():
-        raise KeyError(f"no block with alloc_id={alloc_id} (valid: 0..{len(a) - 1})")
+    alloc_id = check_block(tables, alloc_id)
     out = all_lineages(tables, [alloc_id]).drop(columns="alloc_id")
     return S.conform(out, S.LINEAGE, name="lineage")
 
@@ -280,6 +289,7 @@ def lineage_text(
     """A readable account of one block for a terminal; times in ms since ``start_ns`` (the
     capture's start, :attr:`Profile.start_ns`). ``records``: the tables are an estimate's,
     whose times count records of the fake run, shown as positions ("record #12"), not ms."""
+    alloc_id = check_block(tables, alloc_id)
     a = tables["allocations"].set_index("alloc_id").loc[alloc_id]
     t0 = start_ns
     label = a["name"] if pd.notna(a["name"]) else f"block {alloc_id}"
