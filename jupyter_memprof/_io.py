@@ -31,7 +31,13 @@ class WriteRefused(FileExistsError):
 def _target(path: str | os.PathLike) -> str:
     path = os.path.abspath(os.path.expanduser(os.fsdecode(os.fspath(path))))
     folder = os.path.dirname(path)
-    if not os.path.isdir(folder):
+    try:
+        is_folder = stat.S_ISDIR(os.stat(folder).st_mode)
+    except PermissionError:
+        raise PermissionError(f"cannot write {path}: you may not enter {folder}") from None
+    except OSError:
+        is_folder = False
+    if not is_folder:
         raise FileNotFoundError(f"cannot write {path}: the folder {folder} does not exist")
     return path
 

@@ -448,10 +448,23 @@ _BLOCK_REFS = {
 }
 
 
+#: columns every row of a real profile fills (the views look their values up)
+_FILLED = {
+    "allocations": ("device", "category"),
+    "versions": ("category",),
+    "events": ("action", "device", "category"),
+    "timeline": ("device", "category"),
+}
+
+
 def _block_problem(tables: dict[str, pd.DataFrame]) -> str | None:
     """The first contradiction between the blocks and what refers to them (the analyses
-    and views look blocks up by id): ids repeated, references to unknown blocks, a block
+    and views look blocks up by id): a vocabulary value missing, ids repeated, references to unknown blocks, a block
     without events or whose events are on another device; None if none."""
+    for name, cols in _FILLED.items():
+        for col in cols:
+            if tables[name][col].isna().any():
+                return f"table {name!r} column {col!r} has missing values"
     allocs = tables["allocations"]
     ids = allocs["alloc_id"].to_numpy(dtype=np.int64)
     if len(np.unique(ids)) != len(ids):
@@ -469,6 +482,9 @@ def _block_problem(tables: dict[str, pd.DataFrame]) -> str | None:
         block_device.reindex(ev_ids).to_numpy(), events["device"].astype(object).to_numpy()
     ):
         return "table 'events' puts a block on another device than 'allocations' does"
+    timeline = set(tables["timeline"]["device"].astype(object).unique())
+    if not timeline <= set(events["device"].astype(object).unique()):
+        return "table 'timeline' names a device that has no events"
     return None
 
 

@@ -542,3 +542,322 @@ def test_mutated_parquet_folder_loads_or_raises_profile_file_error(folder, data)
         with open(file, "wb") as fh:
             fh.write(raw)
         _check_load(path)
+
+
+# -- issue 25: memory bounded before anything is built ---------------------------------------
+def _peak_mb(fn) -> float:
+    """The peak of memory traced (Python objects, numpy and pandas buffers) while ``fn``
+    runs, in MiB."""
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        fn()
+    finally:
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+    return peak / 2**20
+
+
+@pytest.mark.parametrize("rows", [10**8, 10**9])
+def test_declared_rows_are_checked_before_missing_columns_are_filled(saved, tmp_path, rows):
+    # before: [None] * rows for the column the file lacks: 3.2 GB and 6 s at 1e8 rows,
+    # MemoryError at 1e9
+    def change(d):
+        del d["data"]["module"]  # a column added after format 1: filled with NA on load
+        d["rows"] = rows
+
+    path = _with_json(saved, tmp_path / "p.memprof", "allocations.json", change)
+    assert os.path.getsize(path) < 20_000
+    assert _peak_mb(lambda: _refused(path, f"not {rows}")) < 5
+
+
+def test_many_json_values_are_refused_before_parsing(saved, tmp_path):
+    # before: 31 MiB of "[]," (45 kB zipped) parsed into 10 million lists: 1.6 GB
+    members = dict(saved[1])
+    text = members["ops.json"].decode()
+    lists = "[" + "[]," * (10 * 2**20 + 1) + "[]]"
+    members["ops.json"] = text.replace('"input_shapes": [', f'"input_shapes": [{lists}, ', 1)
+    path = _zip(tmp_path / "p.memprof", {n: (d.encode() if isinstance(d, str) else d)
+                                         for n, d in members.items()})  # fmt: skip
+    assert os.path.getsize(path) < 100_000
+    msg = []
+    # the member itself (31 MiB, within the declared sizes) is read, never parsed
+    assert _peak_mb(lambda: msg.append(_refused(path, "refusing to parse"))) < 80
+    assert "ops.json" in msg[0]
+
+
+def _one_long_text(path: str, fmt: str, length: int) -> None:
+    """Set ``ops.name`` of the first op of the profile at ``path`` to ``length`` letters."""
+    if fmt == "zip":
+        with zipfile.ZipFile(path) as z:
+            members = {n: z.read(n) for n in z.namelist()}
+        doc = json.loads(members["ops.json"])
+        doc["data"]["name"][0] = "a" * length
+        members["ops.json"] = json.dumps(doc).encode()
+        _zip(path + ".tmp", members)
+        os.replace(path + ".tmp", path)
+        return
+    import pyarrow as pa
+
+    def change(t):
+        names = t.column("name").to_pylist()
+        names[0] = "a" * length
+        i = t.schema.get_field_index("name")
+        return t.set_column(i, "name", pa.array(names).dictionary_encode())
+
+    _rewrite(path, "ops", change)
+
+
+@pytest.mark.parametrize("fmt", ["zip", "parquet"])
+def test_an_over_long_text_value_is_refused(prof, tmp_path, fmt):
+    # before: a 55 kB Parquet folder whose ops.name dictionary held one 8 MiB string loaded,
+    # then to_html allocated 8.3 GiB (views lay text out at its longest value per row)
+    path = prof.save(tmp_path / f"p.{fmt}", format=fmt)
+    _one_long_text(path, fmt, 8 * 2**20)
+    size = sum(f.stat().st_size for f in tmp_path.rglob("*") if f.is_file())
+    assert size < 2**20  # a small file (snappy, as pyarrow writes by default)
+    msg = []
+    assert _peak_mb(lambda: msg.append(_refused(path, "over the 65,536"))) < 60
+    assert "8,388,608 characters" in msg[0] and "'name'" in msg[0]
+
+
+def test_rows_times_the_longest_text_is_bounded(saved, tmp_path):
+    # a value under the per-value cap in a table of many rows: views would lay out
+    # rows x 64 Ki characters, over what the file's size allows
+    def change(d):
+        data = d["data"]
+        n = d["rows"]
+        for col, values in data.items():
+            data[col] = (values * (1 + 1000 // n))[:1000]
+        data["op_id"] = list(range(1000))
+        data["callsite"][0] = "c" * 60_000
+        d["rows"] = 1000
+
+    path = _with_json(saved, tmp_path / "p.memprof", "ops.json", change)
+    assert _peak_mb(lambda: _refused(path, "spells out more text")) < 40
+
+
+# -- issue 25: crafted files that loaded, then broke ----------------------------------------
+def test_a_device_with_blocks_but_no_events(saved, tmp_path):
+    # before: loaded, then repr(prof) raised
+    def change(d):
+        data = d["data"]
+        for values in data.values():
+            values.append(values[0])
+        data["alloc_id"][-1] = max(data["alloc_id"]) + 1
+        data["device"][-1] = "cuda:0"
+        d["rows"] += 1
+
+    path = _with_json(saved, tmp_path / "p.memprof", "allocations.json", change)
+    _refused(path, "a block without events")
+
+
+def test_a_block_id_twice(saved, tmp_path):
+    # before: loaded, then lineage_text raised
+    def change(d):
+        d["data"]["alloc_id"][1] = d["data"]["alloc_id"][0]
+
+    path = _with_json(saved, tmp_path / "p.memprof", "allocations.json", change)
+    _refused(path, "names a block twice")
+
+
+def test_events_of_unknown_blocks(saved, tmp_path):
+    # before: loaded, then export raised KeyError and compare IndexError
+    def change(d):
+        d["data"]["alloc_id"][-1] = 10**6
+
+    path = _with_json(saved, tmp_path / "p.memprof", "events.json", change)
+    _refused(path, "names a block that is not in 'allocations'")
+
+
+def test_an_event_without_an_action(saved, tmp_path):
+    # before: loaded, then export raised KeyError: nan (found by the fuzz test)
+    def change(d):
+        d["data"]["action"][0] = None
+
+    path = _with_json(saved, tmp_path / "p.memprof", "events.json", change)
+    _refused(path, "column 'action' has missing values")
+
+
+# -- issue 25: odd arguments --------------------------------------------------------------------
+def test_a_bytes_path_loads(prof, tmp_path):
+    # before: AttributeError ('bytes' object has no attribute 'isprintable')
+    for fmt in ("zip", "parquet"):
+        path = prof.save(os.fsencode(tmp_path / f"p.{fmt}"), format=fmt)
+        assert jupyter_memprof.load(os.fsencode(path)).label == "tiny"
+
+
+def test_a_parquet_folder_whose_name_is_not_utf8(prof, tmp_path):
+    # before: UnicodeEncodeError from pyarrow
+    path = os.path.join(tmp_path, os.fsdecode(b"run-\xff\xfe"))
+    prof.save(path, format="parquet")
+    assert jupyter_memprof.load(path).label == "tiny"
+
+
+def test_lineage_of_a_block_that_is_not_there(prof):
+    # before: lineage_text raised a bare KeyError: 1000000000
+    for call in (prof.lineage, prof.lineage_text):
+        with pytest.raises(
+            KeyError, match=r"no block with alloc_id=1000000000 \(valid: 0\.\.\d+\)"
+        ):
+            call(10**9)
+    with pytest.raises(KeyError, match="no block with alloc_id=10000"):
+        prof.lineage_text(10**40)
+
+
+# -- issue 25: what saving creates, and targets it must not open ------------------------------
+def _mode(path) -> int:
+    return os.stat(path).st_mode & 0o777
+
+
+def _every_writer(prof, folder) -> dict[str, str]:
+    """Each kind of file the package writes, written once into ``folder``."""
+    return {
+        "zip": prof.save(os.path.join(folder, "p.memprof")),
+        "parquet": prof.save(os.path.join(folder, "p"), format="parquet"),
+        "html": prof.to_html(os.path.join(folder, "p.html")),
+        "raw": prof.export(os.path.join(folder, "p.raw.json.gz")),
+        "timeline": prof.export(os.path.join(folder, "p.json")),
+        "trace": prof.export(os.path.join(folder, "p.trace.json")),
+        "compare": jupyter_memprof.compare(prof, prof).to_html(os.path.join(folder, "c.html")),
+    }
+
+
+@pytest.fixture
+def umask():
+    """Set the process umask for one test (restored after)."""
+    old = os.umask(0o022)
+    yield os.umask
+    os.umask(old)
+
+
+@pytest.mark.parametrize("mask", [0o022, 0o002], ids=["022", "002"])
+def test_files_are_created_with_the_users_umask(prof, tmp_path, umask, mask):
+    # before: every file 0600 and Parquet folders 0700, whatever the umask
+    umask(mask)
+    written = _every_writer(prof, tmp_path)
+    for what, path in written.items():
+        want = 0o777 & ~mask if what == "parquet" else 0o666 & ~mask
+        assert _mode(path) == want, (what, oct(_mode(path)))
+    for name in os.listdir(written["parquet"]):
+        assert _mode(os.path.join(written["parquet"], name)) == 0o666 & ~mask, name
+
+
+def test_saving_over_a_file_keeps_its_mode(prof, tmp_path, umask):
+    # before: re-saving over a 0644 file made it 0600
+    written = _every_writer(prof, tmp_path)
+    umask(0o077)
+    written = _every_writer(prof, tmp_path)  # replaces every file written above
+    for what, path in written.items():
+        assert _mode(path) == (0o755 if what == "parquet" else 0o644), what
+    os.chmod(written["zip"], 0o640)
+    prof.save(written["zip"])
+    assert _mode(written["zip"]) == 0o640
+
+
+def _in_time(fn, seconds: float = 10):
+    """``fn()``'s exception (or result), failing the test if it has not ended in time."""
+    out = []
+
+    def run():
+        try:
+            out.append(fn())
+        except Exception as exc:
+            out.append(exc)
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    t.join(seconds)
+    assert out, "blocked"
+    return out[0]
+
+
+@pytest.mark.parametrize(
+    "name,write",
+    [
+        ("p.memprof", lambda p, path: p.save(path)),
+        ("p.memprof", lambda p, path: p.save(path, overwrite=True)),
+        ("p", lambda p, path: p.save(path, format="parquet")),
+        ("p.html", lambda p, path: p.to_html(path)),
+        ("p.html", lambda p, path: p.export(path, overwrite=True)),
+        ("p.raw.json.gz", lambda p, path: p.export(path)),
+        ("p.trace.json", lambda p, path: p.export(path)),
+    ],
+)
+def test_writing_onto_a_fifo_is_refused_without_blocking(prof, tmp_path, name, write):
+    # before: blocked forever (the check whether the file is ours opened it for reading)
+    path = tmp_path / name
+    os.mkfifo(path)
+    exc = _in_time(lambda: write(prof, str(path)))
+    assert isinstance(exc, WriteRefused), exc
+    assert str(exc) == f"refusing to write {path}: it is a FIFO, not a regular file"
+    assert os.listdir(tmp_path) == [name]
+
+
+def _as_another_user(fn) -> str:
+    """``fn()``'s exception as text, ``fn`` run in a child process as the user ``nobody``
+    (root only)."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns to pytest
+        try:
+            os.setgid(65534)
+            os.setuid(65534)
+            try:
+                fn()
+                text = "no error"
+            except Exception as exc:
+                text = f"{type(exc).__name__}: {exc}"
+            os.write(write, text.encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read, "rb") as fh:
+        text = fh.read().decode()
+    os.waitpid(pid, 0)
+    return text
+
+
+def test_a_file_the_user_cannot_read_is_refused_as_such(prof, tmp_path):
+    # before: "not a saved jupyter_memprof profile; pass overwrite=True", for a saved profile
+    # of another user
+    if os.getuid() != 0:
+        path = prof.save(tmp_path / "mine.memprof")
+        os.chmod(path, 0)
+        with pytest.raises(PermissionError, match="you may not read it$"):
+            prof.save(path)
+        return
+    shared = tempfile.mkdtemp(dir="/tmp")  # a folder every user may reach
+    try:
+        os.chmod(shared, 0o1777)
+        path = prof.save(os.path.join(shared, "theirs.memprof"))
+        os.chmod(path, 0o600)
+        text = _as_another_user(lambda: prof.save(path))
+        assert text == (
+            f"PermissionError: cannot replace {path}: you may not read it (it belongs to "
+            "another user)"
+        )
+        assert os.listdir(shared) == ["theirs.memprof"]
+        hidden = os.path.join(tmp_path, "p.memprof")  # under a folder only root may enter
+        assert _as_another_user(lambda: prof.save(hidden)).startswith(
+            f"PermissionError: cannot write {hidden}: you may not enter"
+        )
+    finally:
+        shutil.rmtree(shared)
+
+
+def test_a_name_of_250_bytes_can_be_written(prof, tmp_path):
+    # before: OSError (File name too long) from the temporary name, longer than the name
+    stem = "é" * 119  # 238 bytes in UTF-8
+    for suffix, write in [
+        (".memprof", lambda path: prof.save(path)),
+        (".parquet", lambda path: prof.save(path, format="parquet")),
+        (".html", lambda path: prof.to_html(path)),
+        (".trace.json", lambda path: prof.export(path)),
+    ]:
+        name = stem + "x" * (250 - len(stem.encode()) - len(suffix)) + suffix
+        assert len(name.encode()) == 250
+        path = write(str(tmp_path / name))
+        assert os.path.basename(path) == name
+    assert len(os.listdir(tmp_path)) == 4

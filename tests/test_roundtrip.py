@@ -149,7 +149,9 @@ def _mutate(rng: random.Random, members: dict[str, bytes]) -> dict[str, bytes]:
     return members
 
 
+# MEMPROF_FUZZ_FILES=500 MEMPROF_FUZZ_SEED=1 runs a longer search from another corpus
 FUZZ_FILES = int(os.environ.get("MEMPROF_FUZZ_FILES", "80"))
+FUZZ_SEED = int(os.environ.get("MEMPROF_FUZZ_SEED", "25"))
 
 
 def test_every_public_method_works_on_every_file_load_accepts(tmp_path):
@@ -160,7 +162,7 @@ def test_every_public_method_works_on_every_file_load_accepts(tmp_path):
     path = base.save(tmp_path / "base.memprof")
     with zipfile.ZipFile(path) as z:
         members = {n: z.read(n) for n in z.namelist()}
-    rng = random.Random(25)
+    rng = random.Random(FUZZ_SEED)
     loaded = 0
     for k in range(FUZZ_FILES):
         mutated = tmp_path / f"m{k}.memprof"
