@@ -109,7 +109,7 @@ class TextBudget:
     def __init__(self, stored: int) -> None:
         self.left = size_budget(stored)
         #: the JSON values left to parse (:func:`value_budget`)
-        self.values = value_budget(stored)
+        self.value_limit = self.values = value_budget(stored)
 
     def charge(self, rows: int, longest: int, *, capped: bool = True) -> None:
         if capped and longest > MAX_TEXT:
@@ -608,9 +608,27 @@ def _entry_count(fh, size: int) -> int | None:
     return struct.unpack("<H", data[at + 10 : at + 12])[0]
 
 
-def _read_member(z: zipfile.ZipFile, info: zipfile.ZipInfo) -> bytes:
+def _read_member(z: zipfile.ZipFile, info: zipfile.ZipInfo, text: TextBudget) -> bytes:
+    """A member's bytes, read in chunks: the JSON values in each are counted as it comes
+    (:func:`count_values`), so a member over the budget is refused without being held."""
+    chunks = []
     with z.open(info) as f:
-        data = f.read(info.file_size + 1)  # zipfile stops at the declared size
+        left = info.file_size + 1  # zipfile stops at the declared size
+        while left > 0:
+            chunk = f.read(min(left, 2**20))
+            if not chunk:
+                break
+            left -= len(chunk)
+            text.values -= count_values(chunk) - 1
+            if text.values < 0:
+                raise Bad(
+                    f"brings the values in the file over {text.value_limit:,} (at most "
+                    f"{VALUES_PER_BYTE} per byte of the file, or {VALUE_FLOOR:,}); refusing to "
+                    "parse it"
+                )
+            chunks.append(chunk)
+    data = b"".join(chunks)
+    del chunks
     if len(data) != info.file_size:
         raise Bad(f"holds {len(data)} bytes, not the {info.file_size} it declares")
     return data
@@ -676,15 +694,8 @@ def _read_zip(z: zipfile.ZipFile, path: str, stored: int) -> tuple[dict, dict]:
 
     def load(n: str):
         try:
-            data = _read_member(z, members[n])
-            text.values -= count_values(data)
-            if text.values < 0:
-                raise Bad(
-                    f"brings the values in the file over {value_budget(stored):,} "
-                    f"(at most {VALUES_PER_BYTE} per byte of the file, or {VALUE_FLOOR:,}); "
-                    "refusing to parse it"
-                )
-            return parse_json(decode_utf8(data))
+            text.values -= 1
+            return parse_json(decode_utf8(_read_member(z, members[n], text)))
         except Bad as exc:
             raise ProfileFileError(f"{where}: {n} {exc}") from None
 
@@ -708,6 +719,8 @@ def _read_zip(z: zipfile.ZipFile, path: str, stored: int) -> tuple[dict, dict]:
             tables[name] = _table_from_json(load(f"{name}.json"), schema, name, text)
         except Bad as exc:
             raise ProfileFileError(f"{where}: table {name!r} {exc}") from None
+        except ProfileFileError:  # from reading the member
+            raise
         except (ValueError, TypeError, OverflowError) as exc:  # pandas refusing a cast
             raise ProfileFileError(f"{where}: table {name!r} ({one_line(exc)})") from None
     return check_tables(tables, path), meta
