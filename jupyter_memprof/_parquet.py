@@ -268,7 +268,8 @@ def _column(col, dtype, text: TextBudget):
         raise Bad(f"is {t}, not text")
     if pa.types.is_null(value_type):
         return pd.Series([None] * len(col), dtype=object)
-    text.charge(len(col), _longest(col), capped=kind != "object")
+    if kind != "object":  # input_shapes: JSON, bounded by the values it holds
+        text.charge(len(col), _longest(col))
     if kind == "str" and str(dtype) == "string":  # kept as dense text, not a dictionary
         if pa.types.is_dictionary(t):
             col = col.cast(value_type)

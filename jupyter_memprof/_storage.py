@@ -16,8 +16,15 @@ times the size of the file, whichever is larger. Every member is read with a bou
 so a member whose header lies cannot inflate to more than it declares; a zip of more than
 :data:`MAX_MEMBERS` entries, encrypted members and compression methods other than stored and
 deflate are refused. The same rule, on the sizes a Parquet footer declares, guards the
-Parquet folder (:mod:`_parquet`). Parsing JSON into Python objects then costs a small
-multiple of the checked size.
+Parquet folder (:mod:`_parquet`).
+
+**So is what is built from them.** The JSON values of the members are counted as they are
+read, before parsing (:func:`value_budget`: parsing costs up to about 80 bytes a value); a
+table's declared rows must match its columns before a column it lacks is filled; text
+columns are charged their rows times their longest value (:class:`TextBudget`: views lay
+text out at its longest, in fixed-width arrays), and no text value may be longer than
+:data:`MAX_TEXT` characters. The memory of a load, and of the views of what it loaded, is
+therefore bounded by the file's size.
 
 Saving is atomic (:func:`jupyter_memprof._io.atomic_write`): the zip is written to a
 temporary file in the target folder and renamed into place, so a failed save leaves the
@@ -111,8 +118,8 @@ class TextBudget:
         #: the JSON values left to parse (:func:`value_budget`)
         self.value_limit = self.values = value_budget(stored)
 
-    def charge(self, rows: int, longest: int, *, capped: bool = True) -> None:
-        if capped and longest > MAX_TEXT:
+    def charge(self, rows: int, longest: int) -> None:
+        if longest > MAX_TEXT:
             raise Bad(
                 f"holds a text value of {longest:,} characters, over the {MAX_TEXT:,} a "
                 "profile keeps"
@@ -308,35 +315,23 @@ def column_kind(dtype) -> str:
     }[str(dtype)]
 
 
-def shape_size(value) -> int:
-    """How many lists and scalars an ``input_shapes`` entry holds (None: 0), or -1 when it is
-    not one: None or nested lists of scalars, at most MAX_DEPTH deep."""
+def shape_ok(value) -> bool:
+    """An ``input_shapes`` entry: None or nested lists of scalars, at most MAX_DEPTH deep."""
     if value is None:
-        return 0
+        return True
     if type(value) is not list:
-        return -1
-    size = 1
+        return False
     stack = [(value, 1)]
     while stack:
         v, d = stack.pop()
-        size += len(v)
         for x in v:
             if type(x) is list:
                 if d >= MAX_DEPTH:
-                    return -1
+                    return False
                 stack.append((x, d + 1))
             elif not (x is None or type(x) in (bool, float) or _is_int(x) or _str(x)):
-                return -1
-    return size
-
-
-def shape_ok(value) -> bool:
-    """An ``input_shapes`` entry: None or nested lists of scalars, at most MAX_DEPTH deep."""
-    return shape_size(value) >= 0
-
-
-#: characters an ``input_shapes`` item takes at most when a view spells it out
-SHAPE_ITEM_CHARS = 8
+                return False
+    return True
 
 
 def _column_from_json(values, dtype, text: TextBudget):
@@ -366,10 +361,8 @@ def _column_from_json(values, dtype, text: TextBudget):
             raise Bad(f"holds {', '.join(bad)} values, not text")
         text.charge(len(values), max((len(v) for v in values if v is not None), default=0))
         return pd.Series(values, dtype=object)
-    sizes = [shape_size(v) for v in values]
-    if sizes and min(sizes) < 0:
+    if not all(shape_ok(v) for v in values):
         raise Bad(f"holds values that are not lists of numbers nested at most {MAX_DEPTH} deep")
-    text.charge(len(values), SHAPE_ITEM_CHARS * max(sizes, default=0), capped=False)
     return pd.Series(values, dtype=object)
 
 
