@@ -28,6 +28,10 @@ class WriteRefused(FileExistsError):
     """The target exists and is not ours to replace without ``overwrite=True``."""
 
 
+class NotARegularFile(WriteRefused):
+    """The target is a FIFO, a socket or a device: never opened, never replaced."""
+
+
 def _target(path: str | os.PathLike) -> str:
     path = os.path.abspath(os.path.expanduser(os.fsdecode(os.fspath(path))))
     folder = os.path.dirname(path)
@@ -79,7 +83,7 @@ def _check_kind(path: str, *, folder_ok: bool) -> None:
         return
     if stat.S_ISDIR(mode):
         raise IsADirectoryError(f"cannot write {path}: it is a folder")
-    raise WriteRefused(f"refusing to write {path}: it is {_kind(mode)}, not a regular file")
+    raise NotARegularFile(f"refusing to write {path}: it is {_kind(mode)}, not a regular file")
 
 
 def _check_readable(path: str) -> None:

@@ -798,6 +798,19 @@ def test_writing_onto_a_fifo_is_refused_without_blocking(prof, tmp_path, name, w
     assert os.listdir(tmp_path) == [name]
 
 
+def test_html_option_onto_a_fifo_is_refused_before_the_cell_runs(tmp_path):
+    # before: %%memprofile --html onto a FIFO blocked (or, with --force, was said to help)
+    from IPython.core.error import UsageError
+
+    from jupyter_memprof._frontends.magic import _check_html_target
+
+    path = tmp_path / "report.html"
+    os.mkfifo(path)
+    exc = _in_time(lambda: _check_html_target(str(path)))
+    assert isinstance(exc, UsageError)
+    assert str(exc) == f"--html: refusing to write {path}: it is a FIFO, not a regular file"
+
+
 def _as_another_user(fn) -> str:
     """``fn()``'s exception as text, ``fn`` run in a child process as the user ``nobody``
     (root only)."""

@@ -542,7 +542,11 @@ def _allocator_option(setting):
         raise UsageError(f"--allocator: {err}") from None
 
 
-def _refusal(path: str) -> str:
+def _refusal(path: str, exc: Exception | None = None) -> str:
+    from .._io import NotARegularFile
+
+    if isinstance(exc, NotARegularFile):  # a FIFO, a device: --force does not help
+        return f"--html: {exc}"
     return (
         f"--html: {path!r} exists and is not a jupyter_memprof HTML report; add --force to "
         "replace it"
@@ -560,8 +564,8 @@ def _check_html_target(path: str) -> None:
 
     try:
         check_target(os.path.expanduser(path), is_own_kind=is_report)
-    except WriteRefused:
-        raise UsageError(_refusal(path)) from None
+    except WriteRefused as exc:
+        raise UsageError(_refusal(path, exc)) from None
     except OSError:  # a folder in the way: reported after the cell, its profile kept
         pass
 
@@ -571,8 +575,8 @@ def _write_html(prof, path: str, name: str, *, force: bool = False) -> None:
 
     try:
         written = prof.to_html(os.path.expanduser(path), overwrite=force)
-    except WriteRefused:  # appeared while the cell ran
-        print(f"{name}: {_refusal(path)}; {LAST} holds the profile", file=sys.stderr)
+    except WriteRefused as exc:  # appeared while the cell ran
+        print(f"{name}: {_refusal(path, exc)}; {LAST} holds the profile", file=sys.stderr)
     except Exception as err:
         print(
             f"{name}: could not write the report to {path!r}: {type(err).__name__}: {err}",
