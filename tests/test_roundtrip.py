@@ -87,7 +87,7 @@ def test_every_table_round_trips_through_both_formats(stack, module, kind, width
     if not stack and kind == "cpu":
         assert p.ops["callsite"].isna().all()
     if not module:
-        assert p.allocations["module"].isna().all()
+        assert p.ops["module"].isna().all()
     with tempfile.TemporaryDirectory() as tmp:
         for fmt in ("zip", "parquet"):
             path = p.save(os.path.join(tmp, f"p.{fmt}"), format=fmt)
