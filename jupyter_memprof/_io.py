@@ -89,7 +89,8 @@ def _check_kind(path: str, *, folder_ok: bool) -> None:
 def _check_readable(path: str) -> None:
     """Refuse a target the user cannot read (so cannot tell whether it is ours) with that
     reason, not as a file of the wrong kind."""
-    if os.path.isdir(path) or os.access(path, os.R_OK):
+    need = os.R_OK | os.X_OK if os.path.isdir(path) else os.R_OK
+    if os.access(path, need):
         return
     try:
         owner = os.stat(path).st_uid
@@ -191,6 +192,7 @@ def _check_replace_folder(
 ) -> None:
     if not os.path.lexists(path) or overwrite:
         return
+    _check_readable(path)
     if is_own_kind is not None and is_own_kind(path):
         return
     raise WriteRefused(

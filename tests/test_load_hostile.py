@@ -854,7 +854,13 @@ def test_a_file_the_user_cannot_read_is_refused_as_such(prof, tmp_path):
             f"PermissionError: cannot replace {path}: you may not read it (it belongs to "
             "another user)"
         )
-        assert os.listdir(shared) == ["theirs.memprof"]
+        folder = prof.save(os.path.join(shared, "theirs"), format="parquet")
+        os.chmod(folder, 0o700)
+        assert _as_another_user(lambda: prof.save(folder, format="parquet")) == (
+            f"PermissionError: cannot replace {folder}: you may not read it (it belongs to "
+            "another user)"
+        )
+        assert sorted(os.listdir(shared)) == ["theirs", "theirs.memprof"]
         hidden = os.path.join(tmp_path, "p.memprof")  # under a folder only root may enter
         assert _as_another_user(lambda: prof.save(hidden)).startswith(
             f"PermissionError: cannot write {hidden}: you may not enter"
