@@ -109,7 +109,7 @@ def _temp_name(path: str, suffix: str) -> str:
 
 def _new_file(path: str) -> str:
     """Create an empty temporary file next to ``path`` with the mode of an ordinary new file
-    (the umask applies) or, when ``path`` exists, the permission bits of ``path``."""
+    (the umask applies)."""
     while True:
         tmp = _temp_name(path, ".tmp")
         try:
@@ -121,14 +121,17 @@ def _new_file(path: str) -> str:
                 f"cannot write {path}: the folder {os.path.dirname(path)} is not writable"
             ) from None
         break
-    try:
-        with contextlib.suppress(OSError):
-            st = os.stat(path)
-            if stat.S_ISREG(st.st_mode):
-                os.fchmod(fd, stat.S_IMODE(st.st_mode))
-    finally:
-        os.close(fd)
+    os.close(fd)
     return tmp
+
+
+def _keep_mode(path: str, tmp: str) -> None:
+    """Give the finished ``tmp`` the permission bits of the ``path`` it replaces (of the same
+    kind, file or folder), once nothing more is written into it."""
+    with contextlib.suppress(OSError):
+        old, new = os.stat(path), os.stat(tmp)
+        if stat.S_IFMT(old.st_mode) == stat.S_IFMT(new.st_mode):
+            os.chmod(tmp, stat.S_IMODE(old.st_mode))
 
 
 def _new_folder(path: str, suffix: str) -> str:
@@ -179,6 +182,7 @@ def atomic_write(
     tmp = _new_file(path)
     try:
         write(tmp)
+        _keep_mode(path, tmp)
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
@@ -223,12 +227,10 @@ def atomic_write_dir(
     else:
         _check_replace_folder(path, what, overwrite, is_own_kind)
     tmp = _new_folder(path, ".tmp")
-    with contextlib.suppress(OSError):
-        if os.path.isdir(path):  # the new folder keeps the permission bits of the old one
-            os.chmod(tmp, stat.S_IMODE(os.stat(path).st_mode))
     old = None
     try:
         write(tmp)
+        _keep_mode(path, tmp)
         if os.path.lexists(path):
             old = _new_folder(path, ".old")
             os.rmdir(old)

@@ -757,6 +757,10 @@ def test_saving_over_a_file_keeps_its_mode(prof, tmp_path, umask):
     os.chmod(written["zip"], 0o640)
     prof.save(written["zip"])
     assert _mode(written["zip"]) == 0o640
+    os.chmod(written["parquet"], 0o555)  # read-only: its mode is set once it is written
+    prof.save(written["parquet"], format="parquet")
+    assert _mode(written["parquet"]) == 0o555
+    assert jupyter_memprof.load(written["parquet"]).label == "tiny"
 
 
 def _in_time(fn, seconds: float = 10):
