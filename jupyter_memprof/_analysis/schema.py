@@ -163,6 +163,20 @@ LINEAGE = {
     "callsite": STRING,
 }
 
+#: :meth:`Profile.explain`: the peak in a few groups (not a stored table).
+EXPLAIN = {
+    "group": STRING,
+    "category": CATEGORY_DTYPE,
+    "modules": STRING,  # the module, or family of numbered modules (`model.blocks.*`)
+    "phase": PHASE_DTYPE,  # the phase of the ops that allocated most of the group's bytes
+    "top_op": STRING,  # the op that allocated most of the group's bytes
+    "blocks": "int64",
+    "bytes": "int64",
+    "share": "float64",  # of the peak
+    "what": STRING,  # what that memory is for
+    "changes": STRING,  # what_if() keywords that could cut it
+}
+
 TABLES: dict[str, dict] = {
     "ops": OPS,
     "allocations": ALLOCATIONS,

@@ -324,6 +324,12 @@ class MemprofMagics(Magics):
         "context, library handles); default 751MiB (measured on an H100).",
     )
     @magic_arguments.argument(
+        "--explain",
+        action="store_true",
+        help="Also show the peak explained: its few largest groups (category x module "
+        "family), what each is for and the what_if() changes that could cut it.",
+    )
+    @magic_arguments.argument(
         "--label",
         metavar="TEXT",
         help="Name shown in summaries and the Memory profiles panel "
@@ -471,7 +477,7 @@ class MemprofMagics(Magics):
             if args.html is not None:
                 _write_html(prof, args.html, name, force=args.force)
             if not args.no_display:
-                _show(shell, prof, name)
+                _show(shell, prof, name, explain=args.explain)
 
         if raised is not None:
             raise raised
@@ -507,7 +513,7 @@ class MemprofMagics(Magics):
         if args.html is not None:
             _write_html(prof, args.html, name, force=args.force)
         if not args.no_display:
-            _show(shell, prof, name)
+            _show(shell, prof, name, explain=args.explain)
 
 
 def _estimate_options(args, name: str) -> dict:
@@ -582,15 +588,18 @@ def _write_html(prof, path: str, name: str, *, force: bool = False) -> None:
         print(f"report written to {written}")
 
 
-def _show(shell, prof, name: str) -> None:
-    """Display ``prof``: the summary (HTML in notebooks, text elsewhere), then in a kernel
-    the interactive dashboard. A dashboard that cannot be built leaves the summary alone."""
+def _show(shell, prof, name: str, *, explain: bool = False) -> None:
+    """Display ``prof``: the summary (HTML in notebooks, text elsewhere), with ``explain``
+    the peak explained, then in a kernel the interactive dashboard. A dashboard that cannot
+    be built leaves the summary alone."""
     from IPython.display import display
 
     from .._views.summary import summary_html, summary_text
 
     try:
         display({"text/plain": summary_text(prof), "text/html": summary_html(prof)}, raw=True)
+        if explain:
+            _show_explain(prof)
     except Exception as err:  # never break the user's cell over a summary
         print(f"{name}: could not summarise the profile: {err!r}", file=sys.stderr)
         return
@@ -661,3 +670,13 @@ def unload_extension(shell) -> None:
     with contextlib.suppress(ValueError):  # not registered
         shell.events.unregister("post_run_cell", LATER.free)
     LATER.free()
+
+
+def _show_explain(prof) -> None:
+    """Display :meth:`Profile.explain` (text and HTML)."""
+    from IPython.display import display
+
+    from .._views.explain import explain_html, explain_text
+
+    table = prof.explain()
+    display({"text/plain": explain_text(table), "text/html": explain_html(table)}, raw=True)
