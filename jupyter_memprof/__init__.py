@@ -22,6 +22,7 @@ __all__ = [
     "profile",
     "release",
     "unload_ipython_extension",
+    "what_if",
 ]
 
 
@@ -59,6 +60,10 @@ def __getattr__(name: str):
         from ._frontends.session import release_profile as release
 
         return release
+    if name == "what_if":
+        from ._frontends.whatif import what_if
+
+        return what_if
     if name == "compare":
         from ._views.compare import compare
 

@@ -35,6 +35,7 @@ def test_public_surface_is_small():
             "profile",
             "release",
             "unload_ipython_extension",
+            "what_if",
         ]
     )
     from jupyter_memprof._errors import CaptureError, ProfileFileError
@@ -44,6 +45,9 @@ def test_public_surface_is_small():
     assert jupyter_memprof.profile is profile
     assert jupyter_memprof.Profile is Profile
     assert jupyter_memprof.load is load
+    from jupyter_memprof._frontends.whatif import what_if
+
+    assert jupyter_memprof.what_if is what_if
     assert jupyter_memprof.CaptureError is CaptureError and issubclass(CaptureError, ValueError)
     assert jupyter_memprof.ProfileFileError is ProfileFileError
     assert issubclass(ProfileFileError, ValueError)

@@ -22,6 +22,7 @@ from .._analysis.pipeline import analyse, paused_gc
 from .._devices import parse_device
 from .._errors import AllocatorConfigError, DeviceError, EstimateError
 from .._producers.fake import FakeRun, plan
+from .._producers.fake_changes import Prepare
 from .._producers.fake_copy import holds_torch
 from .._profile import Profile
 from .._units import parse_bytes
@@ -164,9 +165,12 @@ def run_estimate(
     label: str | None,
     allocator: AllocatorConfig | None = None,
     context: int | None = None,
+    prepare: Prepare | None = None,
 ) -> Profile:
     """The work behind :func:`estimate` and ``%%memprofile --estimate``: ``names`` are the
-    variables the real objects are known by (they name the fake copies)."""
+    variables the real objects are known by (they name the fake copies). ``prepare(copier,
+    args, kwargs)`` changes the fake copies before the step runs and returns the arguments
+    to call it with (:func:`jupyter_memprof.what_if`)."""
     where = plan(device)
 
     def namespace(fakes: dict[int, Any]) -> dict:
@@ -180,6 +184,8 @@ def run_estimate(
         with run.slot():  # before the copies: a busy slot is reported at once
             fargs = run.convert(args)
             fkwargs = run.convert(kwargs)
+            if prepare is not None:
+                fargs, fkwargs = prepare(run.copier, fargs, fkwargs)
             run.run(fn, fargs, fkwargs)
             del fargs, fkwargs
         wall_s = time.perf_counter() - t0
