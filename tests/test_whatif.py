@@ -6,17 +6,22 @@ from __future__ import annotations
 import functools
 import gc
 import sys
-import types
 from pathlib import Path
 
 import pytest
 import torch
-from torch.utils.checkpoint import checkpoint
 
 import jupyter_memprof
 from jupyter_memprof import EstimateError, what_if
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "benchmarks"))
+from changed_by_hand import (
+    autocast_by_hand,
+    cells_of,
+    checkpoint_by_hand,
+    doubled,
+    run_closure,
+)
 from scenarios import (
     CheckpointedMLP,
     checkpointing_sgd,
@@ -32,17 +37,6 @@ TOLERANCE = 0.02
 
 
 # -- the same step, changed by hand --------------------------------------------------------------
-def run_closure(code, globals_, cells):
-    """Call a closure (a scenario's ``step``) with its cells replaced: what_if() gets the
-    objects it closes over as arguments, so that it copies them to fake."""
-    fn = types.FunctionType(code, globals_, None, None, tuple(types.CellType(c) for c in cells))
-    return fn()
-
-
-def cells_of(step) -> list:
-    return [c.cell_contents for c in step.__closure__]
-
-
 def estimated(step, ns, **changes):
     """what_if() of a scenario's step; its model is known as ``model`` (patterns use it)."""
     model = ns.get("model")  # noqa: F841 (what_if reads its caller's names)
@@ -57,43 +51,6 @@ def real_peak(ns, step, cells=None) -> int:
         else:
             run_closure(step.__code__, step.__globals__, cells)
     return prof.peak().attrs["peak_bytes"]
-
-
-def checkpoint_by_hand(model, paths):
-    for path in paths:
-        sub = model.get_submodule(path)
-        forward = sub.forward
-        sub.forward = functools.partial(checkpoint, forward, use_reentrant=False)
-
-
-def autocast_by_hand(model, dtype):
-    forward = model.forward
-
-    def autocast(*args, **kwargs):
-        with torch.autocast("cpu", dtype=dtype):
-            return forward(*args, **kwargs)
-
-    model.forward = autocast
-
-
-def doubled(cells):
-    """The input tensors (not parameters, not held by the model) twice as many rows; views
-    of one storage stay views of one storage twice as large."""
-    models = [c for c in cells if isinstance(c, torch.nn.Module)]
-    held = {id(t) for m in models for t in (*m.parameters(), *m.buffers())}
-    bases: dict[int, torch.Tensor] = {}
-    out = []
-    for c in cells:
-        if not isinstance(c, torch.Tensor) or id(c) in held or isinstance(c, torch.nn.Parameter):
-            out.append(c)
-            continue
-        key = c.untyped_storage().data_ptr()
-        if key not in bases:
-            flat = torch.empty(0, dtype=c.dtype).set_(c.untyped_storage())
-            bases[key] = torch.cat([flat, flat])
-        shape = (2 * c.shape[0], *c.shape[1:])
-        out.append(bases[key].as_strided(shape, c.stride(), c.storage_offset()))
-    return out
 
 
 SCENARIOS = {
@@ -331,3 +288,60 @@ def test_batch_needs_batch_first_inputs():
         what_if(step, model, x, batch=2)
     with pytest.raises(EstimateError, match="no input tensor"):
         what_if(step, model, batch=2)
+
+
+# -- a transformers model from a config (random weights, nothing downloaded) ----------------------
+def _gpt2():
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(
+        n_layer=2,
+        n_embd=64,
+        n_head=4,
+        vocab_size=500,
+        n_positions=64,
+        bos_token_id=0,
+        eos_token_id=0,
+    )
+    model = transformers.GPT2LMHeadModel(config).train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    ids = torch.randint(0, 500, (4, 32))
+    return model, opt, ids
+
+
+def lm_step(model, opt, ids):
+    opt.zero_grad()
+    model(input_ids=ids, labels=ids).loss.backward()
+    opt.step()
+
+
+def _real_lm_peak(model, opt, ids) -> int:
+    gc.collect()
+    with jupyter_memprof.profile() as prof:
+        lm_step(model, opt, ids)
+    return prof.peak().attrs["peak_bytes"]
+
+
+@pytest.mark.parametrize("change", ["checkpoint", "autocast", "batch", "optimizer"])
+def test_a_transformers_model_changed_by_hand(change):
+    model, opt, ids = _gpt2()
+    lm_step(model, opt, ids)  # warmed up
+    changes = {
+        "checkpoint": {"checkpoint": ["model.transformer.h.*"]},
+        "autocast": {"autocast": torch.bfloat16},
+        "batch": {"batch": 2},
+        "optimizer": {"optimizer": torch.optim.SGD},
+    }[change]
+    cmp = what_if(lm_step, model, opt, ids, **changes)
+    if change == "checkpoint":
+        checkpoint_by_hand(model, ["transformer.h.0", "transformer.h.1"])
+    elif change == "autocast":
+        autocast_by_hand(model, torch.bfloat16)
+    elif change == "batch":
+        ids = torch.cat([ids, ids])
+    else:
+        opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+        lm_step(model, opt, ids)
+    real = _real_lm_peak(model, opt, ids)
+    _check(cmp.b.peak().attrs["peak_bytes"], real)
+    assert cmp.b.peak().attrs["peak_bytes"] != cmp.a.peak().attrs["peak_bytes"]
