@@ -16,6 +16,7 @@ __all__ = [
     "compare",
     "diff",
     "estimate",
+    "fit",
     "load",
     "load_ipython_extension",
     "load_many",
@@ -60,6 +61,10 @@ def __getattr__(name: str):
         from ._frontends.session import release_profile as release
 
         return release
+    if name == "fit":
+        from ._frontends.fit import fit
+
+        return fit
     if name == "what_if":
         from ._frontends.whatif import what_if
 

@@ -29,6 +29,7 @@ def test_public_surface_is_small():
             "compare",
             "diff",
             "estimate",
+            "fit",
             "load",
             "load_ipython_extension",
             "load_many",
@@ -48,6 +49,9 @@ def test_public_surface_is_small():
     from jupyter_memprof._frontends.whatif import what_if
 
     assert jupyter_memprof.what_if is what_if
+    from jupyter_memprof._frontends.fit import fit
+
+    assert jupyter_memprof.fit is fit
     assert jupyter_memprof.CaptureError is CaptureError and issubclass(CaptureError, ValueError)
     assert jupyter_memprof.ProfileFileError is ProfileFileError
     assert issubclass(ProfileFileError, ValueError)

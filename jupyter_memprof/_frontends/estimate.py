@@ -166,11 +166,13 @@ def run_estimate(
     allocator: AllocatorConfig | None = None,
     context: int | None = None,
     prepare: Prepare | None = None,
+    remember: bool = True,
 ) -> Profile:
     """The work behind :func:`estimate` and ``%%memprofile --estimate``: ``names`` are the
     variables the real objects are known by (they name the fake copies). ``prepare(copier,
     args, kwargs)`` changes the fake copies before the step runs and returns the arguments
-    to call it with (:func:`jupyter_memprof.what_if`)."""
+    to call it with (:func:`jupyter_memprof.what_if`). ``remember=False`` leaves the profile
+    out of the session's list (the probes of :func:`jupyter_memprof.fit`)."""
     where = plan(device)
 
     def namespace(fakes: dict[int, Any]) -> dict:
@@ -220,7 +222,8 @@ def run_estimate(
         error=None,
         captured_at=time.time_ns(),
     )
-    _session.add(prof)
+    if remember:
+        _session.add(prof)
     return prof
 
 
