@@ -136,3 +136,58 @@ def test_magic_explain_option(shell, run):
     prof = shell.user_ns["p_explain"]
     assert prof.explain_text() in out
     assert "for: " in out
+
+
+def test_magic_estimate_explain_names_the_biggest_saving(shell, run):
+    result, out = run(
+        "mlp_sav = torch.nn.Sequential(\n"
+        "    torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 64), torch.nn.ReLU(),\n"
+        "    torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10))\n"
+        "opt_sav = torch.optim.Adam(mlp_sav.parameters())\n"
+        "x_sav = torch.randn(512, 64)\n"
+    )
+    assert result.success, out
+    before = {k: v.clone() for k, v in shell.user_ns["mlp_sav"].state_dict().items()}
+    result, out = run(
+        "%%memprofile --estimate --explain -o est_sav\n"
+        "opt_sav.zero_grad()\n"
+        "mlp_sav(x_sav).sum().backward()\n"
+        "opt_sav.step()"
+    )
+    assert result.success, out
+    est = shell.user_ns["est_sav"]
+    assert est.meta["estimate"]
+    assert est.explain_text() in out
+    lines = out.splitlines()
+    head = next(line for line in lines if line.startswith("biggest saving: "))
+    assert "each change alone, estimated:" in out
+    assert "  batch=0.5" in out and "autocast=torch.bfloat16" in out
+    # halving the batch of 512 rows saves most here: activations dominate the peak
+    assert head.startswith("biggest saving: batch=0.5: peak ")
+    # the notebook's objects are as before
+    after = shell.user_ns["mlp_sav"].state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before)
+    assert shell.user_ns["x_sav"].shape == (512, 64)
+    assert all(p.grad is None for p in shell.user_ns["mlp_sav"].parameters())
+
+
+def test_cell_savings_table():
+    from jupyter_memprof._frontends.whatif import suggestions
+
+    table = jupyter_memprof.Profile.empty().explain()
+    table.loc[0] = [
+        "g",
+        "activation",
+        "m.b.*",
+        None,
+        None,
+        1,
+        8,
+        1.0,
+        "w",
+        "checkpoint=['m.b.*'], autocast=torch.bfloat16, batch=0.5",
+    ]
+    table.loc[1] = ["h", "temporary", "m", None, None, 1, 8, 1.0, "w", "batch=0.5"]
+    got = suggestions(table)
+    assert [t for t, _ in got] == ["checkpoint=['m.b.*']", "autocast=torch.bfloat16", "batch=0.5"]
+    assert got[0][1] == {"checkpoint": ["m.b.*"]} and got[1][1] == {"autocast": torch.bfloat16}

@@ -112,8 +112,9 @@ def explain(
 
 def _node_names(ops: pd.DataFrame, p: pd.DataFrame) -> np.ndarray:
     """Per peak block, the name of the outermost op around its allocation (the data-flow
-    node, ``aten::linear`` rather than the ``aten::empty`` inside it); the allocating op's
-    own name where there is no node, ``""`` where there is no op."""
+    node, ``aten::linear`` rather than the ``aten::empty`` inside it; ``AddmmBackward0`` for
+    the autograd engine's node); the allocating op's own name where there is no node,
+    ``""`` where there is no op."""
     own = p["op_name"].astype(object).fillna("").to_numpy()
     if not len(ops):
         return own
@@ -121,7 +122,12 @@ def _node_names(ops: pd.DataFrame, p: pd.DataFrame) -> np.ndarray:
     node = ops["node_id"].to_numpy(dtype=np.int64, na_value=-1)
     names = ops["name"].astype(object).to_numpy()
     at = np.where(op >= 0, node[op.clip(0)], -1)
-    return np.where(at >= 0, names[at.clip(0)], own)
+    out = np.where(at >= 0, names[at.clip(0)], own)
+    return np.array([str(n).removeprefix(_ENGINE) for n in out], dtype=object)
+
+
+#: How the autograd engine's events name a node it runs (``... AddmmBackward0``).
+_ENGINE = "autograd::engine::evaluate_function: "
 
 
 def _groups(p: pd.DataFrame, ops: np.ndarray) -> pd.DataFrame:

@@ -177,6 +177,14 @@ EXPLAIN = {
     "changes": STRING,  # what_if() keywords that could cut it
 }
 
+#: Changes tried on an estimated cell (``%%memprofile --estimate --explain``), each alone:
+#: the estimated peak with it and the saving (the peak as is minus that; not a stored table).
+SAVINGS = {
+    "change": STRING,  # the what_if() keywords
+    "peak_bytes": "int64",
+    "saving": "int64",
+}
+
 TABLES: dict[str, dict] = {
     "ops": OPS,
     "allocations": ALLOCATIONS,

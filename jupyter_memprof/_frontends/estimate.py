@@ -253,6 +253,14 @@ def names_read(codes: list, namespace: dict, depth: int = 3) -> list[str]:
     return order
 
 
+def cell_objects(shell, code) -> dict:
+    """The tensors, modules and optimizers (and containers of them) a compiled cell
+    (``magic._Code``) reads from the notebook, by name."""
+    ns = shell.user_ns
+    wanted = names_read([c for c, _ in code.codes], ns)
+    return {k: ns[k] for k in wanted if holds_torch(ns[k])}
+
+
 def estimate_cell(
     shell,
     code,
@@ -262,9 +270,12 @@ def estimate_cell(
     label: str,
     allocator: AllocatorConfig | None = None,
     context: int | None = None,
+    prepare: Prepare | None = None,
+    remember: bool = True,
 ) -> Profile:
     """Run a compiled cell (``magic._Code``) on fake copies of the tensors, modules and
-    optimizers it reads from the notebook.
+    optimizers it reads from the notebook (``prepare`` and ``remember``: as for
+    :func:`run_estimate`).
 
     While the cell runs, those names are bound to the fake copies in the notebook namespace
     itself, so notebook functions the cell calls see them too. Afterwards every name is bound
@@ -272,8 +283,7 @@ def estimate_cell(
     what it computed is fake. Nothing real is changed.
     """
     ns = shell.user_ns
-    wanted = names_read([c for c, _ in code.codes], ns)
-    real = {k: ns[k] for k in wanted if holds_torch(ns[k])}
+    real = cell_objects(shell, code)
     before = dict(ns)
 
     def run_cell(fakes: dict) -> None:
@@ -291,6 +301,8 @@ def estimate_cell(
             label=label,
             allocator=allocator,
             context=context,
+            prepare=prepare,
+            remember=remember,
         )
     finally:
         _restore(ns, before)

@@ -10,22 +10,26 @@ checked against the real objects before anything runs; a bad one is one
 
 from __future__ import annotations
 
+import ast
 import fnmatch
 import functools
 import inspect
 import math
+import re
 import sys
 from collections.abc import Callable
 from typing import Any
 
+import pandas as pd
 import torch
 
+from .._analysis import schema as S
 from .._errors import EstimateError
 from .._producers.fake_changes import Request, apply
 from .._producers.fake_copy import _module_tensors, _walk
 from .._views.compare import Comparison
 from .._vocab import Change
-from .estimate import check_device, run_estimate
+from .estimate import cell_objects, check_device, estimate_cell, run_estimate
 from .frames import caller_names
 
 __all__ = ["what_if"]
@@ -326,3 +330,65 @@ def _batch_scale(scale: Any, inputs: list[torch.Tensor], names: dict) -> float:
                 "outermost of its storage)"
             )
     return float(scale)
+
+
+# -- the changes prof.explain() suggests, tried on an estimated cell ------------------------------
+#: ``prof.explain()``'s suggestions (its ``changes`` column) as changes; checkpoints are read
+#: from their text.
+SUGGESTED = {
+    "autocast=torch.bfloat16": {"autocast": torch.bfloat16},
+    "batch=0.5": {"batch": 0.5},
+    "optimizer={'foreach': False}": {"optimizer": {"foreach": False}},
+    "optimizer=torch.optim.SGD": {"optimizer": torch.optim.SGD},
+    "set_to_none=True": {"set_to_none": True},
+}
+_ONE = re.compile(r", (?=[a-z_]+=)")
+
+
+def suggestions(table: pd.DataFrame) -> list[tuple[str, dict]]:
+    """The distinct changes an explain table suggests, in row order: (text, changes)."""
+    out: dict[str, dict] = {}
+    for text in table["changes"].dropna():
+        for one in _ONE.split(str(text)):
+            if one in out:
+                continue
+            if one.startswith(f"{Change.CHECKPOINT.value}="):
+                out[one] = {"checkpoint": ast.literal_eval(one.split("=", 1)[1])}
+            elif one in SUGGESTED:
+                out[one] = SUGGESTED[one]
+    return list(out.items())
+
+
+def cell_savings(shell, code, prof, *, device: str | None) -> pd.DataFrame:
+    """Each change ``prof.explain()`` suggests, tried alone on the estimated cell ``code``:
+    the peak with it on the device of ``prof``'s peak and the saving, largest first
+    (:data:`.schema.SAVINGS`). Changes that do not apply to the cell (a batch that does
+    not halve, no optimizer) or that the fake run cannot do are left out."""
+    table = prof.explain()
+    dev = table.attrs["device"]
+    peak = int(table.attrs["peak_bytes"])
+    rows = []
+    for text, changes in suggestions(table):
+        real = cell_objects(shell, code)
+        try:
+            request = check(changes, (real,), real, device)
+            changed = estimate_cell(
+                shell,
+                code,
+                device=device,
+                limit=None,
+                label=f"{prof.label}, {text}",
+                prepare=functools.partial(_prepare, request),
+                remember=False,
+            )
+        except (EstimateError, RuntimeError):
+            continue
+        finally:
+            real.clear()
+        after = int(changed.peak(dev).attrs["peak_bytes"]) if dev in changed.devices else 0
+        rows.append((text, after, peak - after))
+    out = pd.DataFrame(rows, columns=list(S.SAVINGS)) if rows else S.empty(S.SAVINGS)
+    out = out.sort_values("saving", ascending=False, kind="stable")
+    out = S.conform(out, S.SAVINGS, name="savings")
+    out.attrs.update(peak_bytes=peak, device=dev)
+    return out

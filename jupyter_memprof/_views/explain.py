@@ -43,3 +43,35 @@ def explain_html(table: pd.DataFrame) -> str:
         f"<div><p><b>{html.escape(headline(table))}</b></p>"
         f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table></div>"
     )
+
+
+def savings_text(savings: pd.DataFrame) -> str:
+    """The changes tried on an estimate, largest saving first, under a headline naming the
+    biggest (nothing when none was tried)."""
+    if savings.empty:
+        return ""
+    peak = int(savings.attrs.get("peak_bytes", 0))
+    top = savings.iloc[0]
+    lines = []
+    if top["saving"] > 0:
+        lines.append(
+            f"biggest saving: {top['change']}: peak {format_bytes(int(top['peak_bytes']))} "
+            f"({_signed(-int(top['saving']), peak)})"
+        )
+    lines.append("each change alone, estimated:")
+    for r in savings.itertuples():
+        lines.append(f"  {_signed(-int(r.saving), peak):>22}  {r.change}")
+    return "\n".join(lines)
+
+
+def _signed(delta: int, total: int) -> str:
+    """``-2.8 MiB, -24%``."""
+    sign = "-" if delta < 0 else "+"
+    share = f", {sign}{abs(delta) / total:.0%}" if total else ""
+    return f"{sign}{format_bytes(abs(delta))}{share}"
+
+
+def savings_html(savings: pd.DataFrame) -> str:
+    """:func:`savings_text` as escaped preformatted HTML."""
+    text = savings_text(savings)
+    return f"<pre>{html.escape(text)}</pre>" if text else ""
