@@ -24,6 +24,7 @@ __all__ = [
     "release",
     "unload_ipython_extension",
     "what_if",
+    "what_if_widget",
 ]
 
 
@@ -65,6 +66,10 @@ def __getattr__(name: str):
         from ._frontends.fit import fit
 
         return fit
+    if name == "what_if_widget":
+        from ._frontends.whatif_widget import what_if_widget
+
+        return what_if_widget
     if name == "what_if":
         from ._frontends.whatif import what_if
 

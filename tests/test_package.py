@@ -37,6 +37,7 @@ def test_public_surface_is_small():
             "release",
             "unload_ipython_extension",
             "what_if",
+            "what_if_widget",
         ]
     )
     from jupyter_memprof._errors import CaptureError, ProfileFileError

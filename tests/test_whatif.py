@@ -345,3 +345,50 @@ def test_a_transformers_model_changed_by_hand(change):
     real = _real_lm_peak(model, opt, ids)
     _check(cmp.b.peak().attrs["peak_bytes"], real)
     assert cmp.b.peak().attrs["peak_bytes"] != cmp.a.peak().attrs["peak_bytes"]
+
+
+# -- the widget -----------------------------------------------------------------------------------
+def test_widget_toggles_changes_and_estimates_each_combination_once():
+    from jupyter_memprof import what_if_widget
+
+    ns, step = _scenario(transformer_adamw)
+    model = ns["model"]  # noqa: F841 (the pattern's name)
+    w = what_if_widget(
+        run_closure,
+        step.__code__,
+        step.__globals__,
+        cells_of(step),
+        checkpoint=["model.self_attn"],
+        autocast=torch.bfloat16,
+    )
+    as_is = w.as_is.peak().attrs["peak_bytes"]
+    assert w.comparison is None and "as is: peak" in w.result.value
+    w.boxes["checkpoint"].value = True
+    one = w.comparison.b.peak().attrs["peak_bytes"]
+    w.boxes["autocast"].value = True
+    both = w.comparison.b.peak().attrs["peak_bytes"]
+    assert one < as_is and both < as_is and both != one
+    assert (
+        w.comparison.b.label
+        == "run_closure, checkpoint=['model.self_attn'], autocast=torch.bfloat16"
+    )
+    w.boxes["autocast"].value = False
+    assert w.comparison.b.peak().attrs["peak_bytes"] == one
+    assert len(w._profiles) == 3  # as is, checkpoint, both: the second checkpoint alone was kept
+    cmp = estimated(step, ns, checkpoint=["model.self_attn"])
+    assert cmp.b.peak().attrs["peak_bytes"] == one
+    assert w.result.value.startswith("<pre>peak ")
+
+
+def test_widget_checks_every_change_before_anything_runs():
+    from jupyter_memprof import what_if_widget
+
+    calls = []
+    model = torch.nn.Linear(4, 4)
+
+    def step(model):
+        calls.append(1)
+
+    with pytest.raises(EstimateError, match="matches no module"):
+        what_if_widget(step, model, checkpoint=["nothing"], autocast=torch.bfloat16)
+    assert calls == []
