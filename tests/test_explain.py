@@ -126,7 +126,18 @@ def test_changes_per_category():
     assert family("model.blocks.3.attn") == "model.blocks.*"
 
 
-def test_magic_explain_option(shell, run):
+@pytest.fixture
+def clean(shell):
+    """The names a test's cells bind are deleted afterwards: the IPython shell is shared by
+    the whole test session, and a capture counts every storage its namespace holds."""
+    before = set(shell.user_ns)
+    yield
+    for name in set(shell.user_ns) - before:
+        if not name.startswith("_"):
+            del shell.user_ns[name]
+
+
+def test_magic_explain_option(shell, run, clean):
     result, out = run(
         "%%memprofile -o p_explain --explain\n"
         "lin_explain = torch.nn.Linear(64, 64)\n"
@@ -138,7 +149,7 @@ def test_magic_explain_option(shell, run):
     assert "for: " in out
 
 
-def test_magic_estimate_explain_names_the_biggest_saving(shell, run):
+def test_magic_estimate_explain_names_the_biggest_saving(shell, run, clean):
     result, out = run(
         "mlp_sav = torch.nn.Sequential(\n"
         "    torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 64), torch.nn.ReLU(),\n"

@@ -397,3 +397,21 @@ def test_widget_checks_every_change_before_anything_runs():
     with pytest.raises(EstimateError, match="matches no module"):
         what_if_widget(step, model, checkpoint=["nothing"], autocast=torch.bfloat16)
     assert calls == []
+
+
+def test_the_changed_estimate_saves_and_loads_with_its_changes(tmp_path):
+    model = torch.nn.Linear(8, 8)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x = torch.randn(4, 8)
+
+    def step(model, opt, x):
+        opt.zero_grad()
+        model(x).sum().backward()
+        opt.step()
+
+    cmp = what_if(step, model, opt, x, optimizer=torch.optim.Adam, batch=2, autocast=torch.bfloat16)
+    want = {"optimizer": "torch.optim.Adam", "batch": 2, "autocast": "torch.bfloat16"}
+    for fmt in ("zip", "parquet"):
+        loaded = jupyter_memprof.load(cmp.b.save(tmp_path / f"b.{fmt}", format=fmt))
+        assert loaded.meta["what_if"] == want
+        assert loaded.peak().attrs["peak_bytes"] == cmp.b.peak().attrs["peak_bytes"]
