@@ -4,9 +4,10 @@
 (:mod:`.estimate`) at batch sizes chosen by :func:`search` and returns the largest that
 fits, with the table of the sizes tried and their estimated peaks.
 
-The peak compared with the limit is the estimate's peak of allocated bytes on the device
-(the caching allocator's reserved memory, which rounds blocks into segments, is not
-modelled), so the batch found leaves no room for fragmentation or workspaces.
+What is compared with the limit is what ``estimate(limit=...)`` judges: on a CUDA device
+the caching allocator's reserved peak (modelled, ``meta["reserved_peak_bytes"]``) plus the
+CUDA context (:func:`jupyter_memprof._analysis.limit.context_bytes`); elsewhere the peak of
+allocated bytes.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any
 
 import pandas as pd
 
+from .._analysis.limit import context_bytes
 from .._errors import EstimateError
 from .._profile import Profile
 from .._units import format_bytes
@@ -148,9 +150,10 @@ def fit(
     ``device``, found by estimates (nothing runs for real).
 
     ``fn``'s first argument is the batch size: it makes the batch itself. ``low`` and
-    ``high`` bound the sizes tried (``high=None``: no bound). The peak compared with the
-    limit is the estimate's peak of allocated bytes on ``device`` (default: the device
-    with the highest peak): the caching allocator's reserved memory is not modelled.
+    ``high`` bound the sizes tried (``high=None``: no bound). What is compared with the
+    limit (:func:`footprint`) is what ``estimate(limit=...)`` judges: on a CUDA device the
+    modelled reserved peak plus the CUDA context, elsewhere the peak of allocated bytes
+    (``device`` default: the device with the highest peak).
 
     Returns a :class:`Fit` (``.batch``, ``.tried``, ``.profile``). Raises
     :class:`EstimateError` with one line for a bad limit, device or bound before anything
@@ -178,7 +181,7 @@ def fit(
             label=f"{getattr(fn, '__name__', 'step')}, batch {batch}",
             remember=False,
         )
-        peak = int(prof.peak(dev).attrs["peak_bytes"]) if dev in prof.devices or dev is None else 0
+        peak = footprint(prof, dev)
         if peak <= nbytes and all(batch > b for b in largest):
             largest.clear()
             largest[batch] = prof
@@ -195,6 +198,19 @@ def fit(
     if chosen is not None:
         _session.add(chosen)
     return Fit(best, tried, nbytes, dev, chosen)
+
+
+def footprint(prof: Profile, device: str | None) -> int:
+    """What a limit on ``device`` (default: the device with the highest peak) is compared
+    with: on CUDA the reserved peak plus the CUDA context, else the allocated peak."""
+    if device is not None and device not in prof.devices:
+        return 0
+    point = prof.peak(device).attrs
+    dev = point["device"]
+    reserved = (prof.meta.get("reserved_peak_bytes") or {}).get(dev)
+    if dev is not None and dev.startswith("cuda") and reserved is not None:
+        return int(reserved) + context_bytes(dev)
+    return int(point["peak_bytes"])
 
 
 def _check_bounds(low: Any, high: Any) -> None:
