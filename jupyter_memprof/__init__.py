@@ -16,12 +16,15 @@ __all__ = [
     "compare",
     "diff",
     "estimate",
+    "fit",
     "load",
     "load_ipython_extension",
     "load_many",
     "profile",
     "release",
     "unload_ipython_extension",
+    "what_if",
+    "what_if_widget",
 ]
 
 
@@ -59,6 +62,18 @@ def __getattr__(name: str):
         from ._frontends.session import release_profile as release
 
         return release
+    if name == "fit":
+        from ._frontends.fit import fit
+
+        return fit
+    if name == "what_if_widget":
+        from ._frontends.whatif_widget import what_if_widget
+
+        return what_if_widget
+    if name == "what_if":
+        from ._frontends.whatif import what_if
+
+        return what_if
     if name == "compare":
         from ._views.compare import compare
 

@@ -141,6 +141,22 @@ class Profile:
 
         return peak_by(self.tables, by, device)
 
+    def explain(self, device: str | None = None, rows: int = 8) -> pd.DataFrame:
+        """The peak of ``device`` (default: the highest peak) in a few groups, category x
+        module family (``activation saved by model.blocks.*``), largest first: ``bytes``
+        (the rows add up to the peak exactly), what that memory is for, and the
+        :func:`jupyter_memprof.what_if` changes that could cut it (see :mod:`_explain`).
+        At most ``rows`` groups, then one row for everything else."""
+        from ._analysis.explain import explain
+
+        return explain(self.tables, device, rows)
+
+    def explain_text(self, device: str | None = None, rows: int = 8) -> str:
+        """:meth:`explain` as readable text for a terminal."""
+        from ._views.explain import explain_text
+
+        return explain_text(self.explain(device, rows))
+
     def summary(self) -> dict[str, Any]:
         """Headline numbers: peak per device, top categories at the peak, counts, timings."""
         from ._views.summary import summary

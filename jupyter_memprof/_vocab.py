@@ -92,3 +92,14 @@ class Source(_Vocabulary):
 
     RECORDED = "recorded"  # the allocator's own trace (cudaMalloc / cuMemMap calls)
     MODELLED = "modelled"  # replayed by the model of the caching allocator
+
+
+class Change(_Vocabulary):
+    """A change to a training step that :func:`jupyter_memprof.what_if` can estimate (each
+    value is the keyword ``what_if`` takes), and that :meth:`Profile.explain` suggests."""
+
+    CHECKPOINT = "checkpoint"  # activation checkpointing of modules (non-reentrant)
+    AUTOCAST = "autocast"  # the forward in bfloat16 / float16
+    OPTIMIZER = "optimizer"  # another optimizer class, or its keywords (foreach, fused)
+    SET_TO_NONE = "set_to_none"  # zero_grad(set_to_none=...)
+    BATCH = "batch"  # the batch dimension of the inputs scaled

@@ -29,12 +29,15 @@ def test_public_surface_is_small():
             "compare",
             "diff",
             "estimate",
+            "fit",
             "load",
             "load_ipython_extension",
             "load_many",
             "profile",
             "release",
             "unload_ipython_extension",
+            "what_if",
+            "what_if_widget",
         ]
     )
     from jupyter_memprof._errors import CaptureError, ProfileFileError
@@ -44,6 +47,12 @@ def test_public_surface_is_small():
     assert jupyter_memprof.profile is profile
     assert jupyter_memprof.Profile is Profile
     assert jupyter_memprof.load is load
+    from jupyter_memprof._frontends.whatif import what_if
+
+    assert jupyter_memprof.what_if is what_if
+    from jupyter_memprof._frontends.fit import fit
+
+    assert jupyter_memprof.fit is fit
     assert jupyter_memprof.CaptureError is CaptureError and issubclass(CaptureError, ValueError)
     assert jupyter_memprof.ProfileFileError is ProfileFileError
     assert issubclass(ProfileFileError, ValueError)

@@ -163,6 +163,28 @@ LINEAGE = {
     "callsite": STRING,
 }
 
+#: :meth:`Profile.explain`: the peak in a few groups (not a stored table).
+EXPLAIN = {
+    "group": STRING,
+    "category": CATEGORY_DTYPE,
+    "modules": STRING,  # the module, or family of numbered modules (`model.blocks.*`)
+    "phase": PHASE_DTYPE,  # the phase of the ops that allocated most of the group's bytes
+    "top_op": STRING,  # the op that allocated most of the group's bytes
+    "blocks": "int64",
+    "bytes": "int64",
+    "share": "float64",  # of the peak
+    "what": STRING,  # what that memory is for
+    "changes": STRING,  # what_if() keywords that could cut it
+}
+
+#: Changes tried on an estimated cell (``%%memprofile --estimate --explain``), each alone:
+#: the estimated peak with it and the saving (the peak as is minus that; not a stored table).
+SAVINGS = {
+    "change": STRING,  # the what_if() keywords
+    "peak_bytes": "int64",
+    "saving": "int64",
+}
+
 TABLES: dict[str, dict] = {
     "ops": OPS,
     "allocations": ALLOCATIONS,

@@ -22,6 +22,7 @@ from .._analysis.pipeline import analyse, paused_gc
 from .._devices import parse_device
 from .._errors import AllocatorConfigError, DeviceError, EstimateError
 from .._producers.fake import FakeRun, plan
+from .._producers.fake_changes import Prepare
 from .._producers.fake_copy import holds_torch
 from .._profile import Profile
 from .._units import parse_bytes
@@ -164,9 +165,14 @@ def run_estimate(
     label: str | None,
     allocator: AllocatorConfig | None = None,
     context: int | None = None,
+    prepare: Prepare | None = None,
+    remember: bool = True,
 ) -> Profile:
     """The work behind :func:`estimate` and ``%%memprofile --estimate``: ``names`` are the
-    variables the real objects are known by (they name the fake copies)."""
+    variables the real objects are known by (they name the fake copies). ``prepare(copier,
+    args, kwargs)`` changes the fake copies before the step runs and returns the arguments
+    to call it with (:func:`jupyter_memprof.what_if`). ``remember=False`` leaves the profile
+    out of the session's list (the probes of :func:`jupyter_memprof.fit`)."""
     where = plan(device)
 
     def namespace(fakes: dict[int, Any]) -> dict:
@@ -180,6 +186,8 @@ def run_estimate(
         with run.slot():  # before the copies: a busy slot is reported at once
             fargs = run.convert(args)
             fkwargs = run.convert(kwargs)
+            if prepare is not None:
+                fargs, fkwargs = prepare(run.copier, fargs, fkwargs)
             run.run(fn, fargs, fkwargs)
             del fargs, fkwargs
         wall_s = time.perf_counter() - t0
@@ -214,7 +222,8 @@ def run_estimate(
         error=None,
         captured_at=time.time_ns(),
     )
-    _session.add(prof)
+    if remember:
+        _session.add(prof)
     return prof
 
 
@@ -244,6 +253,14 @@ def names_read(codes: list, namespace: dict, depth: int = 3) -> list[str]:
     return order
 
 
+def cell_objects(shell, code) -> dict:
+    """The tensors, modules and optimizers (and containers of them) a compiled cell
+    (``magic._Code``) reads from the notebook, by name."""
+    ns = shell.user_ns
+    wanted = names_read([c for c, _ in code.codes], ns)
+    return {k: ns[k] for k in wanted if holds_torch(ns[k])}
+
+
 def estimate_cell(
     shell,
     code,
@@ -253,9 +270,12 @@ def estimate_cell(
     label: str,
     allocator: AllocatorConfig | None = None,
     context: int | None = None,
+    prepare: Prepare | None = None,
+    remember: bool = True,
 ) -> Profile:
     """Run a compiled cell (``magic._Code``) on fake copies of the tensors, modules and
-    optimizers it reads from the notebook.
+    optimizers it reads from the notebook (``prepare`` and ``remember``: as for
+    :func:`run_estimate`).
 
     While the cell runs, those names are bound to the fake copies in the notebook namespace
     itself, so notebook functions the cell calls see them too. Afterwards every name is bound
@@ -263,8 +283,7 @@ def estimate_cell(
     what it computed is fake. Nothing real is changed.
     """
     ns = shell.user_ns
-    wanted = names_read([c for c, _ in code.codes], ns)
-    real = {k: ns[k] for k in wanted if holds_torch(ns[k])}
+    real = cell_objects(shell, code)
     before = dict(ns)
 
     def run_cell(fakes: dict) -> None:
@@ -282,6 +301,8 @@ def estimate_cell(
             label=label,
             allocator=allocator,
             context=context,
+            prepare=prepare,
+            remember=remember,
         )
     finally:
         _restore(ns, before)

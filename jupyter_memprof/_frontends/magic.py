@@ -324,6 +324,14 @@ class MemprofMagics(Magics):
         "context, library handles); default 751MiB (measured on an H100).",
     )
     @magic_arguments.argument(
+        "--explain",
+        action="store_true",
+        help="Also show the peak explained: its few largest groups (category x module "
+        "family), what each is for and the what_if() changes that could cut it. With "
+        "--estimate, each change is also estimated on the cell (one more estimate each) "
+        "and the biggest saving named.",
+    )
+    @magic_arguments.argument(
         "--label",
         metavar="TEXT",
         help="Name shown in summaries and the Memory profiles panel "
@@ -471,7 +479,7 @@ class MemprofMagics(Magics):
             if args.html is not None:
                 _write_html(prof, args.html, name, force=args.force)
             if not args.no_display:
-                _show(shell, prof, name)
+                _show(shell, prof, name, explain=args.explain)
 
         if raised is not None:
             raise raised
@@ -507,7 +515,12 @@ class MemprofMagics(Magics):
         if args.html is not None:
             _write_html(prof, args.html, name, force=args.force)
         if not args.no_display:
-            _show(shell, prof, name)
+            savings = None
+            if args.explain:
+                from .whatif import cell_savings
+
+                savings = cell_savings(shell, code, prof, device=device)
+            _show(shell, prof, name, explain=args.explain, savings=savings)
 
 
 def _estimate_options(args, name: str) -> dict:
@@ -586,15 +599,19 @@ def _write_html(prof, path: str, name: str, *, force: bool = False) -> None:
         print(f"report written to {written}")
 
 
-def _show(shell, prof, name: str) -> None:
-    """Display ``prof``: the summary (HTML in notebooks, text elsewhere), then in a kernel
-    the interactive dashboard. A dashboard that cannot be built leaves the summary alone."""
+def _show(shell, prof, name: str, *, explain: bool = False, savings=None) -> None:
+    """Display ``prof``: the summary (HTML in notebooks, text elsewhere), with ``explain``
+    the peak explained (and for an estimate the ``savings`` of the changes it suggests),
+    then in a kernel the interactive dashboard. A dashboard that cannot be built leaves the
+    summary alone."""
     from IPython.display import display
 
     from .._views.summary import summary_html, summary_text
 
     try:
         display({"text/plain": summary_text(prof), "text/html": summary_html(prof)}, raw=True)
+        if explain:
+            _show_explain(prof, savings)
     except Exception as err:  # never break the user's cell over a summary
         print(f"{name}: could not summarise the profile: {err!r}", file=sys.stderr)
         return
@@ -665,3 +682,17 @@ def unload_extension(shell) -> None:
     with contextlib.suppress(ValueError):  # not registered
         shell.events.unregister("post_run_cell", LATER.free)
     LATER.free()
+
+
+def _show_explain(prof, savings=None) -> None:
+    """Display :meth:`Profile.explain` (text and HTML), then the savings of the changes
+    tried on an estimate."""
+    from IPython.display import display
+
+    from .._views.explain import explain_html, explain_text, savings_html, savings_text
+
+    table = prof.explain()
+    text, page = explain_text(table), explain_html(table)
+    if savings is not None and not savings.empty:
+        text, page = f"{text}\n{savings_text(savings)}", page + savings_html(savings)
+    display({"text/plain": text, "text/html": page}, raw=True)

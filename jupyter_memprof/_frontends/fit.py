@@ -1,0 +1,224 @@
+"""The largest batch that fits: estimates of ``fn(batch, *args)`` at a few batch sizes.
+
+``fit(train_step, model, opt, limit="24GiB", device="cuda:0")`` estimates the step
+(:mod:`.estimate`) at batch sizes chosen by :func:`search` and returns the largest that
+fits, with the table of the sizes tried and their estimated peaks.
+
+What is compared with the limit is what ``estimate(limit=...)`` judges: on a CUDA device
+the caching allocator's reserved peak (modelled, ``meta["reserved_peak_bytes"]``) plus the
+CUDA context (:func:`jupyter_memprof._analysis.limit.context_bytes`); elsewhere the peak of
+allocated bytes.
+"""
+
+from __future__ import annotations
+
+import functools
+import html
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+
+from .._analysis.limit import context_bytes
+from .._errors import EstimateError
+from .._profile import Profile
+from .._units import format_bytes
+from . import session as _session
+from .estimate import check_device, check_limit, run_estimate
+from .frames import caller_names
+
+__all__ = ["Fit", "fit", "search"]
+
+#: Largest batch tried when ``high`` is not given.
+MAX_BATCH = 2**31
+#: While growing, a step goes at most this many times further than the largest size that
+#: fits (small sizes' peaks are mostly fixed costs: their line says little).
+GROWTH = 256
+
+
+@dataclass
+class Fit:
+    """The result of :func:`fit`: ``batch`` (the largest size that fits, None when even
+    ``low`` does not), ``tried`` (one row per estimate, in the order run: ``batch``,
+    ``peak_bytes``, ``fits``), ``limit`` and ``device``, and ``profile``: the estimate at
+    ``batch`` (None when nothing fits)."""
+
+    batch: int | None
+    tried: pd.DataFrame
+    limit: int
+    device: str | None
+    profile: Profile | None
+
+    def text(self) -> str:
+        """The answer, then the sizes tried, largest first."""
+        lines = [self.headline()]
+        for r in self.tried.sort_values("batch").itertuples():
+            mark = "fits" if r.fits else "over"
+            lines.append(f"  batch {r.batch:>8}: {format_bytes(int(r.peak_bytes)):>11}  {mark}")
+        return "\n".join(lines)
+
+    def headline(self) -> str:
+        where = self.device or "its devices"
+        limit = format_bytes(self.limit)
+        n = len(self.tried)
+        if self.batch is None:
+            return f"no batch fits {limit} on {where} ({n} estimate{'s' if n != 1 else ''})"
+        peak = format_bytes(int(self.tried.set_index("batch").loc[self.batch, "peak_bytes"]))
+        return f"batch {self.batch} fits {limit} on {where}: peak {peak} ({n} estimates)"
+
+    def __repr__(self) -> str:
+        return self.text()
+
+    def _repr_html_(self) -> str:
+        return f"<pre>{html.escape(self.text())}</pre>"
+
+
+def search(peak_of: Callable[[int], int], limit: int, low: int, high: int | None) -> int | None:
+    """The largest batch in ``[low, high]`` whose ``peak_of(batch)`` is at most ``limit``,
+    assuming the peak grows with the batch; None when ``low`` does not fit.
+
+    Memory grows about linearly with the batch, so after ``low`` the sizes tried are where
+    the line through the two largest sizes that fit meets the limit (doubling while no line
+    rises, at most :data:`GROWTH` times further per step), and once a size that does not fit is known, where the line between the two
+    bracketing sizes meets it; a step that does not halve the bracket is followed by a
+    halving, so the search ends in a few more estimates than a bisection at worst.
+    """
+    peaks: dict[int, int] = {}
+
+    def fits(b: int) -> bool:
+        peaks[b] = peak_of(b)
+        return peaks[b] <= limit
+
+    top = MAX_BATCH if high is None else high
+    if not fits(low):
+        return None
+    lo, hi = low, None
+    if high is not None and high > low:
+        if fits(high):
+            return high
+        hi = high
+    while hi is None:  # grow: no size over the limit yet
+        if lo >= top:
+            return lo
+        guess = _towards(peaks, lo, limit)
+        nxt = min(top, GROWTH * lo, max(lo + 1, guess if guess is not None else 2 * lo))
+        if fits(nxt):
+            lo = nxt
+        else:
+            hi = nxt
+    halve = False
+    while hi - lo > 1:  # narrow the bracket
+        if halve:
+            nxt = (lo + hi) // 2
+        else:
+            slope = (peaks[hi] - peaks[lo]) / (hi - lo)
+            nxt = lo + int((limit - peaks[lo]) / slope) if slope > 0 else (lo + hi) // 2
+            nxt = min(hi - 1, max(lo + 1, nxt))
+        width = hi - lo
+        if fits(nxt):
+            lo = nxt
+        else:
+            hi = nxt
+        halve = not halve and (hi - lo) * 2 > width
+    return lo
+
+
+def _towards(peaks: dict[int, int], lo: int, limit: int) -> int | None:
+    """Where the line through the two largest sizes tried meets ``limit`` (None without a
+    rising line)."""
+    sizes = sorted(peaks)
+    if len(sizes) < 2:
+        return None
+    a, b = sizes[-2], sizes[-1]
+    slope = (peaks[b] - peaks[a]) / (b - a)
+    if slope <= 0:
+        return None
+    return b + int((limit - peaks[b]) / slope)
+
+
+def fit(
+    fn: Callable,
+    *args: Any,
+    limit: Any = None,
+    device: str | None = None,
+    low: int = 1,
+    high: int | None = None,
+) -> Fit:
+    """The largest batch size for which ``fn(batch, *args)`` fits in ``limit`` on
+    ``device``, found by estimates (nothing runs for real).
+
+    ``fn``'s first argument is the batch size: it makes the batch itself. ``low`` and
+    ``high`` bound the sizes tried (``high=None``: no bound). What is compared with the
+    limit (:func:`footprint`) is what ``estimate(limit=...)`` judges: on a CUDA device the
+    modelled reserved peak plus the CUDA context, elsewhere the peak of allocated bytes
+    (``device`` default: the device with the highest peak).
+
+    Returns a :class:`Fit` (``.batch``, ``.tried``, ``.profile``). Raises
+    :class:`EstimateError` with one line for a bad limit, device or bound before anything
+    runs; an error of ``fn`` at some batch size propagates.
+    """
+    if not callable(fn):
+        raise EstimateError(f"fit() needs a function to call first, not {type(fn).__name__}")
+    dev = check_device(device)
+    nbytes = check_limit(limit)
+    if nbytes is None:
+        raise EstimateError("fit() needs a limit, such as limit='24GiB'")
+    _check_bounds(low, high)
+    caller = caller_names(sys._getframe(1))
+    largest: dict[int, Profile] = {}  # the estimate of the largest batch that fits so far
+    order: list[tuple[int, int]] = []
+
+    def peak_of(batch: int) -> int:
+        prof = run_estimate(
+            functools.partial(fn, batch),
+            args,
+            {},
+            device=dev,
+            limit=None,
+            names=caller,
+            label=f"{getattr(fn, '__name__', 'step')}, batch {batch}",
+            remember=False,
+        )
+        peak = footprint(prof, dev)
+        if peak <= nbytes and all(batch > b for b in largest):
+            largest.clear()
+            largest[batch] = prof
+        order.append((batch, peak))
+        return peak
+
+    try:
+        best = search(peak_of, nbytes, low, high)
+    finally:
+        caller.clear()
+    tried = pd.DataFrame(order, columns=["batch", "peak_bytes"])
+    tried["fits"] = tried["peak_bytes"] <= nbytes
+    chosen = largest.get(best) if best is not None else None
+    if chosen is not None:
+        _session.add(chosen)
+    return Fit(best, tried, nbytes, dev, chosen)
+
+
+def footprint(prof: Profile, device: str | None) -> int:
+    """What a limit on ``device`` (default: the device with the highest peak) is compared
+    with: on CUDA the reserved peak plus the CUDA context, else the allocated peak."""
+    if device is not None and device not in prof.devices:
+        return 0
+    point = prof.peak(device).attrs
+    dev = point["device"]
+    reserved = (prof.meta.get("reserved_peak_bytes") or {}).get(dev)
+    if dev is not None and dev.startswith("cuda") and reserved is not None:
+        return int(reserved) + context_bytes(dev)
+    return int(point["peak_bytes"])
+
+
+def _check_bounds(low: Any, high: Any) -> None:
+    if isinstance(low, bool) or not isinstance(low, int) or low < 1:
+        raise EstimateError(f"fit(low=...) must be a batch size of at least 1, not {low!r}")
+    if high is None:
+        return
+    if isinstance(high, bool) or not isinstance(high, int) or high < low:
+        raise EstimateError(
+            f"fit(high=...) must be a batch size of at least low={low}, not {high!r}"
+        )

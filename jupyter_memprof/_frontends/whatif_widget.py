@@ -1,0 +1,106 @@
+"""A notebook widget to toggle what_if() changes and see the estimate update.
+
+``what_if_widget(train_step, model, opt, x, y, checkpoint=["model.blocks.*"],
+autocast=torch.bfloat16, batch=2)`` shows one checkbox per change offered; ticking them
+estimates the step with the ticked changes together (:mod:`.whatif`) against the step as it
+is, and shows the diff of the two peaks. Each combination is estimated once.
+"""
+
+from __future__ import annotations
+
+import functools
+import html
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from .._units import format_bytes
+from .._views.compare import Comparison
+from .estimate import check_device, run_estimate
+from .frames import caller_names
+from .whatif import _objects, _prepare, check, describe
+
+__all__ = ["WhatIf", "what_if_widget"]
+
+
+class WhatIf:
+    """Checkboxes, one per change offered, and the estimate with the ticked ones against the
+    step as it is. ``.comparison``: the comparison shown (None while nothing is ticked);
+    ``.boxes``: the checkboxes by change name; ``.widget``: the ipywidgets box."""
+
+    def __init__(self, fn: Callable, args: tuple, device: str | None, changes: dict, names: dict):
+        import ipywidgets as widgets
+
+        self._fn, self._args, self._device = fn, args, device
+        self._names = names
+        self._changes = changes
+        for key, value in changes.items():  # every change checked alone, before anything runs
+            check({key: value}, args, names, device)
+        self._profiles: dict[frozenset, Any] = {}
+        self.as_is = self._estimate({})
+        self.comparison: Comparison | None = None
+        self.boxes = {
+            key: widgets.Checkbox(value=False, description=describe({key: value}), indent=False)
+            for key, value in changes.items()
+        }
+        self.result = widgets.HTML()
+        for box in self.boxes.values():
+            box.observe(self._update, names="value")
+        self.widget = widgets.VBox([widgets.VBox(list(self.boxes.values())), self.result])
+        self._update()
+
+    def _estimate(self, chosen: dict):
+        key = frozenset(chosen)
+        hit = self._profiles.get(key)
+        if hit is not None:
+            return hit
+        prepare = None
+        if chosen:
+            prepare = functools.partial(
+                _prepare, check(chosen, self._args, self._names, self._device)
+            )
+        name = getattr(self._fn, "__name__", None) or type(self._fn).__name__
+        prof = run_estimate(
+            self._fn,
+            self._args,
+            {},
+            device=self._device,
+            limit=None,
+            names=self._names,
+            label=f"{name}, {describe(chosen) if chosen else 'as is'}",
+            prepare=prepare,
+            remember=False,
+        )
+        self._profiles[key] = prof
+        return prof
+
+    def _update(self, _change: Any = None) -> None:
+        chosen = {k: self._changes[k] for k, box in self.boxes.items() if box.value}
+        if not chosen:
+            self.comparison = None
+            peak = self.as_is.peak().attrs["peak_bytes"]
+            self.result.value = f"<pre>as is: peak {html.escape(format_bytes(peak))}</pre>"
+            return
+        self.comparison = Comparison(self.as_is, self._estimate(chosen))
+        text = self.comparison.diff("category").text()
+        self.result.value = f"<pre>{html.escape(text)}</pre>"
+
+    def _ipython_display_(self) -> None:
+        from IPython.display import display
+
+        display(self.widget)
+
+
+def what_if_widget(fn: Callable, *args: Any, device: str | None = None, **changes: Any) -> WhatIf:
+    """A widget with one checkbox per change (the keywords of
+    :func:`jupyter_memprof.what_if`); the step is estimated with the ticked changes and
+    compared with the step as it is. Every change is checked before anything runs (one
+    :class:`EstimateError` line); the real objects are only read."""
+    dev = check_device(device)
+    caller = caller_names(sys._getframe(1))
+    try:
+        held = {id(o) for o in _objects(args)}
+        names = {k: v for k, v in caller.items() if id(v) in held}
+    finally:
+        caller.clear()
+    return WhatIf(fn, args, dev, changes, names)
