@@ -22,6 +22,7 @@ __all__ = [
     "load_many",
     "profile",
     "release",
+    "step",
     "unload_ipython_extension",
     "what_if",
     "what_if_widget",
@@ -30,10 +31,10 @@ __all__ = [
 
 def __getattr__(name: str):
     # Keep `import jupyter_memprof` light: torch, pandas and bokeh load on first use.
-    if name == "profile":
-        from ._frontends.capture import profile
+    if name in ("profile", "step"):
+        from ._frontends import capture
 
-        return profile
+        return getattr(capture, name)
     if name == "Profile":
         from ._profile import Profile
 

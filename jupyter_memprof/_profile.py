@@ -36,6 +36,8 @@ class Profile:
       notebook variables);
     - ``segments``: the CUDA caching allocator's segments, modelled from the blocks (or
       recorded), with ``meta["reserved_peak_bytes"]``.
+    - ``steps``: one row per (step, device): live bytes at its start and end, its peak and
+      growth (a step ends at each ``optimizer.step()`` or :func:`jupyter_memprof.step`).
     """
 
     ops: pd.DataFrame
@@ -47,6 +49,7 @@ class Profile:
     uses: pd.DataFrame
     names: pd.DataFrame
     segments: pd.DataFrame = field(default_factory=lambda: _schema.empty(_schema.SEGMENTS))
+    steps: pd.DataFrame = field(default_factory=lambda: _schema.empty(_schema.STEPS))
     meta: dict[str, Any] = field(default_factory=dict)
     session_id: int | None = field(default=None, compare=False)
 
@@ -157,6 +160,16 @@ class Profile:
 
         return explain_text(self.explain(device, rows))
 
+    def leaks(self) -> pd.DataFrame:
+        """Memory that grows with every step: one row per group of blocks made in one step
+        and still alive at the end, made again step after step, largest first, with the
+        ``holder`` (the variable or module path keeping them, when the session reached
+        them), the ``callsite`` that made them, ``bytes_per_step`` and a short ``why``.
+        Empty for a clean loop (see :mod:`jupyter_memprof._analysis.steps`)."""
+        from ._analysis.steps import leaks
+
+        return leaks(self.tables)
+
     def summary(self) -> dict[str, Any]:
         """Headline numbers: peak per device, top categories at the peak, counts, timings."""
         from ._views.summary import summary
@@ -250,6 +263,8 @@ def load(path: str | os.PathLike) -> Profile:
         from ._storage import read
 
         tables, meta = read(path)
+    if tables["steps"].empty and not tables["timeline"].empty:  # saved before steps existed
+        tables["steps"] = _rebuilt_steps(tables, meta)
     return Profile(**tables, meta=meta)
 
 
@@ -262,6 +277,19 @@ def _path(path: str | bytes | os.PathLike) -> str:
         raise TypeError(
             f"a path must be a str, bytes or os.PathLike, not {type(path).__name__}"
         ) from None
+
+
+def _rebuilt_steps(tables: dict[str, pd.DataFrame], meta: dict) -> pd.DataFrame:
+    """The ``steps`` table of a profile saved without one, from its other tables."""
+    from ._analysis.steps import build_steps
+
+    timeline = tables["timeline"]
+    start = meta.get("start_ns")
+    start = int(timeline["time_ns"].min()) if start is None else int(start)
+    end = meta.get("end_ns")
+    return build_steps(
+        tables["ops"], tables["events"], timeline, start, start if end is None else int(end)
+    )
 
 
 def _as_profile(p: Profile | str | os.PathLike, which: str) -> Profile:

@@ -38,6 +38,11 @@ from ._vocab import OpKind, Role
 
 #: Names of the annotations the capture's module hooks emit: ``MODULE_MARKER + index``.
 MODULE_MARKER = "memprof.module#"
+#: The name of the annotation :func:`jupyter_memprof.step` emits: a step ends there.
+STEP_MARKER = "memprof.step"
+#: The prefix of the annotations torch's ``profiler.step()`` opens (``ProfilerStep#3``):
+#: each one starts a step.
+PROFILER_STEP_PREFIX = "ProfilerStep#"
 
 
 class TensorRef(NamedTuple):

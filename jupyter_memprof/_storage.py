@@ -402,7 +402,7 @@ _OP_REFS = {
     "uses": ("op_id",),
 }
 #: columns holding device strings
-_DEVICE_COLUMNS = ("allocations", "events", "timeline", "names")
+_DEVICE_COLUMNS = ("allocations", "events", "timeline", "names", "steps")
 
 
 def check_tables(tables: dict[str, pd.DataFrame], path: str) -> dict[str, pd.DataFrame]:

@@ -78,6 +78,9 @@ class Role(_Vocabulary):
     GRADIENT = "gradient"
     OPTIMIZER_STATE = "optimizer_state"
     VARIABLE = "variable"
+    #: a tensor an autograd graph keeps, reached at the end of the capture from a tensor the
+    #: session reaches (``losses[3].grad_fn._saved_self``; see ``prof.leaks()``)
+    HELD = "held"
 
 
 class Pool(_Vocabulary):

@@ -35,6 +35,7 @@ def test_public_surface_is_small():
             "load_many",
             "profile",
             "release",
+            "step",
             "unload_ipython_extension",
             "what_if",
             "what_if_widget",

@@ -114,7 +114,9 @@ def _named(names: pd.DataFrame, alloc_ids: np.ndarray) -> np.ndarray:
     """For each block (by position), the row of ``names`` that names it, or -1: model roles
     beat plain variables; the end of the capture beats its start."""
     out = np.full(len(alloc_ids), -1, dtype=np.int64)
-    rows = np.flatnonzero(names["alloc_id"].notna().to_numpy())
+    # tensors only reached through a container or a graph (role "held") name no block
+    held = (names["role"].astype(object) == Role.HELD.value).to_numpy()
+    rows = np.flatnonzero(names["alloc_id"].notna().to_numpy() & ~held)
     if not len(rows):
         return out
     block = names["alloc_id"].to_numpy(dtype=np.int64, na_value=0)[rows]

@@ -18,6 +18,7 @@ from .._records import Capture
 from . import tables as T
 from .allocator import AllocatorConfig, model_profile
 from .categories import categorise
+from .steps import build_steps
 from .timeline import build_events, build_timeline, with_reserved
 
 Progress = Callable[[str, int, int], object]
@@ -129,6 +130,8 @@ def analyse(
     totals_start = capture.totals_start or {}
     events = with_reserved(events, mem, {d: t.reserved for d, t in totals_start.items()})
     timeline = build_timeline(events, versions)
+    end_ns = int(max(ops["end_ns"].max() if len(ops) else start_ns, start_ns))
+    steps = build_steps(ops, events, timeline, start_ns, end_ns)
     step(4)
     segments, allocator_meta = model_profile(
         {"events": events, "allocations": allocations}, allocator
@@ -144,6 +147,7 @@ def analyse(
         "flows": flows,
         "uses": uses,
         "names": names_df,
+        "steps": steps,
         "segments": segments,
     }
     reserved = {  # recorded where torch recorded it, else modelled
@@ -152,7 +156,7 @@ def analyse(
     }
     return tables, {
         "start_ns": start_ns,
-        "end_ns": int(max(ops["end_ns"].max() if len(ops) else start_ns, start_ns)),
+        "end_ns": end_ns,
         "stage_s": timings,
         **allocator_meta,
         **baseline,

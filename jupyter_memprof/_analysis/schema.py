@@ -151,6 +151,34 @@ SEGMENTS = {
     "source": SOURCE_DTYPE,
 }
 
+# one row per (step, device): a step ends at each optimizer.step(), or where the code marks
+# it (jupyter_memprof.step(), torch's profiler.step()); see _analysis/steps.py
+STEPS = {
+    "step": "int64",
+    "device": OPEN_CATEGORY,
+    "start_ns": "int64",
+    "end_ns": "int64",
+    "peak_bytes": "int64",
+    "live_start_bytes": "int64",
+    "live_end_bytes": "int64",
+    "growth_bytes": "int64",
+    # the category whose live bytes grew most over the step; NA when none grew
+    "growth_category": CATEGORY_DTYPE,
+}
+
+# Profile.leaks(): groups of blocks made step after step and never freed
+LEAKS = {
+    "holder": STRING,
+    "callsite": STRING,
+    "category": CATEGORY_DTYPE,
+    "device": OPEN_CATEGORY,
+    "bytes_per_step": "int64",
+    "steps": "int64",
+    "total_bytes": "int64",
+    "alloc_ids": "object",
+    "why": STRING,
+}
+
 LINEAGE = {
     "time_ns": "Int64",
     "op_id": "Int64",
@@ -195,11 +223,12 @@ TABLES: dict[str, dict] = {
     "uses": USES,
     "names": NAMES,
     "segments": SEGMENTS,
+    "steps": STEPS,
 }
 
 #: Tables added after files of format 1 were first written: a saved profile without one
-#: loads with it empty.
-ADDED_TABLES: tuple[str, ...] = ("segments",)
+#: loads with it empty (``steps``: rebuilt from the other tables by ``load``).
+ADDED_TABLES: tuple[str, ...] = ("segments", "steps")
 
 
 #: Columns added after files of format 1 were first written: a saved table without them

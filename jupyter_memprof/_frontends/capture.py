@@ -27,7 +27,17 @@ from .._profile import Profile
 from . import session as _session
 from .frames import caller_names
 
-__all__ = ["CaptureError", "build_tables", "profile"]
+__all__ = ["CaptureError", "build_tables", "profile", "step"]
+
+
+def step() -> None:
+    """Mark the end of one step of a loop, for loops without an optimizer (evaluation,
+    inference): ``prof.steps`` and ``prof.leaks()`` split the capture here instead of at
+    each ``optimizer.step()``. Costs next to nothing, and does nothing outside a capture or
+    an estimate."""
+    from .._producers.live import mark_step
+
+    mark_step()
 
 
 class profile(contextlib.AbstractContextManager):  # lower case: reads like a function

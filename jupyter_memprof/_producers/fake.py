@@ -28,7 +28,7 @@ from .._errors import DeviceError
 from .._records import Capture, Trace
 from .fake_copy import FakeCopier
 from .fake_recorder import FakeRecorder, PythonMode, RecordingMode, cudnn_rnn_error
-from .live import SessionNames
+from .live import SessionNames, held_rows
 from .recorder import _cell_namer, exclusive
 from .torch_profiler import FrameNamer
 
@@ -142,7 +142,10 @@ class FakeRun:
                     raise
                 raise error from None
         self.names = SessionNames(self.ns(), rec.modules, rec.optimizers, deep=False)
-        self.end_rows = self.names.rows("end", rec.storage)
+        self.end_rows = [
+            *self.names.rows("end", rec.storage),
+            *held_rows(self.names, self.ns(), rec.storage),
+        ]
 
     def capture(self) -> Capture:
         rec = self.recorder

@@ -27,6 +27,7 @@ What a fake run offers, and how each record is made from it:
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import threading
 import weakref
@@ -44,8 +45,17 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from .._devices import block_bytes, is_cuda
 from .._errors import EstimateError
-from .._records import MODULE_MARKER, NO_ID, MemoryRecord, OpRecord, TensorRef, UntrackedTensor
+from .._records import (
+    MODULE_MARKER,
+    NO_ID,
+    STEP_MARKER,
+    MemoryRecord,
+    OpRecord,
+    TensorRef,
+    UntrackedTensor,
+)
 from .._vocab import OpKind
+from .live import STEP_LISTENERS
 from .torch_profiler import FrameNamer
 
 #: How far the fake clock advances per record (views in milliseconds then count records).
@@ -414,9 +424,17 @@ class FakeRecorder:
             optim_module.register_optimizer_step_post_hook(self._step_post),
         ]
         self._last_seq = torch._C._autograd._get_sequence_nr()
+        STEP_LISTENERS.append(self.mark_step)
         self.active = True
 
+    def mark_step(self) -> None:
+        """:func:`jupyter_memprof.step` during the run: the same annotation a capture records."""
+        self.sync_backward()
+        self.close(self.open(STEP_MARKER, OpKind.ANNOTATION))
+
     def stop(self) -> None:
+        with contextlib.suppress(ValueError):  # not started
+            STEP_LISTENERS.remove(self.mark_step)
         for h in self._handles:
             h.remove()
         self._handles = []

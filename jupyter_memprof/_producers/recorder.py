@@ -20,7 +20,7 @@ import torch
 from .._errors import CaptureError
 from .._records import Capture, DeviceTotals, WatchedFree
 from . import torch_profiler as events
-from .live import ModuleHooks, SessionNames, modules_by_id
+from .live import ModuleHooks, SessionNames, held_rows, modules_by_id
 
 
 # -- one capture at a time --------------------------------------------------------------------
@@ -458,7 +458,7 @@ class Recorder:
         )
         return Capture(
             trace=trace,
-            names=[*self.start_rows, *names.rows("end")],
+            names=[*self.start_rows, *names.rows("end"), *held_rows(names, namespace)],
             module_paths=[
                 names.module_path(m) if m is not None else cls for m, cls in zip(found, classes)
             ],

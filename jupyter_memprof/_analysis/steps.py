@@ -1,0 +1,270 @@
+"""Steps and leaks: a capture of a loop, split into its iterations.
+
+A step ends at each ``optimizer.step()``; where the code marks its steps itself
+(:func:`jupyter_memprof.step`, or torch's ``profiler.step()``), the marks decide instead.
+:func:`build_steps` gives one row per (step, device) with the live bytes at the step's start
+and end and its peak, read from the ``timeline`` table (so they agree with it exactly).
+
+:func:`leaks` looks for blocks made in one step that are still alive when the capture ends,
+made again step after step: the memory that grows with every iteration. Blocks the live
+session reached at the end through a variable (a list, a dict, an autograd graph, a module's
+hook: ``names`` rows of role ``held``) give each group its holder.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+
+from .._records import PROFILER_STEP_PREFIX, STEP_MARKER
+from . import schema as S
+from .schema import OpKind, Role
+
+#: the name every ``optimizer.step()`` op starts with (``Optimizer.step#SGD.step``)
+_OPTIMIZER_STEP = "Optimizer.step#"
+
+
+# -- step boundaries ---------------------------------------------------------------------
+def _marks(ops: pd.DataFrame) -> np.ndarray:
+    """Times where the code marked a step's end: :data:`STEP_MARKER` annotations (their
+    end) and torch's ``ProfilerStep#N`` annotations (their start: each one opens a step)."""
+    if ops.empty:
+        return np.zeros(0, dtype=np.int64)
+    name = ops["name"].astype(object)
+    annotation = (ops["kind"] == OpKind.ANNOTATION.value).to_numpy()
+    ours = annotation & (name == STEP_MARKER).to_numpy()
+    torch_steps = annotation & name.str.startswith(PROFILER_STEP_PREFIX).to_numpy(dtype=bool)
+    return np.sort(
+        np.concatenate(
+            [ops["end_ns"].to_numpy()[ours], ops["start_ns"].to_numpy()[torch_steps]]
+        ).astype(np.int64)
+    )
+
+
+def _optimizer_steps(ops: pd.DataFrame) -> np.ndarray:
+    """The ends of the outermost ``optimizer.step()`` calls."""
+    if ops.empty:
+        return np.zeros(0, dtype=np.int64)
+    kind = ops["kind"]
+    is_step = (kind == OpKind.OPTIMIZER.value).to_numpy() & (
+        ops["name"].astype(object).str.startswith(_OPTIMIZER_STEP).to_numpy(dtype=bool)
+    )
+    parent = ops["parent_id"].to_numpy(dtype=np.int64, na_value=-1)
+    pos = pd.Index(ops["op_id"].to_numpy()).get_indexer(parent)
+    inside_optimizer = (pos >= 0) & (kind.to_numpy()[np.maximum(pos, 0)] == OpKind.OPTIMIZER.value)
+    return np.sort(ops["end_ns"].to_numpy()[is_step & ~inside_optimizer].astype(np.int64))
+
+
+def step_bounds(
+    ops: pd.DataFrame, events: pd.DataFrame, start_ns: int, end_ns: int
+) -> list[tuple[int, int]]:
+    """``(start_ns, end_ns)`` of each step, in order: split at the code's step marks, else
+    at each ``optimizer.step()``; the stretch before the first split or after the last one
+    is a step of its own only when a block was allocated in it (else it joins its
+    neighbour). Without any split the whole capture is one step."""
+    cuts = _marks(ops)
+    if not len(cuts):
+        cuts = _optimizer_steps(ops)
+    cuts = np.unique(cuts[(cuts > start_ns) & (cuts < end_ns)])
+    edges = [start_ns, *cuts.tolist(), end_ns]
+    if len(edges) > 2:
+        created = events["time_ns"].to_numpy()[(events["action"] == "create").to_numpy()]
+        # times belong to the step ending at or after them: (edges[k], edges[k + 1]]
+        if not ((created > edges[0]) & (created <= edges[1])).any() and len(edges) > 2:
+            edges.pop(1)
+        if len(edges) > 2 and not (created > edges[-2]).any():
+            edges.pop(-2)
+    return list(zip(edges[:-1], edges[1:]))
+
+
+# -- the steps table ----------------------------------------------------------------------
+def _state(timeline: pd.DataFrame, device: str) -> tuple[np.ndarray, np.ndarray]:
+    """For one device: the time of each timeline row and the live bytes of every category
+    after it (rows x categories)."""
+    rows = timeline[(timeline["device"] == device).to_numpy()]
+    n, k = len(rows), len(S.CATEGORY_DTYPE.categories)
+    cat = rows["category"].cat.codes.to_numpy()
+    row = np.arange(1, n + 1)
+    # the last row of each category at or before each row (0: none yet, nothing live)
+    last = np.zeros((n + 1, k), dtype=np.int64)
+    last[row, cat] = row
+    last = np.maximum.accumulate(last, axis=0)
+    written = np.zeros((n + 1, k), dtype=np.int64)
+    written[row, cat] = rows["bytes"].to_numpy()
+    return rows["time_ns"].to_numpy(), written[last, np.arange(k)[None, :]]
+
+
+def build_steps(
+    ops: pd.DataFrame, events: pd.DataFrame, timeline: pd.DataFrame, start_ns: int, end_ns: int
+) -> pd.DataFrame:
+    """One row per (step, device): see the module's docstring and docs/tables.md."""
+    if timeline.empty:
+        return S.empty(S.STEPS)
+    end_ns = max(int(end_ns), int(timeline["time_ns"].max()), int(start_ns))
+    bounds = step_bounds(ops, events, int(start_ns), end_ns)
+    starts = np.array([b[0] for b in bounds], dtype=np.int64)
+    ends = np.array([b[1] for b in bounds], dtype=np.int64)
+    categories = np.asarray(S.CATEGORY_DTYPE.categories, dtype=object)
+    out = []
+    for device in sorted(timeline["device"].dropna().unique().tolist(), key=str):
+        times, state = _state(timeline, device)
+        total = state.sum(axis=1)
+        # the state at t is after every row at or before t (row 0: before any)
+        at_start = np.searchsorted(times, starts, side="right")
+        at_end = np.searchsorted(times, ends, side="right")
+        growth = state[at_end] - state[at_start]
+        for k in range(len(bounds)):
+            inside = total[at_start[k] : at_end[k] + 1]
+            top = int(np.argmax(growth[k]))
+            out.append(
+                (
+                    k,
+                    str(device),
+                    int(starts[k]),
+                    int(ends[k]),
+                    int(inside.max()),
+                    int(total[at_start[k]]),
+                    int(total[at_end[k]]),
+                    int(total[at_end[k]] - total[at_start[k]]),
+                    categories[top] if growth[k, top] > 0 else None,
+                )
+            )
+    df = pd.DataFrame(out, columns=list(S.STEPS))
+    df["growth_category"] = pd.Categorical(df["growth_category"], dtype=S.CATEGORY_DTYPE)
+    return S.conform(df, S.STEPS, name="steps")
+
+
+# -- leaks --------------------------------------------------------------------------------
+#: where a held path stops naming its holder: an index, a key, a graph, a hook
+_HOLDER_END = re.compile(r"\[|\.grad_fn| \(")
+_INDEX = re.compile(r"\[(\d+)\]")
+
+
+def holder_of(path: str) -> str:
+    """The variable (or module path) at the root of a held path: ``losses[3]`` ->
+    ``losses``, ``model.blocks.3 (forward hook)[0]`` -> ``model.blocks.3``."""
+    m = _HOLDER_END.search(path)
+    return path[: m.start()] if m else path
+
+
+def _why(holder: str | None, paths: list[str], callsite: str | None) -> str:
+    """A short sentence saying how the holder keeps each step's blocks."""
+    if holder is None:
+        where = f"at {callsite}" if callsite else "by the same code"
+        return f"made {where} in each step and never freed; no variable reaching them was found"
+    graph = [p for p in paths if ".grad_fn" in p]
+    if graph:
+        via = _INDEX.sub("[i]", graph[0].split(".grad_fn")[0]) + ".grad_fn"
+        return f"each step's graph kept alive through `{via}`"
+    if any(" (forward hook)" in p for p in paths):
+        return f"a forward hook on `{holder}` keeps each call's output"
+    rest = paths[0][len(holder) :] if paths else ""
+    if rest.startswith("[") and rest[1:2] in ("'", '"'):
+        return f"each step adds an entry to `{holder}`"
+    if rest.startswith("["):
+        return f"each step adds a tensor to `{holder}`"
+    return f"`{holder}` keeps each step's tensors"
+
+
+def _holding_paths(held: pd.DataFrame, alive: set[int]) -> dict[int, str]:
+    """For each block some ``held`` row reaches: the path through the holder that reaches
+    the most blocks (a list of every step's losses, rather than the variable holding the
+    last one), the first path found (the shortest) among that holder's."""
+    paths: dict[int, list[str]] = {}
+    for i, path in zip(held["alloc_id"].astype(np.int64).tolist(), held["name"].tolist()):
+        if i in alive:
+            paths.setdefault(i, []).append(path)
+    reach: dict[str, int] = {}
+    for options in paths.values():
+        for holder in {holder_of(p) for p in options}:
+            reach[holder] = reach.get(holder, 0) + 1
+    return {
+        i: max(options, key=lambda p: (reach[holder_of(p)], -options.index(p)))
+        for i, options in paths.items()
+    }
+
+
+def _step_of(alloc_ns: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """The step each time falls in: steps are ``(start, end]``, the first from the start."""
+    return np.minimum(np.searchsorted(ends, alloc_ns, side="left"), len(ends) - 1)
+
+
+def leaks(tables: dict[str, pd.DataFrame]) -> pd.DataFrame:
+    """Groups of blocks made in one step that are alive when the capture ends, made again in
+    most steps: one row per group, largest first (see docs/tables.md). A group is the blocks
+    one holder keeps (a variable or module the session reached at the end), else the blocks
+    of one (device, callsite, category). Empty for a single step, and for a loop whose only
+    survivors come from one step (the first step's optimizer state, a cache filled once)."""
+    steps, a = tables["steps"], tables["allocations"]
+    if steps.empty or a.empty:
+        return S.empty(S.LEAKS)
+    bounds = steps.drop_duplicates("step").sort_values("step")
+    n_steps = len(bounds)
+    if n_steps < 2:
+        return S.empty(S.LEAKS)
+    ends = bounds["end_ns"].to_numpy()
+    alive = a[a["free_ns"].isna().to_numpy() & a["alloc_ns"].notna().to_numpy()]
+    if alive.empty:
+        return S.empty(S.LEAKS)
+    ops = tables["ops"]
+    callsite = pd.Series(ops["callsite"].to_numpy(), index=ops["op_id"].to_numpy())
+    op = alive["alloc_op_id"].to_numpy(dtype=np.int64, na_value=-1)
+    site = callsite.reindex(op).to_numpy(dtype=object)
+    site = np.where(pd.isna(site), None, site)
+    names = tables["names"]
+    held = names[(names["role"].astype(object) == Role.HELD.value).to_numpy()]
+    held = held[held["alloc_id"].notna().to_numpy()]
+    ids = alive["alloc_id"].to_numpy()
+    paths = _holding_paths(held, set(ids.tolist()))
+    paths = [paths.get(i) for i in ids.tolist()]
+    holders = [holder_of(p) if p is not None else None for p in paths]
+    frame = pd.DataFrame(
+        {
+            "alloc_id": ids,
+            "step": _step_of(alive["alloc_ns"].to_numpy(dtype=np.int64), ends),
+            "size": alive["size_bytes"].to_numpy(),
+            "device": alive["device"].astype(object).to_numpy(),
+            "category": alive["category"].astype(object).to_numpy(),
+            "callsite": site,
+            "holder": holders,
+            "path": paths,
+        }
+    )
+    frame["key"] = [
+        ("holder", h, d) if h is not None else ("site", c, cat, d)
+        for h, c, cat, d in zip(
+            holders, site.tolist(), frame["category"].tolist(), frame["device"].tolist()
+        )
+    ]
+    rows = []
+    for key, g in frame.groupby("key", sort=False):
+        made_in = g["step"].nunique()
+        if made_in < 2 or made_in < (n_steps - 1) / 2:
+            continue  # made once (state, a cache filled once), or only now and then
+        per_step = g.groupby("step")["size"].sum()
+        top_site = g.groupby("callsite", dropna=True)["size"].sum()
+        top_cat = g.groupby("category")["size"].sum()
+        site_name = str(top_site.idxmax()) if len(top_site) else None
+        holder = key[1] if key[0] == "holder" else None
+        rows.append(
+            {
+                "holder": holder,
+                "callsite": site_name,
+                "category": str(top_cat.idxmax()),
+                "device": g["device"].iloc[0],
+                "bytes_per_step": int(round(float(per_step.median()))),
+                "steps": int(made_in),
+                "total_bytes": int(g["size"].sum()),
+                "alloc_ids": sorted(g["alloc_id"].tolist()),
+                "why": _why(holder, [p for p in g["path"] if isinstance(p, str)], site_name),
+            }
+        )
+    if not rows:
+        return S.empty(S.LEAKS)
+    df = pd.DataFrame(rows).sort_values(
+        ["total_bytes", "bytes_per_step"], ascending=False, kind="stable"
+    )
+    df["category"] = pd.Categorical(df["category"], dtype=S.CATEGORY_DTYPE)
+    return S.conform(df, S.LEAKS, name="leaks")
