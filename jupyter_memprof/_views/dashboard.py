@@ -87,6 +87,7 @@ from bokeh.models import (
     Toolbar,
     UnionRenderers,
     VAreaStep,
+    VSpan,
     WheelZoomTool,
 )
 from bokeh.transform import dodge
@@ -245,6 +246,7 @@ class _Chart:
     limit: bool = False  # an estimate's memory limit is drawn
     oom: bool = False  # and where it was first exceeded, on this device ...
     oom_late: bool = False  # ... labelled left of the mark
+    steps: bool = False  # the boundaries between steps are marked (a capture of a loop)
 
 
 @dataclass(frozen=True)
@@ -454,6 +456,10 @@ def _spec(prof, shown: _Shown, *, header: bool) -> tuple[_Shape, dict]:
             source = "recorded" if tl.device in (meta.get("reserved_model_error") or {}) else ""
             v[f"reserved_label{k}"] = f"reserved ({source or 'modelled'})"
             chart = replace(chart, reserved=True)
+        boundaries = _step_boundaries(prof, tl.device)
+        if len(boundaries):
+            v[f"steps{k}"] = {"x": win.ms(boundaries)}
+            chart = replace(chart, steps=True)
         if limit is not None:
             top = max([tl.peak_bytes, limit, *(reserved or {}).get("y", [])])
             v[f"y_end{k}"] = top * 1.15
@@ -462,6 +468,13 @@ def _spec(prof, shown: _Shown, *, header: bool) -> tuple[_Shape, dict]:
             chart = replace(chart, limit=True, oom=here, oom_late=late)
         charts.append(chart)
     return _Shape(estimate, tuple(charts)), v
+
+
+def _step_boundaries(prof, device: str) -> np.ndarray:
+    """Where one step of ``prof.steps`` ends and the next begins, on ``device`` (ns)."""
+    steps = prof.steps
+    ends = steps[(steps["device"].astype(object) == device).to_numpy()]["end_ns"].to_numpy()
+    return ends[:-1].astype(np.int64)
 
 
 def _layout(shape: _Shape, v: dict, *, header: bool) -> Built:
@@ -973,6 +986,10 @@ def _timeline_chart(sh: _Shared, k: int, chart: _Chart, src, selected, cleared):
         )
     if chart.limit:
         _limit_marks(sh, chart, p)
+    if chart.steps:  # thin dotted lines where one step ends and the next begins
+        steps = ColumnDataSource(data=v[f"steps{k}"], name=f"memprof-steps-{chart.device}")
+        look = {"line_color": "#757575", "line_dash": "dotted", "line_width": 1}
+        kit.glyph(p, steps, VSpan, dict(x="x"), look, unselected=look)
     return p
 
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 import html
 from typing import TYPE_CHECKING, Any
 
+import pandas as pd
+
 from .._units import format_bytes, format_seconds
 
 if TYPE_CHECKING:
@@ -55,6 +57,8 @@ def summary(prof: Profile) -> dict[str, Any]:
     - ``cuda``: per CUDA device with recorded counters, ``{"reserved_peak",
       "outside_start", "outside_end"}`` (bytes; None where unknown): the caching allocator's
       largest reserved total and the device memory outside PyTorch's allocator;
+    - ``growth``: when memory grows with every step (:meth:`Profile.leaks`),
+      ``{"bytes_per_step", "device", "holder", "callsite", "why", "leaks"}``, else None;
     - ``estimate``: True for a fake run (:func:`jupyter_memprof.estimate`), whose peaks have
       a ``position`` (records into the run) instead of an ``offset_s``; ``limit`` (bytes or
       None) and ``oom``: where the estimated step first went over the limit, else None;
@@ -115,6 +119,7 @@ def summary(prof: Profile) -> dict[str, Any]:
         "limit": meta.get("limit"),
         "oom": meta.get("oom") or None,
         "note": _estimate_note(meta),
+        "growth": _growth(prof),
     }
 
 
@@ -173,6 +178,54 @@ def cuda_phrase(device: str, c: dict[str, int | None], peak_bytes: int) -> str:
         ]
         parts.append(f"outside PyTorch {' and '.join(ends)}")
     return f"{device}: " + "; ".join(parts)
+
+
+def _growth(prof: Profile) -> dict[str, Any] | None:
+    """What grows with every step (from :meth:`Profile.leaks`): the bytes all leaks on the
+    largest one's device add per step, and the largest leak's holder, callsite and why."""
+    leaks = prof.leaks()
+    if leaks.empty:
+        return None
+    first = leaks.iloc[0]
+    device = str(first["device"])
+    same = leaks[(leaks["device"].astype(object) == device).to_numpy()]
+
+    def text(value) -> str | None:
+        return None if pd.isna(value) else str(value)
+
+    return {
+        "bytes_per_step": int(same["bytes_per_step"].sum()),
+        "device": device,
+        "holder": text(first["holder"]),
+        "callsite": text(first["callsite"]),
+        "why": text(first["why"]),
+        "leaks": len(leaks),
+    }
+
+
+def _where(callsite: str | None) -> str | None:
+    """``In[7]:5 in <module>`` -> ``cell line 5``; ``train.py:12 in fit`` -> ``train.py:12``."""
+    if not callsite:
+        return None
+    place = callsite.split(" in ", 1)[0]
+    file, _, line = place.rpartition(":")
+    if file.startswith("In[") and line:
+        return f"cell line {line}"
+    return place
+
+
+def growth_phrase(s: dict[str, Any]) -> str | None:
+    """One line: ``memory grows 1.3 MiB per step: `losses` (cell line 5)``, or None."""
+    g = s.get("growth")
+    if not g:
+        return None
+    where = _where(g["callsite"])
+    if g["holder"]:
+        what = f"`{g['holder']}`" + (f" ({where})" if where else "")
+    else:
+        what = where or "blocks no variable reaches"
+    more = f" and {g['leaks'] - 1} more" if g["leaks"] > 1 else ""
+    return f"memory grows {format_bytes(g['bytes_per_step'])} per step: {what}{more}"
 
 
 def _estimate_note(meta: dict) -> str | None:
@@ -326,6 +379,9 @@ def summary_text(prof: Profile) -> str:
         lines.append(f"  {baseline_phrase(device, b)}")
     for device, c in s["cuda"].items():
         lines.append(f"  {cuda_phrase(device, c, s['peaks'][device]['bytes'])}")
+    growth = growth_phrase(s)
+    if growth:
+        lines.append(f"  {growth}")
     tail = ", ".join(p for p in (_counts_phrase(s), _timing_phrase(s)) if p)
     lines.append(f"  {tail}")
     if s["error"]:
@@ -377,6 +433,9 @@ def summary_html(prof: Profile) -> str:
     for device, c in s["cuda"].items():
         text = cuda_phrase(device, c, s["peaks"][device]["bytes"])
         rows.append(f'<div class="memprof-summary-cuda" style="{_MUTED_STYLE}">{e(text)}</div>')
+    growth = growth_phrase(s)
+    if growth:
+        rows.append(f'<div class="memprof-summary-growth" style="{_ERROR_STYLE}">{e(growth)}</div>')
     tail = ", ".join(p for p in (_counts_phrase(s), _timing_phrase(s)) if p)
     rows.append(f'<div class="memprof-summary-counts" style="{_MUTED_STYLE}">{e(tail)}</div>')
     if s["error"]:
