@@ -394,6 +394,8 @@ class SessionNames:
 # -- what keeps tensors alive at the end ------------------------------------------------------
 #: how many objects :func:`held_rows` looks at, at most (a huge namespace stays cheap)
 HELD_BUDGET = 200_000
+#: how many autograd nodes it looks at, at most (about 25 µs each)
+GRAPH_BUDGET = 20_000
 #: how deep it follows containers and attributes from a variable
 HELD_DEPTH = 4
 #: namespace entries that are the shell's own history, not the user's data
@@ -412,16 +414,28 @@ _NOT_DATA = (
 )
 
 
-def _saved_tensors(node: Any) -> list[tuple[str, torch.Tensor]]:
-    """The tensors an autograd node saved for backward (``_saved_self``, ...); none once
-    backward has freed them."""
+_SAVED_ATTRS: dict[type, tuple[str, ...]] = {}
+
+
+def _saved_attrs(node: Any) -> tuple[str, ...]:
+    """The ``_saved_*`` attributes of an autograd node's class (``dir`` once per class)."""
+    kind = type(node)
+    hit = _SAVED_ATTRS.get(kind)
+    if hit is None:
+        hit = _SAVED_ATTRS[kind] = tuple(a for a in dir(node) if a.startswith("_saved_"))
+    return hit
+
+
+def _saved_tensors(node: Any) -> list[tuple[str, torch.Tensor]] | None:
+    """The tensors an autograd node saved for backward (``_saved_self``, ...); None when
+    backward has freed them already (then it has freed the whole graph's)."""
     out = []
-    for attr in dir(node):
-        if not attr.startswith("_saved_"):
-            continue
+    for attr in _saved_attrs(node):
         try:
             value = getattr(node, attr)
-        except (RuntimeError, AttributeError):  # freed by backward, or not a tensor
+        except RuntimeError:  # freed by backward
+            return None
+        except AttributeError:
             continue
         if isinstance(value, torch.Tensor):
             out.append((attr, value))
@@ -437,6 +451,7 @@ class _HeldWalk:
     def __init__(self, storage, budget: int = HELD_BUDGET) -> None:
         self.storage = storage
         self.budget = budget
+        self.graph_budget = GRAPH_BUDGET
         self.seen: set[int] = set()
         self.rows: list[NameRow] = []
         self.queue: list[tuple[str, Any, int]] = []
@@ -483,15 +498,20 @@ class _HeldWalk:
                         self.push(f"{path}.{k}", v, depth + 1)
 
     def _graph(self, path: str, root: Any) -> None:
-        """Tensors saved by the autograd graph behind ``root`` (all named ``path``...)."""
+        """Tensors saved by the autograd graph behind ``root`` (all named ``path``...). A
+        graph whose backward ran has freed them all: its walk stops at the first node that
+        says so (the common case after a training step costs a node or two)."""
         nodes = [root]
-        while nodes and self.budget > 0:
+        while nodes and self.graph_budget > 0:
             node = nodes.pop()
             if node is None or id(node) in self.seen:
                 continue
             self.seen.add(id(node))
-            self.budget -= 1
-            for attr, t in _saved_tensors(node):
+            self.graph_budget -= 1
+            saved = _saved_tensors(node)
+            if saved is None:
+                return
+            for attr, t in saved:
                 st = self.storage(t)
                 if st is not None and st[1]:
                     where = f"{path}.{attr}" if node is root else f"{path}…{node.name()}.{attr}"
