@@ -291,6 +291,52 @@ def test_a_leak_no_variable_reaches_still_names_its_line():
     assert leak["why"].startswith(f"made at {leak['callsite']} in each step and never freed")
 
 
+def test_a_cache_a_module_keeps_is_named_by_its_module_path():
+    class Cached(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(64, 8)
+            self.cache = {}
+
+        def forward(self, x, key):
+            out = self.fc(x)
+            self.cache[key] = out  # keeps every batch's output
+            return out
+
+    net = Cached()
+    x = torch.randn(32, 64)
+    with torch.no_grad(), jupyter_memprof.profile() as prof:
+        for i in range(STEPS):
+            net(x, f"batch{i}")
+            jupyter_memprof.step()
+    leak = _first(prof)
+    assert leak["holder"] == "net.cache"
+    assert leak["bytes_per_step"] == _nbytes(net.cache["batch0"]) == 32 * 8 * 4
+    assert leak["why"] == "each step adds an entry to `net.cache`"
+
+
+def test_estimate_finds_the_same_leak():
+    model, x, y = _mlp()
+
+    def evaluate(model, x, y):
+        losses = []
+        for _ in range(STEPS):
+            losses.append(((model(x) - y) ** 2).mean())  # no no_grad: graphs kept
+            jupyter_memprof.step()
+        return losses
+
+    with jupyter_memprof.profile() as real:
+        kept = evaluate(model, x, y)
+    est = jupyter_memprof.estimate(evaluate, model, x, y)
+    leak, real_leak = _first(est), _first(real)
+    assert real_leak["holder"] == "kept" and leak["holder"] == "evaluate()"
+    # each graph saves relu's output and the difference; the loss is kept too
+    assert leak["bytes_per_step"] == real_leak["bytes_per_step"] == (32 * 128 + 32 * 8 + 1) * 4
+    assert leak["steps"] == real_leak["steps"] == STEPS
+    assert leak["callsite"] == real_leak["callsite"]
+    assert len(kept) == STEPS
+
+
 def test_a_bounded_history_is_not_a_leak():
     model, x, y = _mlp()
     last = []

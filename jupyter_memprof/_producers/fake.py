@@ -135,7 +135,9 @@ class FakeRun:
             rec.start()
             stack.callback(rec.stop)
             try:
-                fn(*args, **kwargs)
+                # what fn returns stays alive until the recording stops, as a variable holding
+                # it would in a capture (kept: a list of every step's losses is still there)
+                result = fn(*args, **kwargs)
             except RuntimeError as exc:
                 error = cudnn_rnn_error(exc, rec)
                 if error is None:
@@ -144,7 +146,12 @@ class FakeRun:
         self.names = SessionNames(self.ns(), rec.modules, rec.optimizers, deep=False)
         self.end_rows = [
             *self.names.rows("end", rec.storage),
-            *held_rows(self.names, self.ns(), rec.storage),
+            # what fn returned is named as its call: `evaluate()[3]`
+            *held_rows(
+                self.names,
+                {**self.ns(), f"{getattr(fn, '__name__', 'fn')}()": result},
+                rec.storage,
+            ),
         ]
 
     def capture(self) -> Capture:

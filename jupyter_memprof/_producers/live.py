@@ -539,7 +539,8 @@ def held_rows(names: SessionNames, namespace: dict | None, storage=None) -> list
     """Tensors reached at the end of the capture from the notebook's variables (inside
     lists, dicts, objects' attributes, kept by the autograd graph of a tensor) and from the
     forward hooks of the session's modules, as ``names`` rows of role ``held`` named by their
-    path (``losses[3]``, ``total.grad_fn._saved_self``, ``model.blocks.3 (forward hook)[0]``).
+    path (``losses[3]``, ``total.grad_fn._saved_self``, ``model.blocks.3 (forward hook)[0]``,
+    ``model.cache['a']`` for a module's own attribute).
     Variables' own tensors are walked for their graph only (they have their own rows)."""
     with warnings.catch_warnings():  # reading a deprecated attribute must not warn the user
         warnings.simplefilter("ignore")
@@ -564,6 +565,9 @@ def _held(names: SessionNames, namespace: dict | None, storage) -> list[NameRow]
     for root_name, root in names.roots:
         for sub_name, sub in root.named_modules():
             path = f"{root_name}.{sub_name}" if sub_name else root_name
+            for attr, value in list(vars(sub).items()):  # a module's own lists and dicts
+                if not attr.startswith("_"):
+                    walk.push(f"{path}.{attr}", value, 0)
             for kind, hooks in (("forward hook", sub._forward_hooks),):
                 for hook in list(hooks.values()):
                     for kept in _hook_contents(hook):
