@@ -59,6 +59,17 @@ def test_a_step_ends_at_each_optimizer_step():
     assert steps["growth_category"].iloc[0] == "optimizer_state"
     assert steps["growth_bytes"].iloc[0] >= momentum
     assert steps["peak_bytes"].max() == prof.peak().attrs["peak_bytes"]
+    # live bytes at each step's end are the timeline's state then (docs/tables.md's recipe)
+    wide = (
+        prof.timeline.pivot_table(
+            index="time_ns", columns="category", values="bytes", aggfunc="last", observed=True
+        )
+        .ffill()
+        .fillna(0)
+        .sum(axis=1)
+    )
+    for end, live in zip(steps["end_ns"], steps["live_end_bytes"]):
+        assert wide[wide.index <= end].iloc[-1] == live
 
 
 def test_step_marks_split_a_loop_without_an_optimizer():

@@ -80,20 +80,40 @@ def step_bounds(
 
 
 # -- the steps table ----------------------------------------------------------------------
-def _state(timeline: pd.DataFrame, device: str) -> tuple[np.ndarray, np.ndarray]:
-    """For one device: the time of each timeline row and the live bytes of every category
-    after it (rows x categories)."""
-    rows = timeline[(timeline["device"] == device).to_numpy()]
-    n, k = len(rows), len(S.CATEGORY_DTYPE.categories)
-    cat = rows["category"].cat.codes.to_numpy()
-    row = np.arange(1, n + 1)
-    # the last row of each category at or before each row (0: none yet, nothing live)
-    last = np.zeros((n + 1, k), dtype=np.int64)
-    last[row, cat] = row
-    last = np.maximum.accumulate(last, axis=0)
-    written = np.zeros((n + 1, k), dtype=np.int64)
-    written[row, cat] = rows["bytes"].to_numpy()
-    return rows["time_ns"].to_numpy(), written[last, np.arange(k)[None, :]]
+class _Live:
+    """One device's live bytes over time, from the ``timeline`` rows of that device: the
+    total after each row, and each category's bytes after any number of rows."""
+
+    def __init__(self, timeline: pd.DataFrame, device: str) -> None:
+        rows = timeline[(timeline["device"] == device).to_numpy()]
+        self.times = rows["time_ns"].to_numpy()
+        cat = rows["category"].cat.codes.to_numpy()
+        value = rows["bytes"].to_numpy().astype(np.int64)
+        # each row holds its category's new bytes: the change is the difference to the last
+        # row of that category
+        order = np.argsort(cat, kind="stable")
+        by_cat, by_value = cat[order], value[order]
+        before = np.zeros(len(value), dtype=np.int64)
+        before[1:] = by_value[:-1]
+        before[1:][by_cat[1:] != by_cat[:-1]] = 0
+        change = np.empty(len(value), dtype=np.int64)
+        change[order] = by_value - before
+        #: total live bytes after the first k rows, k = 0..n
+        self.total = np.zeros(len(value) + 1, dtype=np.int64)
+        np.cumsum(change, out=self.total[1:])
+        self._rows = {c: (order[by_cat == c], by_value[by_cat == c]) for c in np.unique(cat)}
+
+    def after(self, t: np.ndarray) -> np.ndarray:
+        """How many rows happened at or before each time in ``t``."""
+        return np.searchsorted(self.times, t, side="right")
+
+    def categories(self, k: np.ndarray) -> np.ndarray:
+        """Bytes of every category (columns: the category codes) after the first ``k`` rows."""
+        out = np.zeros((len(k), len(S.CATEGORY_DTYPE.categories)), dtype=np.int64)
+        for c, (positions, values) in self._rows.items():
+            j = np.searchsorted(positions, k, side="left") - 1  # its last row among them
+            out[:, c] = np.where(j >= 0, values[np.maximum(j, 0)], 0)
+        return out
 
 
 def build_steps(
@@ -109,14 +129,12 @@ def build_steps(
     categories = np.asarray(S.CATEGORY_DTYPE.categories, dtype=object)
     out = []
     for device in sorted(timeline["device"].dropna().unique().tolist(), key=str):
-        times, state = _state(timeline, device)
-        total = state.sum(axis=1)
-        # the state at t is after every row at or before t (row 0: before any)
-        at_start = np.searchsorted(times, starts, side="right")
-        at_end = np.searchsorted(times, ends, side="right")
-        growth = state[at_end] - state[at_start]
+        live = _Live(timeline, device)
+        total = live.total
+        # the state at t is after every row at or before t
+        at_start, at_end = live.after(starts), live.after(ends)
+        growth = live.categories(at_end) - live.categories(at_start)
         for k in range(len(bounds)):
-            inside = total[at_start[k] : at_end[k] + 1]
             top = int(np.argmax(growth[k]))
             out.append(
                 (
@@ -124,7 +142,7 @@ def build_steps(
                     str(device),
                     int(starts[k]),
                     int(ends[k]),
-                    int(inside.max()),
+                    int(total[at_start[k] : at_end[k] + 1].max()),
                     int(total[at_start[k]]),
                     int(total[at_end[k]]),
                     int(total[at_end[k]] - total[at_start[k]]),
