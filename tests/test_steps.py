@@ -82,6 +82,7 @@ def test_step_marks_split_a_loop_without_an_optimizer():
     marks = prof.ops[prof.ops["name"] == "memprof.step"]
     assert len(marks) == STEPS and set(marks["kind"]) == {"annotation"}
     assert (prof.steps["growth_bytes"] == 0).all()  # nothing is kept between steps
+    assert prof.leaks().empty
 
 
 def test_torch_profiler_step_annotations_start_steps():

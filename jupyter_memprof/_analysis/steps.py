@@ -209,76 +209,81 @@ def _step_of(alloc_ns: np.ndarray, ends: np.ndarray) -> np.ndarray:
     return np.minimum(np.searchsorted(ends, alloc_ns, side="left"), len(ends) - 1)
 
 
+def _survivors(tables: dict[str, pd.DataFrame], ends: np.ndarray) -> pd.DataFrame:
+    """The blocks made during the capture and alive at its end, one row each: the step that
+    made them, size, device, category, callsite, the held path reaching them (None if
+    none) and the group they belong to (``key``)."""
+    a = tables["allocations"]
+    alive = a[a["free_ns"].isna().to_numpy() & a["alloc_ns"].notna().to_numpy()]
+    ops = tables["ops"]
+    callsite = pd.Series(ops["callsite"].to_numpy(), index=ops["op_id"].to_numpy())
+    site = callsite.reindex(alive["alloc_op_id"].to_numpy(dtype=np.int64, na_value=-1))
+    site = [None if pd.isna(v) else str(v) for v in site.tolist()]
+    names = tables["names"]
+    held = names[(names["role"].astype(object) == Role.HELD.value).to_numpy()]
+    held = held[held["alloc_id"].notna().to_numpy()]
+    ids = alive["alloc_id"].to_numpy()
+    reached = _holding_paths(held, set(ids.tolist()))
+    paths = [reached.get(i) for i in ids.tolist()]
+    holders = [holder_of(p) if p is not None else None for p in paths]
+    device = alive["device"].astype(object).tolist()
+    category = alive["category"].astype(object).tolist()
+    return pd.DataFrame(
+        {
+            "alloc_id": ids,
+            "step": _step_of(alive["alloc_ns"].to_numpy(dtype=np.int64), ends),
+            "size": alive["size_bytes"].to_numpy(),
+            "device": device,
+            "category": category,
+            "callsite": site,
+            "holder": pd.Series(holders, dtype=object),
+            "path": pd.Series(paths, dtype=object),
+            # one holder's blocks, else one (callsite, category, device)'s
+            "key": [
+                ("holder", h, d) if h is not None else ("site", c, cat, d)
+                for h, c, cat, d in zip(holders, site, category, device)
+            ],
+        }
+    )
+
+
+def _leak_row(key: tuple, g: pd.DataFrame) -> dict:
+    """One row of :func:`leaks` from the survivors of one group."""
+    per_step = g.groupby("step")["size"].sum()
+    by_site = g.groupby("callsite", dropna=True)["size"].sum()
+    callsite = str(by_site.idxmax()) if len(by_site) else None
+    holder = key[1] if key[0] == "holder" else None
+    return {
+        "holder": holder,
+        "callsite": callsite,
+        "category": str(g.groupby("category")["size"].sum().idxmax()),
+        "device": g["device"].iloc[0],
+        "bytes_per_step": int(round(float(per_step.median()))),
+        "steps": len(per_step),
+        "total_bytes": int(g["size"].sum()),
+        "alloc_ids": sorted(g["alloc_id"].tolist()),
+        "why": _why(holder, [p for p in g["path"] if isinstance(p, str)], callsite),
+    }
+
+
 def leaks(tables: dict[str, pd.DataFrame]) -> pd.DataFrame:
     """Groups of blocks made in one step that are alive when the capture ends, made again in
     most steps: one row per group, largest first (see docs/tables.md). A group is the blocks
     one holder keeps (a variable or module the session reached at the end), else the blocks
     of one (device, callsite, category). Empty for a single step, and for a loop whose only
     survivors come from one step (the first step's optimizer state, a cache filled once)."""
-    steps, a = tables["steps"], tables["allocations"]
-    if steps.empty or a.empty:
+    steps = tables["steps"]
+    n_steps = steps["step"].nunique()
+    if n_steps < 2 or tables["allocations"].empty:
         return S.empty(S.LEAKS)
-    bounds = steps.drop_duplicates("step").sort_values("step")
-    n_steps = len(bounds)
-    if n_steps < 2:
-        return S.empty(S.LEAKS)
-    ends = bounds["end_ns"].to_numpy()
-    alive = a[a["free_ns"].isna().to_numpy() & a["alloc_ns"].notna().to_numpy()]
-    if alive.empty:
-        return S.empty(S.LEAKS)
-    ops = tables["ops"]
-    callsite = pd.Series(ops["callsite"].to_numpy(), index=ops["op_id"].to_numpy())
-    op = alive["alloc_op_id"].to_numpy(dtype=np.int64, na_value=-1)
-    site = callsite.reindex(op).to_numpy(dtype=object)
-    site = np.where(pd.isna(site), None, site)
-    names = tables["names"]
-    held = names[(names["role"].astype(object) == Role.HELD.value).to_numpy()]
-    held = held[held["alloc_id"].notna().to_numpy()]
-    ids = alive["alloc_id"].to_numpy()
-    paths = _holding_paths(held, set(ids.tolist()))
-    paths = [paths.get(i) for i in ids.tolist()]
-    holders = [holder_of(p) if p is not None else None for p in paths]
-    frame = pd.DataFrame(
-        {
-            "alloc_id": ids,
-            "step": _step_of(alive["alloc_ns"].to_numpy(dtype=np.int64), ends),
-            "size": alive["size_bytes"].to_numpy(),
-            "device": alive["device"].astype(object).to_numpy(),
-            "category": alive["category"].astype(object).to_numpy(),
-            "callsite": site,
-            "holder": holders,
-            "path": paths,
-        }
-    )
-    frame["key"] = [
-        ("holder", h, d) if h is not None else ("site", c, cat, d)
-        for h, c, cat, d in zip(
-            holders, site.tolist(), frame["category"].tolist(), frame["device"].tolist()
-        )
+    ends = steps.drop_duplicates("step").sort_values("step")["end_ns"].to_numpy()
+    survivors = _survivors(tables, ends)
+    rows = [
+        _leak_row(key, g)
+        for key, g in survivors.groupby("key", sort=False)
+        # made in one step (state, a cache filled once), or only now and then: not growth
+        if g["step"].nunique() >= max(2, (n_steps - 1) / 2)
     ]
-    rows = []
-    for key, g in frame.groupby("key", sort=False):
-        made_in = g["step"].nunique()
-        if made_in < 2 or made_in < (n_steps - 1) / 2:
-            continue  # made once (state, a cache filled once), or only now and then
-        per_step = g.groupby("step")["size"].sum()
-        top_site = g.groupby("callsite", dropna=True)["size"].sum()
-        top_cat = g.groupby("category")["size"].sum()
-        site_name = str(top_site.idxmax()) if len(top_site) else None
-        holder = key[1] if key[0] == "holder" else None
-        rows.append(
-            {
-                "holder": holder,
-                "callsite": site_name,
-                "category": str(top_cat.idxmax()),
-                "device": g["device"].iloc[0],
-                "bytes_per_step": int(round(float(per_step.median()))),
-                "steps": int(made_in),
-                "total_bytes": int(g["size"].sum()),
-                "alloc_ids": sorted(g["alloc_id"].tolist()),
-                "why": _why(holder, [p for p in g["path"] if isinstance(p, str)], site_name),
-            }
-        )
     if not rows:
         return S.empty(S.LEAKS)
     df = pd.DataFrame(rows).sort_values(
