@@ -53,3 +53,17 @@ def test_the_dashboard_marks_the_step_boundaries():
     with torch.no_grad(), jupyter_memprof.profile() as one:
         model(x)
     assert build(one).layout.select_one({"name": "memprof-steps-cpu"}) is None
+
+
+def test_the_growth_line_is_escaped_in_html():
+    from jupyter_memprof import Profile
+    from jupyter_memprof._views.summary import summary_html
+
+    prof = _cache_leak()
+    ops = prof.ops.copy()
+    ops["callsite"] = ops["callsite"].astype(object).where(
+        ops["callsite"].isna(), "<b>bad.py:3 in <module>"
+    )
+    crafted = Profile(**{**prof.tables, "ops": ops}, meta=dict(prof.meta))
+    html = summary_html(crafted)
+    assert "`cache` (&lt;b&gt;bad.py:3)" in html and "<b>bad" not in html
