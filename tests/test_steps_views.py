@@ -61,8 +61,8 @@ def test_the_growth_line_is_escaped_in_html():
 
     prof = _cache_leak()
     ops = prof.ops.copy()
-    ops["callsite"] = ops["callsite"].astype(object).where(
-        ops["callsite"].isna(), "<b>bad.py:3 in <module>"
+    ops["callsite"] = (
+        ops["callsite"].astype(object).where(ops["callsite"].isna(), "<b>bad.py:3 in <module>")
     )
     crafted = Profile(**{**prof.tables, "ops": ops}, meta=dict(prof.meta))
     html = summary_html(crafted)

@@ -156,13 +156,14 @@ def build_steps(
 
 # -- leaks --------------------------------------------------------------------------------
 #: where a held path stops naming its holder: an index, a key, a graph, a hook
-_HOLDER_END = re.compile(r"\[|\.grad_fn| \(")
+_HOLDER_END = re.compile(r"\[|\.grad_fn|\.<")
 _INDEX = re.compile(r"\[(\d+)\]")
 
 
 def holder_of(path: str) -> str:
     """The variable (or module path) at the root of a held path: ``losses[3]`` ->
-    ``losses``, ``model.blocks.3 (forward hook)[0]`` -> ``model.blocks.3``."""
+    ``losses``, ``model.blocks.3.<forward_hooks 0>.<closure>.out[0]`` -> ``model.blocks.3``,
+    ``net.cache['a']`` -> ``net.cache``."""
     m = _HOLDER_END.search(path)
     return path[: m.start()] if m else path
 
@@ -176,7 +177,7 @@ def _why(holder: str | None, paths: list[str], callsite: str | None) -> str:
     if graph:
         via = _INDEX.sub("[i]", graph[0].split(".grad_fn")[0]) + ".grad_fn"
         return f"each step's graph kept alive through `{via}`"
-    if any(" (forward hook)" in p for p in paths):
+    if any(".<forward_hooks " in p for p in paths):
         return f"a forward hook on `{holder}` keeps each call's output"
     rest = paths[0][len(holder) :] if paths else ""
     if rest.startswith("[") and rest[1:2] in ("'", '"'):
@@ -209,6 +210,18 @@ def _step_of(alloc_ns: np.ndarray, ends: np.ndarray) -> np.ndarray:
     return np.minimum(np.searchsorted(ends, alloc_ns, side="left"), len(ends) - 1)
 
 
+def _held_names(names: pd.DataFrame) -> pd.DataFrame:
+    """The ``names`` rows that say what holds a block at the end: tensors reached through a
+    container, attribute, closure or hook (``losses[3]``), and those an autograd graph keeps
+    (role ``held``)."""
+    role = names["role"].astype(object).to_numpy()
+    name = names["name"].astype(object).to_numpy()
+    inside = np.array([isinstance(n, str) and not n.isidentifier() for n in name], dtype=bool)
+    end = (names["when"].astype(object) == "end").to_numpy()
+    keep = (role == Role.HELD.value) | ((role == Role.VARIABLE.value) & end & inside)
+    return names[keep & names["alloc_id"].notna().to_numpy()]
+
+
 def _survivors(tables: dict[str, pd.DataFrame], ends: np.ndarray) -> pd.DataFrame:
     """The blocks made during the capture and alive at its end, one row each: the step that
     made them, size, device, category, callsite, the held path reaching them (None if
@@ -219,9 +232,7 @@ def _survivors(tables: dict[str, pd.DataFrame], ends: np.ndarray) -> pd.DataFram
     callsite = pd.Series(ops["callsite"].to_numpy(), index=ops["op_id"].to_numpy())
     site = callsite.reindex(alive["alloc_op_id"].to_numpy(dtype=np.int64, na_value=-1))
     site = [None if pd.isna(v) else str(v) for v in site.tolist()]
-    names = tables["names"]
-    held = names[(names["role"].astype(object) == Role.HELD.value).to_numpy()]
-    held = held[held["alloc_id"].notna().to_numpy()]
+    held = _held_names(tables["names"])
     ids = alive["alloc_id"].to_numpy()
     reached = _holding_paths(held, set(ids.tolist()))
     paths = [reached.get(i) for i in ids.tolist()]

@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import gc
 import threading
-import types
 import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -246,6 +245,7 @@ class SessionNames:
         """``modules`` and ``optimizers``: those that ran in the capture (call order).
         ``deep``: also name what the variables hold (containers, attributes, closures: see
         :func:`~jupyter_memprof._producers.reach.reach`), not only the variables."""
+        self.deep = deep
         if deep:
             found = reach(namespace)
             self.var_modules = found.modules
@@ -392,27 +392,8 @@ class SessionNames:
 
 
 # -- what keeps tensors alive at the end ------------------------------------------------------
-#: how many objects :func:`held_rows` looks at, at most (a huge namespace stays cheap)
-HELD_BUDGET = 200_000
-#: how many autograd nodes it looks at, at most (about 25 µs each)
+#: how many autograd nodes :func:`held_rows` looks at, at most (about 25 µs each)
 GRAPH_BUDGET = 20_000
-#: how deep it follows containers and attributes from a variable
-HELD_DEPTH = 4
-#: namespace entries that are the shell's own history, not the user's data
-_SHELL_NAMES = frozenset({"In", "Out", "exit", "quit", "get_ipython"})
-_CONTAINERS = (list, tuple, dict, set, frozenset)
-_SCALARS = (str, bytes, int, float, complex, bool, type(None))
-#: objects whose insides are code or the session's own, not data a loop appends to
-_NOT_DATA = (
-    torch.nn.Module,
-    torch.optim.Optimizer,
-    type,
-    types.ModuleType,
-    types.FunctionType,
-    types.BuiltinFunctionType,
-    types.MethodType,
-)
-
 
 _SAVED_ATTRS: dict[type, tuple[str, ...]] = {}
 
@@ -444,133 +425,57 @@ def _saved_tensors(node: Any) -> list[tuple[str, torch.Tensor]] | None:
     return out
 
 
-class _HeldWalk:
-    """Breadth first from the namespace (then from module hooks): every tensor reached,
-    with the first (shortest) path to it."""
+class _Graphs:
+    """The tensors autograd graphs keep, each graph walked from the tensor holding it."""
 
-    def __init__(self, storage, budget: int = HELD_BUDGET) -> None:
+    def __init__(self, storage) -> None:
         self.storage = storage
-        self.budget = budget
-        self.graph_budget = GRAPH_BUDGET
+        self.budget = GRAPH_BUDGET
         self.seen: set[int] = set()
         self.rows: list[NameRow] = []
-        self.queue: list[tuple[str, Any, int]] = []
 
-    def push(self, path: str, obj: Any, depth: int) -> None:
-        if _is(obj, _SCALARS) or id(obj) in self.seen:
-            return
-        self.seen.add(id(obj))
-        self.queue.append((path, obj, depth))
+    def add(self, path: str, t: torch.Tensor) -> None:
+        st = self.storage(t)
+        if st is not None and st[1]:
+            self.rows.append(NameRow(path, Role.HELD, st[0], st[1], st[2], "end", None))
 
-    def run(self) -> None:
-        i = 0
-        while i < len(self.queue) and self.budget > 0:
-            path, obj, depth = self.queue[i]
-            i += 1
-            self.budget -= 1
-            try:
-                self._visit(path, obj, depth)
-            except Exception:  # a user object whose lookups raise: skip it
-                continue
-        self.queue = []
-
-    def _visit(self, path: str, obj: Any, depth: int) -> None:
-        if _is(obj, torch.Tensor):
-            st = self.storage(obj)
-            if st is not None and st[1]:
-                self.rows.append(NameRow(path, Role.HELD, st[0], st[1], st[2], "end", None))
-            if obj.grad_fn is not None:
-                self._graph(f"{path}.grad_fn", obj.grad_fn)
-            return
-        if depth >= HELD_DEPTH or _is(obj, _NOT_DATA):
-            return
-        if _is(obj, dict):
-            for k, v in list(obj.items()):
-                self.push(f"{path}[{k!r}]", v, depth + 1)
-        elif _is(obj, _CONTAINERS) or type(obj).__name__ == "deque":
-            for j, v in enumerate(list(obj)):
-                self.push(f"{path}[{j}]", v, depth + 1)
-        else:
-            attrs = getattr(obj, "__dict__", None)
-            if _is(attrs, dict):
-                for k, v in list(attrs.items()):
-                    if isinstance(k, str) and not k.startswith("__"):
-                        self.push(f"{path}.{k}", v, depth + 1)
-
-    def _graph(self, path: str, root: Any) -> None:
-        """Tensors saved by the autograd graph behind ``root`` (all named ``path``...). A
-        graph whose backward ran has freed them all: its walk stops at the first node that
-        says so (the common case after a training step costs a node or two)."""
+    def walk(self, path: str, root: Any) -> None:
+        """Tensors saved by the graph behind ``root``, named ``path.attr`` or
+        ``path…Node.attr``. A graph whose backward ran has freed them all: the walk stops at
+        the first node that says so (the common case after a training step)."""
         nodes = [root]
-        while nodes and self.graph_budget > 0:
+        while nodes and self.budget > 0:
             node = nodes.pop()
             if node is None or id(node) in self.seen:
                 continue
             self.seen.add(id(node))
-            self.graph_budget -= 1
+            self.budget -= 1
             saved = _saved_tensors(node)
             if saved is None:
                 return
             for attr, t in saved:
-                st = self.storage(t)
-                if st is not None and st[1]:
-                    where = f"{path}.{attr}" if node is root else f"{path}…{node.name()}.{attr}"
-                    self.rows.append(NameRow(where, Role.HELD, st[0], st[1], st[2], "end", None))
-            for nxt, _ in getattr(node, "next_functions", ()):
-                nodes.append(nxt)
-
-
-def _hook_contents(hook: Any) -> list[Any]:
-    """What a hook function keeps: its closure's cells, its defaults, a bound method's
-    object, a ``functools.partial``'s arguments."""
-    out: list[Any] = []
-    for cell in getattr(hook, "__closure__", None) or ():
-        with contextlib.suppress(ValueError):  # an empty cell
-            out.append(cell.cell_contents)
-    out += list(getattr(hook, "__defaults__", None) or ())
-    owner = getattr(hook, "__self__", None)
-    if owner is not None:
-        out.append(owner)
-    out += list(getattr(hook, "args", None) or ()) if callable(getattr(hook, "func", None)) else []
-    return out
+                self.add(f"{path}.{attr}" if node is root else f"{path}…{node.name()}.{attr}", t)
+            nodes.extend(nxt for nxt, _ in getattr(node, "next_functions", ()))
 
 
 def held_rows(names: SessionNames, namespace: dict | None, storage=None) -> list[NameRow]:
-    """Tensors reached at the end of the capture from the notebook's variables (inside
-    lists, dicts, objects' attributes, kept by the autograd graph of a tensor) and from the
-    forward hooks of the session's modules, as ``names`` rows of role ``held`` named by their
-    path (``losses[3]``, ``total.grad_fn._saved_self``, ``model.blocks.3 (forward hook)[0]``,
-    ``model.cache['a']`` for a module's own attribute).
-    Variables' own tensors are walked for their graph only (they have their own rows)."""
+    """Tensors reached at the end of the capture through what the variables hold, as
+    ``names`` rows of role ``held`` named by their path: the tensors the autograd graph of a
+    reached tensor saved (``losses[3].grad_fn._saved_self``, ``total.grad_fn…AddmmBackward0
+    ._saved_mat1``), and, when ``names`` did not walk the namespace itself (``deep=False``),
+    the tensors inside containers, attributes, closures and hooks
+    (:func:`~jupyter_memprof._producers.reach.reach`: ``losses[3]``, ``net.cache['a']``)."""
     with warnings.catch_warnings():  # reading a deprecated attribute must not warn the user
         warnings.simplefilter("ignore")
-        return _held(names, namespace, storage)
-
-
-def _held(names: SessionNames, namespace: dict | None, storage) -> list[NameRow]:
-    walk = _HeldWalk(storage or _storage)
-    tensors = []
-    for name, value in _public(namespace):
-        if name in _SHELL_NAMES or _is(value, _NOT_DATA):
-            continue
-        if _is(value, torch.Tensor):  # it has its own row: only its graph is walked
-            tensors.append((name, value))
-        else:
-            walk.push(name, value, 0)
-    walk.run()
-    # after the containers: a graph the last step's `loss` and `losses[-1]` share is the list's
-    for name, value in tensors:
-        if value.grad_fn is not None:
-            walk._graph(f"{name}.grad_fn", value.grad_fn)
-    for root_name, root in names.roots:
-        for sub_name, sub in root.named_modules():
-            path = f"{root_name}.{sub_name}" if sub_name else root_name
-            for attr, value in list(vars(sub).items()):  # a module's own lists and dicts
-                if not attr.startswith("_"):
-                    walk.push(f"{path}.{attr}", value, 0)
-            for kind, hooks in (("forward hook", sub._forward_hooks),):
-                for hook in list(hooks.values()):
-                    for kept in _hook_contents(hook):
-                        walk.push(f"{path} ({kind})", kept, 0)
-    walk.run()
-    return walk.rows
+        graphs = _Graphs(storage or _storage)
+        tensors = names.var_tensors if names.deep else reach(namespace).tensors
+        if not names.deep:
+            for path, t in tensors:
+                if not path.isidentifier():  # a variable's own tensor has its own row
+                    graphs.add(path, t)
+        # held first: a graph the last step's `loss` and `losses[-1]` share is the list's
+        for path, t in sorted(tensors, key=lambda item: item[0].isidentifier()):
+            grad_fn = getattr(t, "grad_fn", None)
+            if grad_fn is not None:
+                graphs.walk(f"{path}.grad_fn", grad_fn)
+        return graphs.rows
