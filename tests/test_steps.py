@@ -366,3 +366,20 @@ def test_too_few_steps_report_nothing(n):
     prof = _train(model, x, y, lambda i, out, loss: kept.append(out.detach()), locals(), steps=n)
     assert len(prof.steps) == n
     assert len(prof.leaks()) == (n - 1)
+
+
+@pytest.mark.parametrize("loss_first", [True, False])
+def test_the_last_steps_loss_counts_with_its_list_whatever_the_variables_order(loss_first):
+    model, x, y = _mlp()
+    ns = {"loss": None} if loss_first else {}
+    ns.update(losses=[], model=model)
+    with jupyter_memprof.profile(namespace=ns) as prof:
+        for _ in range(STEPS):
+            ns["loss"] = ((model(x) - y) ** 2).mean()
+            ns["losses"].append(ns["loss"])  # at the end, `loss` is `losses[-1]`
+            jupyter_memprof.step()
+    leak = _first(prof)
+    assert leak["holder"] == "losses" and leak["steps"] == STEPS
+    assert (
+        leak["total_bytes"] == STEPS * leak["bytes_per_step"] == STEPS * (32 * 128 + 32 * 8 + 1) * 4
+    )

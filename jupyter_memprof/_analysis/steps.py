@@ -195,14 +195,19 @@ def _holding_paths(held: pd.DataFrame, alive: set[int]) -> dict[int, str]:
     for i, path in zip(held["alloc_id"].astype(np.int64).tolist(), held["name"].tolist()):
         if i in alive:
             paths.setdefault(i, []).append(path)
+    holder = {p: holder_of(p) for options in paths.values() for p in options}
     reach: dict[str, int] = {}
     for options in paths.values():
-        for holder in {holder_of(p) for p in options}:
-            reach[holder] = reach.get(holder, 0) + 1
-    return {
-        i: max(options, key=lambda p: (reach[holder_of(p)], -options.index(p)))
-        for i, options in paths.items()
-    }
+        for h in {holder[p] for p in options}:
+            reach[h] = reach.get(h, 0) + 1
+    best: dict[int, str] = {}
+    for i, options in paths.items():
+        top = options[0]
+        for p in options[1:]:  # the first of the holders reaching most (ties: found first)
+            if reach[holder[p]] > reach[holder[top]]:
+                top = p
+        best[i] = top
+    return best
 
 
 def _step_of(alloc_ns: np.ndarray, ends: np.ndarray) -> np.ndarray:

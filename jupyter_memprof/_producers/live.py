@@ -458,6 +458,25 @@ class _Graphs:
             nodes.extend(nxt for nxt, _ in getattr(node, "next_functions", ()))
 
 
+def _aliases(namespace: dict | None, found: list) -> list[tuple[str, torch.Tensor]]:
+    """Tensors in the variables' own lists and dicts that the walk found under another path:
+    the walk names each object once, and the last step's ``loss`` is also ``losses[-1]``."""
+    first = {id(t): path for path, t in found}
+    out = []
+    for name, value in _public(namespace):
+        if _is(value, dict):
+            items = [(f"[{k!r}]", v) for k, v in list(value.items())]
+        elif _is(value, (list, tuple)):
+            items = [(f"[{i}]", v) for i, v in enumerate(list(value))]
+        else:
+            continue
+        for label, v in items:
+            path = name + label
+            if _is(v, torch.Tensor) and first.get(id(v), path) != path:
+                out.append((path, v))
+    return out
+
+
 def held_rows(names: SessionNames, namespace: dict | None, storage=None) -> list[NameRow]:
     """Tensors reached at the end of the capture through what the variables hold, as
     ``names`` rows of role ``held`` named by their path: the tensors the autograd graph of a
@@ -468,11 +487,14 @@ def held_rows(names: SessionNames, namespace: dict | None, storage=None) -> list
     with warnings.catch_warnings():  # reading a deprecated attribute must not warn the user
         warnings.simplefilter("ignore")
         graphs = _Graphs(storage or _storage)
-        tensors = names.var_tensors if names.deep else reach(namespace).tensors
+        tensors = list(names.var_tensors if names.deep else reach(namespace).tensors)
         if not names.deep:
             for path, t in tensors:
                 if not path.isidentifier():  # a variable's own tensor has its own row
                     graphs.add(path, t)
+        for path, t in _aliases(namespace, tensors):
+            graphs.add(path, t)
+            tensors.append((path, t))
         # held first: a graph the last step's `loss` and `losses[-1]` share is the list's
         for path, t in sorted(tensors, key=lambda item: item[0].isidentifier()):
             grad_fn = getattr(t, "grad_fn", None)
