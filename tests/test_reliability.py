@@ -564,3 +564,79 @@ def test_a_progress_callable_that_raises_still_stops_the_profiler_and_keeps_the_
     assert prof.meta["stop_error"] == "ValueError: no progress for stopping torch's profiler"
     assert prof.meta["analysis_error"] == "ValueError: no progress for ops"
     _capture_works()
+
+
+# -- other threads -----------------------------------------------------------------------------
+class _Waiter(torch.nn.Module):
+    """A module whose forward waits (without the GIL) until told to go on."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inside, self.go_on = threading.Event(), threading.Event()
+
+    def forward(self, x):
+        self.inside.set()
+        self.go_on.wait(60)
+        return x
+
+
+def test_a_module_call_of_another_thread_torch_cannot_name_is_kept_with_a_thread_id_that_fits():
+    """A module call running in another thread when the capture starts: torch's Python
+    tracer replays that thread's frames with thread id 2**64-1 (every time). Before, the
+    analysis raised OverflowError out of the `with` block and the profile had no tables."""
+    waiter = _Waiter()
+    t = threading.Thread(target=waiter, args=(torch.ones(3),), name="waiting")
+    t.start()
+    try:
+        assert waiter.inside.wait(60)
+        gc.collect()
+        with jupyter_memprof.profile(namespace={"waiter": waiter}) as prof:
+            torch.ones(250)
+    finally:
+        waiter.go_on.set()
+        t.join(60)
+    assert _registered(prof) and prof.meta.get("analysis_error") is None
+    assert prof.allocations["size_bytes"].tolist() == [1000]
+    names = prof.ops.set_index("op_id")["name"].astype(str)
+    assert [names[i] for i in prof.allocations["alloc_op_id"]] == ["aten::empty"]
+    theirs = prof.ops[prof.ops["module"].astype(object) == "waiter"]
+    assert theirs["kind"].astype(str).tolist() == ["module"]
+    assert theirs["thread"].tolist() == [-1]  # 2**64-1 as the int64 of the same bits
+    ours = prof.ops[prof.ops["name"].astype(str) == "aten::ones"]
+    assert len(ours) == 1 and ours["thread"].iloc[0] > 0
+    assert prof.ops["thread"].dtype == "int64"
+
+
+def test_module_calls_of_another_thread_looping_during_a_capture_never_break_it():
+    """Another thread calls a module over and over while the capture (with Python stacks)
+    runs; torch records that thread's module calls, with a small id or with 2**64-1. Either
+    way the capture keeps its tables, and only this thread's ops and blocks (torch records
+    ops and memory of the profiling thread only)."""
+    other = torch.nn.Linear(4, 4)
+    stop, running = threading.Event(), threading.Event()
+
+    def loop():
+        x = torch.ones(2, 4)
+        while not stop.is_set():
+            other(x)
+            running.set()
+
+    for _ in range(3):
+        running.clear()
+        t = threading.Thread(target=loop, name="looping")
+        t.start()
+        try:
+            assert running.wait(60)
+            gc.collect()
+            with jupyter_memprof.profile(namespace={"other": other}) as prof:
+                torch.ones(250)
+        finally:
+            stop.set()
+            t.join(60)
+        stop.clear()
+        assert _registered(prof) and prof.meta.get("analysis_error") is None
+        assert prof.allocations["size_bytes"].tolist() == [1000]
+        kinds = prof.ops.groupby("thread", observed=True)["kind"].agg(lambda k: set(k.astype(str)))
+        here = prof.ops.loc[prof.ops["name"].astype(str) == "aten::ones", "thread"].iloc[0]
+        assert kinds[here] >= {"op"}
+        assert all(k == {"module"} for thread, k in kinds.items() if thread != here)

@@ -206,6 +206,16 @@ class FrameNamer:
 _OUTSIDE = (0, NO_ID, -1, NO_ID, NO_ID, False, False)
 #: the end of an op still running when the capture stopped: it encloses everything after it
 _FOREVER = 1 << 62
+#: thread ids are unsigned 64-bit numbers in torch; the ``thread`` column is int64
+_INT64_END = 1 << 63
+_UINT64_SPAN = 1 << 64
+
+
+def thread_id(tid: int) -> int:
+    """torch's thread id as the int64 the ``thread`` column holds: ids from 2**63 on (torch
+    reports 2**64-1 for a thread its Python tracer could not name) are read as the signed
+    number of the same 64 bits, so 2**64-1 is -1 and no two ids become one."""
+    return tid - _UINT64_SPAN if tid >= _INT64_END else tid
 
 
 def _kind(name: str, scope) -> OpKind:
@@ -302,6 +312,8 @@ def read_trace(
             start = ev.start_time_ns
             end = ev.end_time_ns
             thread = ev.start_tid
+            if thread >= _INT64_END:  # rare: see thread_id
+                thread = thread_id(thread)
             st = open_ops.get(thread)
             if st is None:
                 st = open_ops[thread] = []
@@ -396,7 +408,8 @@ def read_trace(
             )
         elif fields_type is _ALLOCATION:
             t = ev.start_time_ns
-            st = open_ops.get(ev.start_tid)
+            thread = ev.start_tid
+            st = open_ops.get(thread if thread < _INT64_END else thread_id(thread))
             while st and st[-1][0] <= t:
                 st.pop()
             if st:
@@ -496,7 +509,8 @@ def _module_call(
     op_id = len(ops)
     start = ev.start_time_ns
     end = ev.end_time_ns
-    st = open_ops.setdefault(ev.start_tid, [])
+    thread = thread_id(ev.start_tid)
+    st = open_ops.setdefault(thread, [])
     while st and st[-1][0] <= start:
         st.pop()
     _, parent, depth, node, module_ctx, backward, optimizer = st[-1] if st else _OUTSIDE
@@ -511,7 +525,7 @@ def _module_call(
             kind=OpKind.MODULE,
             start_ns=start,
             end_ns=end,
-            thread=ev.start_tid,
+            thread=thread,
             seq_nr=NO_ID,
             backward=backward,
             optimizer=optimizer,
