@@ -640,3 +640,148 @@ def test_module_calls_of_another_thread_looping_during_a_capture_never_break_it(
         here = prof.ops.loc[prof.ops["name"].astype(str) == "aten::ones", "thread"].iloc[0]
         assert kinds[here] >= {"op"}
         assert all(k == {"module"} for thread, k in kinds.items() if thread != here)
+
+
+@pytest.mark.parametrize("kind", ["torch.profiler.profile", "torch.autograd.profiler.profile"])
+def test_a_torch_profiler_in_another_thread_is_refused_not_a_crash(kind):
+    """torch's profiler runs in thread A (blocked on an Event); a capture in the main thread
+    is refused with one CaptureError line, and works once A has stopped. Before: the
+    capture started a second profiler (torch's "profiler enabled" is per thread) and the
+    process died with a segmentation fault (exit 139) when one of them stopped."""
+    out = _python(
+        f"""
+        import threading, torch, jupyter_memprof
+        from jupyter_memprof import CaptureError
+
+        started, go_on = threading.Event(), threading.Event()
+
+        def a():
+            with {kind}():
+                torch.ones(10)
+                started.set()
+                go_on.wait(60)
+
+        ta = threading.Thread(target=a, name="torch-profiling")
+        ta.start()
+        assert started.wait(60)
+        try:
+            with jupyter_memprof.profile(namespace={{}}):
+                torch.ones(10)
+        except CaptureError as err:
+            print("refused:", err)
+        else:
+            print("not refused")
+        go_on.set()
+        ta.join(60)
+        with jupyter_memprof.profile(namespace={{}}) as prof:
+            torch.ones(250)
+        print("after", prof.allocations["size_bytes"].tolist())
+        """
+    )
+    assert out.returncode == 0, (out.returncode, out.stdout, out.stderr[-3000:])
+    assert out.stdout.splitlines()[-2:] == [
+        "refused: a torch profiler is already running in another thread: torch runs one "
+        "profiler per process (a second one crashes it); profile memory after that one has "
+        "stopped",
+        "after [1000]",
+    ]
+
+
+def test_a_legacy_torch_profiler_in_another_thread_does_not_crash_a_capture():
+    """The legacy profiler keeps no process-wide state: it cannot be seen from another
+    thread, and a capture beside it works, whichever starts first."""
+    out = _python(
+        """
+        import gc, threading, torch, jupyter_memprof
+
+        def legacy():
+            return torch.autograd.profiler_legacy.profile()
+
+        def capture():
+            return jupyter_memprof.profile(namespace={})
+
+        for first, second in ((legacy, capture), (capture, legacy)):
+            started, go_on, held = threading.Event(), threading.Event(), []
+
+            def hold():
+                with first() as p:
+                    torch.ones(250)
+                    started.set()
+                    go_on.wait(60)
+                held.append(p)
+
+            gc.collect()
+            t = threading.Thread(target=hold)
+            t.start()
+            assert started.wait(60)
+            with second() as q:
+                torch.ones(250)
+            go_on.set()
+            t.join(60)
+            prof = q if second is capture else held[0]
+            print(first.__name__, "first:", prof.allocations["size_bytes"].tolist(), flush=True)
+        """
+    )
+    assert out.returncode == 0, (out.returncode, out.stdout, out.stderr[-3000:])
+    assert out.stdout.splitlines() == ["legacy first: [1000]", "capture first: [1000]"]
+
+
+@pytest.mark.parametrize("with_stack", [True, False])
+def test_a_capture_whose_thread_ended_unfinished_frees_the_slot_for_the_next(with_stack):
+    """A thread starts a capture and ends without finishing it. Before, every later capture
+    and estimate of the process was refused ("already running in thread ..."), and
+    release() did not help. Now the next capture, estimate or release() takes the slot
+    over: the abandoned capture's hooks are removed and torch's profiler is put back in
+    order (torch stops the thread's profiler as the thread ends, but leaves its "a
+    profiler runs" flag set, and the process then crashed at exit: plain torch too)."""
+    out = _python(
+        f"""
+        import gc, threading, torch, jupyter_memprof
+        import torch.autograd.profiler as torch_profiler
+        from torch.nn.modules import module as nn_module
+        from torch.optim import optimizer as optim_module
+        from jupyter_memprof._producers.recorder import SLOT
+
+        def hooks():
+            return sum(
+                len(d) for d in (
+                    nn_module._global_forward_pre_hooks,
+                    nn_module._global_forward_hooks,
+                    optim_module._global_optimizer_pre_hooks,
+                )
+            )
+
+        def abandon():
+            jupyter_memprof.profile(namespace={{}}, with_stack={with_stack}).start()
+            torch.ones(10)
+
+        for way in ("next capture", "release()", "estimate"):
+            t = threading.Thread(target=abandon, name="gone")
+            t.start()
+            t.join(60)
+            print(way, "left behind:", hooks() > 0, torch_profiler._is_profiler_enabled)
+            if way == "release()":
+                jupyter_memprof.release()
+                print(way, "freed:", not SLOT._lock.locked(), hooks(), flush=True)
+            elif way == "estimate":
+                est = jupyter_memprof.estimate(lambda x: x * 2, torch.ones(250))
+                print(way, "works:", est.allocations["size_bytes"].tolist(), hooks(), flush=True)
+                continue
+            gc.collect()
+            with jupyter_memprof.profile(namespace={{}}) as prof:
+                torch.ones(250)
+            print(way, "works:", prof.allocations["size_bytes"].tolist(), hooks(), flush=True)
+        print("flag", torch_profiler._is_profiler_enabled)
+        """
+    )
+    assert out.returncode == 0, (out.returncode, out.stdout, out.stderr[-3000:])
+    assert out.stdout.splitlines() == [
+        "next capture left behind: True True",  # the optimizer hook is there with stacks too
+        "next capture works: [1000] 0",
+        "release() left behind: True True",
+        "release() freed: True 0",
+        "release() works: [1000] 0",
+        "estimate left behind: True True",
+        "estimate works: [1000, 1000] 0",  # its argument and its result
+        "flag False",
+    ]

@@ -581,14 +581,54 @@ def prepare() -> None:
 
 
 def profiler_running() -> bool:
-    """True while any torch profiler (autograd or kineto) is collecting in this process."""
+    """True while a torch profiler (kineto or legacy) is collecting in this thread (torch
+    keeps that state per thread)."""
     return bool(torch._C._autograd._profiler_enabled())
+
+
+def running_profiler() -> str | None:
+    """Where a torch profiler is running: ``"in this thread"``, ``"in another thread"`` or
+    None.
+
+    torch keeps a profiler's state per thread, but runs one kineto profiler per process: a
+    second one started in another thread crashes the process when either stops. The only
+    process-wide sign is the flag torch's Python start sets and its stop clears
+    (``torch.autograd.profiler._is_profiler_enabled``); the legacy profiler does not set it,
+    and does not crash a capture in another thread either (measured: docs/dev-notes.md).
+    """
+    if profiler_running():
+        return "in this thread"
+    if getattr(torch.autograd.profiler, "_is_profiler_enabled", False):
+        return "in another thread"
+    return None
+
+
+def clear_running_flag() -> None:
+    """Clear torch's process-wide "a profiler runs" flag, as torch's own stop does: after a
+    stop that failed half way, or for a capture whose thread ended without stopping (torch
+    stops that thread's profiler as the thread ends, but leaves the flag set)."""
+    stop = getattr(torch.autograd.profiler, "_run_on_profiler_stop", None)
+    if stop is not None:
+        stop()
+
+
+def settle_after_lost_thread() -> None:
+    """Put torch's profiler back in order after a thread that ran it ended without stopping
+    it. torch stops that profiler as the thread ends, but leaves its process-wide flag set
+    and its state such that the process crashes at exit (measured, plain torch too:
+    docs/dev-notes.md) unless a profiler starts and stops again. An empty CPU-only one
+    does that (under 1 ms) and clears the flag as it stops."""
+    with torch.autograd.profiler.profile():
+        pass
 
 
 def force_off() -> None:
     """Turn torch's profiler off whatever state its Python object is in (when torch's own
     stop failed half way); what it recorded is lost."""
-    torch.autograd._disable_profiler()
+    try:
+        torch.autograd._disable_profiler()
+    finally:
+        clear_running_flag()
 
 
 def trace_start_ns(kineto_results) -> int | None:
