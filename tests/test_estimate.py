@@ -881,3 +881,44 @@ def test_cudnn_lstm_on_a_gpu_is_one_clear_error_and_works_with_cudnn_off(lstm_pa
     assert prof.meta["simulated_cuda"] is False
     params = sum(cuda_rounded(p.numel() * p.element_size()) for p in m.parameters())
     assert _bytes_by_role(prof, "parameter") == params
+
+
+def test_an_estimate_sees_only_its_own_thread():
+    """Another thread calls a real model and steps a real optimizer over and over while the
+    estimate runs. The module and optimizer hooks are global: before, that thread's calls
+    were recorded as the estimate's own (515 ops instead of 43 here)."""
+    import threading
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
+    x = torch.randn(8, 16)
+
+    def step(model, x):
+        model(x).sum().backward()
+
+    alone = estimate(step, model, x)
+    other = nn.Linear(4, 4)
+    other_opt = torch.optim.SGD(other.parameters(), lr=0.1)
+    stop, running = threading.Event(), threading.Event()
+
+    def loop():
+        y = torch.ones(2, 4)
+        while not stop.is_set():
+            other(y).sum().backward()
+            other_opt.step()
+            running.set()
+
+    t = threading.Thread(target=loop, name="training elsewhere")
+    t.start()
+    try:
+        assert running.wait(60)
+        beside = estimate(step, model, x)
+    finally:
+        stop.set()
+        t.join(60)
+    assert len(alone.ops) == 43
+    columns = ["name", "kind", "parent_id", "module", "phase"]  # seq_nr: autograd's counter
+    assert beside.ops[columns].astype(str).equals(alone.ops[columns].astype(str))
+    modules = set(beside.ops.loc[beside.ops["kind"] == "module", "module"].astype(str))
+    assert modules == {"model", "model.0", "model.1", "model.2"}
+    assert beside.allocations["size_bytes"].tolist() == alone.allocations["size_bytes"].tolist()

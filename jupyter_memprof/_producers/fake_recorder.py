@@ -40,7 +40,7 @@ from torch._subclasses.fake_tensor import (
     UnsupportedOperatorException,
 )
 from torch.overrides import TorchFunctionMode
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode_stack
 
 from .._devices import block_bytes, is_cuda
 from .._errors import EstimateError
@@ -127,6 +127,7 @@ class FakeRecorder:
         self._n_blocks = 0
         self._last_seq = 0
         self._thread = threading.get_ident()
+        self.mode: RecordingMode | None = None  # the run's dispatch mode, once entered
         self._handles: list = []
         self._writes: dict = {}
 
@@ -363,7 +364,18 @@ class FakeRecorder:
         return []
 
     # -- hooks ----------------------------------------------------------------------------
+    def _ours(self) -> bool:
+        """Whether the running thread runs the estimated code: the module and optimizer
+        hooks are global, and fire for every thread's calls. The dispatch modes are per
+        thread (and go with autograd to the threads its engine runs a backward in)."""
+        if threading.get_ident() == self._thread:
+            return True
+        mode = self.mode
+        return mode is not None and any(m is mode for m in _get_current_dispatch_mode_stack())
+
     def _module_pre(self, module, args) -> None:
+        if not self._ours():
+            return
         self.sync_backward()
         index = self._module_index.get(id(module))
         if index is None:
@@ -374,10 +386,12 @@ class FakeRecorder:
         )
 
     def _module_post(self, module, args, output) -> None:
-        if self._module_ops:
+        if self._module_ops and self._ours():
             self.close(self._module_ops.pop())
 
     def _step_pre(self, optimizer, args, kwargs) -> None:
+        if not self._ours():
+            return
         self.sync_backward()
         if all(o is not optimizer for o in self.optimizers):
             self.optimizers.append(optimizer)
@@ -398,7 +412,7 @@ class FakeRecorder:
 
     def _step_post(self, optimizer, args, kwargs) -> None:
         op = getattr(self, "_step_op", None)
-        if op is not None:
+        if op is not None and self._ours():
             self.close(op)
             self._step_op = None
 
@@ -540,6 +554,7 @@ class RecordingMode(TorchDispatchMode):
     def __init__(self, recorder: FakeRecorder):
         super().__init__()
         self.recorder = recorder
+        recorder.mode = self
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
