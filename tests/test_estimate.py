@@ -203,6 +203,9 @@ def test_cuda_factories_and_moves_inside_the_step():
         ({"device": 3}, "device must be a string"),
         ({"limit": "lots"}, "limit: not a size in bytes"),
         ({"limit": 0}, "more than 0 bytes"),
+        # before: read as 1 byte
+        ({"limit": 1.5}, r"^limit: not a whole number of bytes: 1\.5$"),
+        ({"limit": "1.5"}, r"^limit: not a whole number of bytes: '1\.5'$"),
     ],
 )
 def test_bad_device_or_limit_fails_before_running(kwargs, message):
@@ -232,6 +235,29 @@ def test_data_dependent_ops_name_the_op_and_the_line(warm_mlp):
     with pytest.raises(EstimateError, match=r"aten::nonzero .* in uses_nonzero"):
         estimate(uses_nonzero, x)
     assert model[0].weight.grad is not None  # untouched: still the warm-up gradient
+
+
+def test_numpy_in_an_estimate_is_one_line_naming_the_line():
+    """Before: RuntimeError ".numpy() is not supported for tensor subclasses"."""
+    import numpy as np
+
+    def step(x):
+        y = x * 2
+        return y.numpy().sum()
+
+    def step_array(x):
+        return np.asarray(x * 2)
+
+    with pytest.raises(EstimateError) as err:
+        estimate(step, torch.ones(3))
+    line = step.__code__.co_firstlineno + 2
+    assert str(err.value) == (
+        f"Tensor.numpy() needs tensor values, which a fake run does not have at "
+        f"test_estimate.py:{line} in step: estimate code that does not read values "
+        "(`.item()`, `.numpy()`, `nonzero`, `if tensor:`, boolean masks)"
+    )
+    with pytest.raises(EstimateError, match=r"^numpy's array\(\) needs tensor values"):
+        estimate(step_array, torch.ones(3))
 
 
 def test_a_real_tensor_the_step_reads_is_named():

@@ -55,6 +55,13 @@ _LIFT = frozenset({torch.ops.aten.lift_fresh.default, torch.ops.aten.lift_fresh_
 _AUTOGRAD_CALLS = frozenset({torch.Tensor.backward, torch.autograd.backward, torch.autograd.grad})
 _DATA_DEPENDENT = (DataDependentOutputException, DynamicOutputShapeException)
 _MAX_SEQ = 1 << 62  # AccumulateGrad nodes carry UINT64_MAX: no sequence number
+#: Tensor methods that hand out the values themselves (fake tensors raise RuntimeError)
+_VALUE_METHODS = {torch.Tensor.numpy: "Tensor.numpy()", torch.Tensor.__array__: "numpy's array()"}
+#: what the errors for code that reads values suggest instead
+_NO_VALUES = (
+    "estimate code that does not read values (`.item()`, `.numpy()`, `nonzero`, `if tensor:`, "
+    "boolean masks)"
+)
 
 
 CUDNN_HINT = (
@@ -301,8 +308,7 @@ class FakeRecorder:
         except _DATA_DEPENDENT:
             raise EstimateError(
                 f"{name} needs tensor values, which a fake run does not have (data-dependent "
-                f"output){self._where(op_id)}: estimate code that does not read values "
-                "(`.item()`, `nonzero`, `if tensor:`, boolean masks)"
+                f"output){self._where(op_id)}: {_NO_VALUES}"
             ) from None
         except UnsupportedOperatorException:
             raise EstimateError(
@@ -584,6 +590,13 @@ class PythonMode(TorchFunctionMode):
             finally:
                 rec.in_autograd -= 1
                 rec.end_backward()
+        reads = _VALUE_METHODS.get(func)
+        if reads is not None:
+            site = rec.callsite()
+            raise EstimateError(
+                f"{reads} needs tensor values, which a fake run does not have"
+                f"{f' at {site}' if site else ''}: {_NO_VALUES}"
+            )
         if func is torch.Tensor.__deepcopy__:
             return deepcopy_fake(args[0], args[1] if len(args) > 1 else kwargs.get("memo", {}))
         if self.remap is not None:
