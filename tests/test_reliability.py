@@ -785,3 +785,53 @@ def test_a_capture_whose_thread_ended_unfinished_frees_the_slot_for_the_next(wit
         "estimate works: [1000, 1000] 0",  # its argument and its result
         "flag False",
     ]
+
+
+# -- Ctrl-C late in finish() -------------------------------------------------------------------
+def _interrupt() -> None:
+    """A real Ctrl-C: SIGINT to this process, handled at the next bytecode."""
+    import signal
+
+    signal.raise_signal(signal.SIGINT)
+
+
+def test_an_interrupt_while_the_profile_is_registered_still_registers_it(monkeypatch):
+    """Ctrl-C after the analysis, while the profile is registered (here: as torch's raw
+    result is let go, the step before). Before: the profile was never registered, so the
+    panel never listed it (about 1 interrupt in 100 landed there)."""
+    from jupyter_memprof._producers.recorder import Recorder
+
+    release = Recorder.release
+
+    def release_then_interrupt(self):
+        release(self)
+        _interrupt()
+
+    monkeypatch.setattr(Recorder, "release", release_then_interrupt)
+    heard = []
+    unsubscribe = session.subscribe(lambda action, sid, p: heard.append((action, p)))
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            with jupyter_memprof.profile(namespace={}, label="late") as prof:
+                torch.ones(250)
+    finally:
+        unsubscribe()
+    assert _registered(prof) and heard == [("added", prof)]
+    assert prof.meta["label"] == "late" and len(prof.allocations) >= 1
+    assert not profiler_running()
+
+
+def test_an_interrupt_in_a_session_listener_still_tells_the_others():
+    """Ctrl-C while the first listener hears of the new profile: the panel's listener (the
+    second) still hears of it; the interrupt comes once all have."""
+    heard = []
+    first = session.subscribe(lambda action, sid, p: _interrupt())
+    second = session.subscribe(lambda action, sid, p: heard.append((action, p)))
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            with jupyter_memprof.profile(namespace={}) as prof:
+                torch.ones(250)
+    finally:
+        first()
+        second()
+    assert _registered(prof) and heard == [("added", prof)]
