@@ -11,6 +11,7 @@ unchanged. Past this module a device is ``"cpu"`` or ``"cuda:N"``.
 from __future__ import annotations
 
 import re
+import reprlib
 from collections.abc import Iterable
 from typing import Any
 
@@ -123,6 +124,22 @@ def block_bytes(device: str, nbytes: int) -> int:
     return cuda_block_bytes(nbytes) if device.startswith("cuda") else nbytes
 
 
+def _names_in(devices: Any) -> list[str]:
+    """The device names in a list (or any iterable) of them; anything else raises
+    :class:`CaptureError` with one line (``device=42`` is not a list of one device)."""
+    import torch
+
+    try:
+        items = list(devices)
+    except TypeError:
+        items = None
+    if items is None or not all(isinstance(d, (str, torch.device)) for d in items):
+        raise CaptureError(
+            f"device must be 'cpu', 'cuda', 'cuda:N' or a list of those, not {reprlib.repr(devices)}"
+        )
+    return [str(d) for d in items]
+
+
 def resolve_devices(device: str | Iterable[str] | None) -> list[str]:
     """Normalise a capture's ``device`` option to a list like ``["cpu", "cuda:0"]``.
 
@@ -138,7 +155,7 @@ def resolve_devices(device: str | Iterable[str] | None) -> list[str]:
     if isinstance(device, (str, torch.device)):
         wanted = [str(device)]
     else:
-        wanted = [str(d) for d in device]
+        wanted = _names_in(device)
     out: list[str] = []
     try:
         for item in split_devices(wanted):

@@ -106,15 +106,18 @@ def parse_bytes(value: int | float | str) -> int:
     """``"24GiB"`` -> ``25769803776``; ``"1.5 GB"`` -> ``1500000000``; ints pass through.
 
     Binary suffixes (KiB, MiB, GiB, TiB, PiB; also Ki, Mi, ...) are powers of 1024, decimal
-    ones (KB, MB, GB, ... and bare K, M, G) powers of 1000, as their names say. Raises
-    ValueError with one line for anything else, including negative sizes.
+    ones (KB, MB, GB, ... and bare K, M, G) powers of 1000, as their names say; a size in
+    such a unit is rounded down to whole bytes (``"1.3KiB"`` -> 1331). A count of bytes
+    (a number, or a string without a unit or with ``B``) must be whole: ``1.5`` is refused,
+    not read as 1 byte. Raises ValueError with one line for anything else, including
+    negative sizes.
     """
     if isinstance(value, bool):
         raise ValueError(f"not a size in bytes: {value!r}")
     if isinstance(value, (int, float)):
         if not math.isfinite(value) or value < 0:
             raise ValueError(f"not a size in bytes: {value!r}")
-        return int(value)
+        return _whole_bytes(value, value)
     m = _SIZE.match(str(value))
     if not m:
         raise ValueError(f"not a size in bytes: {value!r} (use e.g. 24GiB, 512MiB or 8000000000)")
@@ -122,4 +125,13 @@ def parse_bytes(value: int | float | str) -> int:
     factor = _FACTORS.get((suffix or "").lower())
     if factor is None:
         raise ValueError(f"unknown unit in {value!r} (use B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)")
+    if factor == 1:
+        return int(number) if "." not in number else _whole_bytes(float(number), value)
     return int(float(number) * factor)
+
+
+def _whole_bytes(n: int | float, given: object) -> int:
+    """``n`` bytes as an int; a fraction of a byte is refused (one line)."""
+    if n != int(n):
+        raise ValueError(f"not a whole number of bytes: {given!r}")
+    return int(n)

@@ -236,6 +236,17 @@ def test_cuda_on_a_machine_without_it_is_a_clear_error():
         jupyter_memprof.profile(device="tpu:7x")
 
 
+@pytest.mark.parametrize("device", [42, [42], b"cpu", ["cpu", None]])
+def test_a_device_that_is_not_a_name_is_one_capture_error_line(device):
+    """Before: ``device=42`` raised TypeError ('int' object is not iterable), and bytes were
+    read as the devices '99', '112', '117'."""
+    with pytest.raises(CaptureError) as err:
+        jupyter_memprof.profile(device=device)
+    assert str(err.value) == (
+        f"device must be 'cpu', 'cuda', 'cuda:N' or a list of those, not {device!r}"
+    )
+
+
 def test_a_running_torch_profiler_is_refused_and_left_alone():
     with torch.profiler.profile():
         with pytest.raises(CaptureError, match="already running"):

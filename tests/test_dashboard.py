@@ -438,6 +438,43 @@ def test_a_template_filled_in_is_the_document_bokeh_serializes(prof):
     assert "memprof-slot" not in text
 
 
+def test_where_the_peak_falls_is_a_value_of_the_template_not_its_shape():
+    """The peak's label goes right of its mark, or left of it late in the run (to stay in
+    the plot). That side was part of the template's shape, so two captures of one step
+    whose peaks fell either side of 60% of the run got two shapes (a flaky template test).
+    Here two estimates (their clock counts records: no timing) of one program, the big
+    temporary early or late."""
+    from jupyter_memprof import estimate
+    from jupyter_memprof._views import dashboard as D
+
+    def early(x):
+        big = torch.ones(1000, 1000)
+        del big
+        for _ in range(20):
+            x = x + 1
+
+    def late(x):
+        for _ in range(20):
+            x = x + 1
+        big = torch.ones(1000, 1000)
+        del big
+
+    specs = {}
+    for fn in (early, late):
+        est = estimate(fn, torch.ones(8))
+        specs[fn.__name__] = D._spec(est, D._shown(est, None, None), header=True)
+    (shape, first), (other, last) = specs["early"], specs["late"]
+    assert shape == other
+    assert first["peak_text0_after"].startswith("peak 3.8 MiB at #")
+    assert first["peak_text0_before"] == " "  # shows nothing
+    assert last["peak_text0_after"] == " "
+    assert last["peak_text0_before"].startswith("peak 3.8 MiB at #")
+    template, _ = D._template(shape, first)
+    for values in (first, last):
+        want = _bokeh_json(D._layout(shape, values, header=True).layout)
+        assert _canonical(template.render(values)) == _canonical(want)
+
+
 def test_an_estimate_page_is_the_document_bokeh_serializes():
     from jupyter_memprof import estimate
     from jupyter_memprof._views import dashboard as D

@@ -203,6 +203,9 @@ def test_cuda_factories_and_moves_inside_the_step():
         ({"device": 3}, "device must be a string"),
         ({"limit": "lots"}, "limit: not a size in bytes"),
         ({"limit": 0}, "more than 0 bytes"),
+        # before: read as 1 byte
+        ({"limit": 1.5}, r"^limit: not a whole number of bytes: 1\.5$"),
+        ({"limit": "1.5"}, r"^limit: not a whole number of bytes: '1\.5'$"),
     ],
 )
 def test_bad_device_or_limit_fails_before_running(kwargs, message):
@@ -232,6 +235,29 @@ def test_data_dependent_ops_name_the_op_and_the_line(warm_mlp):
     with pytest.raises(EstimateError, match=r"aten::nonzero .* in uses_nonzero"):
         estimate(uses_nonzero, x)
     assert model[0].weight.grad is not None  # untouched: still the warm-up gradient
+
+
+def test_numpy_in_an_estimate_is_one_line_naming_the_line():
+    """Before: RuntimeError ".numpy() is not supported for tensor subclasses"."""
+    import numpy as np
+
+    def step(x):
+        y = x * 2
+        return y.numpy().sum()
+
+    def step_array(x):
+        return np.asarray(x * 2)
+
+    with pytest.raises(EstimateError) as err:
+        estimate(step, torch.ones(3))
+    line = step.__code__.co_firstlineno + 2
+    assert str(err.value) == (
+        f"Tensor.numpy() needs tensor values, which a fake run does not have at "
+        f"test_estimate.py:{line} in step: estimate code that does not read values "
+        "(`.item()`, `.numpy()`, `nonzero`, `if tensor:`, boolean masks)"
+    )
+    with pytest.raises(EstimateError, match=r"^numpy's array\(\) needs tensor values"):
+        estimate(step_array, torch.ones(3))
 
 
 def test_a_real_tensor_the_step_reads_is_named():
@@ -881,3 +907,44 @@ def test_cudnn_lstm_on_a_gpu_is_one_clear_error_and_works_with_cudnn_off(lstm_pa
     assert prof.meta["simulated_cuda"] is False
     params = sum(cuda_rounded(p.numel() * p.element_size()) for p in m.parameters())
     assert _bytes_by_role(prof, "parameter") == params
+
+
+def test_an_estimate_sees_only_its_own_thread():
+    """Another thread calls a real model and steps a real optimizer over and over while the
+    estimate runs. The module and optimizer hooks are global: before, that thread's calls
+    were recorded as the estimate's own (515 ops instead of 43 here)."""
+    import threading
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
+    x = torch.randn(8, 16)
+
+    def step(model, x):
+        model(x).sum().backward()
+
+    alone = estimate(step, model, x)
+    other = nn.Linear(4, 4)
+    other_opt = torch.optim.SGD(other.parameters(), lr=0.1)
+    stop, running = threading.Event(), threading.Event()
+
+    def loop():
+        y = torch.ones(2, 4)
+        while not stop.is_set():
+            other(y).sum().backward()
+            other_opt.step()
+            running.set()
+
+    t = threading.Thread(target=loop, name="training elsewhere")
+    t.start()
+    try:
+        assert running.wait(60)
+        beside = estimate(step, model, x)
+    finally:
+        stop.set()
+        t.join(60)
+    assert len(alone.ops) == 43
+    columns = ["name", "kind", "parent_id", "module", "phase"]  # seq_nr: autograd's counter
+    assert beside.ops[columns].astype(str).equals(alone.ops[columns].astype(str))
+    modules = set(beside.ops.loc[beside.ops["kind"] == "module", "module"].astype(str))
+    assert modules == {"model", "model.0", "model.1", "model.2"}
+    assert beside.allocations["size_bytes"].tolist() == alone.allocations["size_bytes"].tolist()

@@ -289,6 +289,20 @@ def test_html_report_is_written(shell, run, tmp_path):
     assert path.read_text().lstrip().lower().startswith("<!doctype html")
 
 
+def test_a_relative_html_path_is_where_the_cell_started(shell, run, tmp_path, monkeypatch):
+    """Before: the report went to the folder the cell had changed to."""
+    moved = tmp_path / "moved"
+    moved.mkdir()
+    monkeypatch.chdir(tmp_path)
+    result, out = run(
+        "%%memprofile --no-display --html rel.html\n"
+        f"import os; os.chdir({str(moved)!r}); h_rel = torch.empty(1000)"
+    )
+    assert result.success and os.getcwd() == str(moved)
+    assert f"report written to {tmp_path / 'rel.html'}" in out
+    assert (tmp_path / "rel.html").is_file() and list(moved.iterdir()) == []
+
+
 def test_line_magic_profiles_one_statement(shell, run):
     result, out = run("%memprofile -o p_line s_line = 'two  spaces'; v_line = torch.empty(500)")
     assert result.success
@@ -402,6 +416,22 @@ def test_a_running_torch_profiler_is_a_usage_error(shell, run):
         ("%%memprofile --html /no/such/dir/r.html\nbad5 = 1", "UsageError: --html: the folder"),
         ("%memprofile -o p_none", "UsageError: %memprofile needs a statement to run"),
         ("%memprofile --bogus bad6 = 1", "UsageError: unrecognized arguments: --bogus"),
+        # names IPython or Python use themselves (before: -o get_ipython broke the session)
+        *(
+            (f"%%memprofile -o {n}\nbad7 = 1", f"UsageError: -o {n}: {n!r} is a name Python")
+            for n in ("get_ipython", "In", "Out", "print", "len", "exit", "_", "_i3", "_7")
+        ),
+        ("%%memprofile -o __name__\nbad7 = 1", "UsageError: -o __name__: '__name__' is a name"),
+        # a stray quote (before: a 28-line ValueError traceback)
+        (
+            '%%memprofile --label "step 1\nbad8 = 1',
+            "UsageError: %%memprofile: cannot read the options '--label \"step 1' (No closing "
+            "quotation)",
+        ),
+        (
+            "%memprofile --label 'step bad9 = 1",
+            "UsageError: %memprofile: cannot read the options",
+        ),
     ],
 )
 def test_usage_errors_are_one_line_and_run_nothing(shell, run, cell, message):
@@ -410,7 +440,7 @@ def test_usage_errors_are_one_line_and_run_nothing(shell, run, cell, message):
     assert isinstance(result.error_in_exec, UsageError)
     lines = out.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(message), out
-    assert not any(name in shell.user_ns for name in ("bad1", "bad2", "bad3", "bad4", "bad5"))
+    assert not any(f"bad{i}" in shell.user_ns for i in range(1, 10))
     assert shell.user_ns.get(LAST) is before
 
 

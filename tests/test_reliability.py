@@ -564,3 +564,276 @@ def test_a_progress_callable_that_raises_still_stops_the_profiler_and_keeps_the_
     assert prof.meta["stop_error"] == "ValueError: no progress for stopping torch's profiler"
     assert prof.meta["analysis_error"] == "ValueError: no progress for ops"
     _capture_works()
+
+
+# -- other threads -----------------------------------------------------------------------------
+class _Waiter(torch.nn.Module):
+    """A module whose forward waits (without the GIL) until told to go on."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inside, self.go_on = threading.Event(), threading.Event()
+
+    def forward(self, x):
+        self.inside.set()
+        self.go_on.wait(60)
+        return x
+
+
+def test_a_module_call_of_another_thread_torch_cannot_name_is_kept_with_a_thread_id_that_fits():
+    """A module call running in another thread when the capture starts: torch's Python
+    tracer replays that thread's frames with thread id 2**64-1 (every time). Before, the
+    analysis raised OverflowError out of the `with` block and the profile had no tables."""
+    waiter = _Waiter()
+    t = threading.Thread(target=waiter, args=(torch.ones(3),), name="waiting")
+    t.start()
+    try:
+        assert waiter.inside.wait(60)
+        gc.collect()
+        with jupyter_memprof.profile(namespace={"waiter": waiter}) as prof:
+            torch.ones(250)
+    finally:
+        waiter.go_on.set()
+        t.join(60)
+    assert _registered(prof) and prof.meta.get("analysis_error") is None
+    assert prof.allocations["size_bytes"].tolist() == [1000]
+    names = prof.ops.set_index("op_id")["name"].astype(str)
+    assert [names[i] for i in prof.allocations["alloc_op_id"]] == ["aten::empty"]
+    theirs = prof.ops[prof.ops["module"].astype(object) == "waiter"]
+    assert theirs["kind"].astype(str).tolist() == ["module"]
+    assert theirs["thread"].tolist() == [-1]  # 2**64-1 as the int64 of the same bits
+    ours = prof.ops[prof.ops["name"].astype(str) == "aten::ones"]
+    assert len(ours) == 1 and ours["thread"].iloc[0] > 0
+    assert prof.ops["thread"].dtype == "int64"
+
+
+def test_module_calls_of_another_thread_looping_during_a_capture_never_break_it():
+    """Another thread calls a module over and over while the capture (with Python stacks)
+    runs; torch records that thread's module calls, with a small id or with 2**64-1. Either
+    way the capture keeps its tables, and only this thread's ops and blocks (torch records
+    ops and memory of the profiling thread only)."""
+    other = torch.nn.Linear(4, 4)
+    stop, running = threading.Event(), threading.Event()
+
+    def loop():
+        x = torch.ones(2, 4)
+        while not stop.is_set():
+            other(x)
+            running.set()
+
+    for _ in range(3):
+        running.clear()
+        t = threading.Thread(target=loop, name="looping")
+        t.start()
+        try:
+            assert running.wait(60)
+            gc.collect()
+            with jupyter_memprof.profile(namespace={"other": other}) as prof:
+                torch.ones(250)
+        finally:
+            stop.set()
+            t.join(60)
+        stop.clear()
+        assert _registered(prof) and prof.meta.get("analysis_error") is None
+        a = prof.allocations
+        assert a.loc[a["alloc_ns"].notna(), "size_bytes"].tolist() == [1000]
+        assert sorted(a.loc[a["alloc_ns"].isna(), "size_bytes"]) == [16, 64]  # other's, before
+        kinds = prof.ops.groupby("thread", observed=True)["kind"].agg(lambda k: set(k.astype(str)))
+        here = prof.ops.loc[prof.ops["name"].astype(str) == "aten::ones", "thread"].iloc[0]
+        assert kinds[here] >= {"op"}
+        assert all(k == {"module"} for thread, k in kinds.items() if thread != here)
+
+
+@pytest.mark.parametrize("kind", ["torch.profiler.profile", "torch.autograd.profiler.profile"])
+def test_a_torch_profiler_in_another_thread_is_refused_not_a_crash(kind):
+    """torch's profiler runs in thread A (blocked on an Event); a capture in the main thread
+    is refused with one CaptureError line, and works once A has stopped. Before: the
+    capture started a second profiler (torch's "profiler enabled" is per thread) and the
+    process died with a segmentation fault (exit 139) when one of them stopped."""
+    out = _python(
+        f"""
+        import threading, torch, jupyter_memprof
+        from jupyter_memprof import CaptureError
+
+        started, go_on = threading.Event(), threading.Event()
+
+        def a():
+            with {kind}():
+                torch.ones(10)
+                started.set()
+                go_on.wait(60)
+
+        ta = threading.Thread(target=a, name="torch-profiling")
+        ta.start()
+        assert started.wait(60)
+        try:
+            with jupyter_memprof.profile(namespace={{}}):
+                torch.ones(10)
+        except CaptureError as err:
+            print("refused:", err)
+        else:
+            print("not refused")
+        go_on.set()
+        ta.join(60)
+        with jupyter_memprof.profile(namespace={{}}) as prof:
+            torch.ones(250)
+        print("after", prof.allocations["size_bytes"].tolist())
+        """
+    )
+    assert out.returncode == 0, (out.returncode, out.stdout, out.stderr[-3000:])
+    assert out.stdout.splitlines()[-2:] == [
+        "refused: a torch profiler is already running in another thread: torch runs one "
+        "profiler per process (a second one crashes it); profile memory after that one has "
+        "stopped",
+        "after [1000]",
+    ]
+
+
+def test_a_legacy_torch_profiler_in_another_thread_does_not_crash_a_capture():
+    """The legacy profiler keeps no process-wide state: it cannot be seen from another
+    thread, and a capture beside it works, whichever starts first."""
+    out = _python(
+        """
+        import gc, threading, torch, jupyter_memprof
+
+        def legacy():
+            return torch.autograd.profiler_legacy.profile()
+
+        def capture():
+            return jupyter_memprof.profile(namespace={})
+
+        for first, second in ((legacy, capture), (capture, legacy)):
+            started, go_on, held = threading.Event(), threading.Event(), []
+
+            def hold():
+                with first() as p:
+                    torch.ones(250)
+                    started.set()
+                    go_on.wait(60)
+                held.append(p)
+
+            gc.collect()
+            t = threading.Thread(target=hold)
+            t.start()
+            assert started.wait(60)
+            with second() as q:
+                torch.ones(250)
+            go_on.set()
+            t.join(60)
+            prof = q if second is capture else held[0]
+            print(first.__name__, "first:", prof.allocations["size_bytes"].tolist(), flush=True)
+        """
+    )
+    assert out.returncode == 0, (out.returncode, out.stdout, out.stderr[-3000:])
+    assert out.stdout.splitlines() == ["legacy first: [1000]", "capture first: [1000]"]
+
+
+@pytest.mark.parametrize("with_stack", [True, False])
+def test_a_capture_whose_thread_ended_unfinished_frees_the_slot_for_the_next(with_stack):
+    """A thread starts a capture and ends without finishing it. Before, every later capture
+    and estimate of the process was refused ("already running in thread ..."), and
+    release() did not help. Now the next capture, estimate or release() takes the slot
+    over: the abandoned capture's hooks are removed and torch's profiler is put back in
+    order (torch stops the thread's profiler as the thread ends, but leaves its "a
+    profiler runs" flag set, and the process then crashed at exit: plain torch too)."""
+    out = _python(
+        f"""
+        import gc, threading, torch, jupyter_memprof
+        import torch.autograd.profiler as torch_profiler
+        from torch.nn.modules import module as nn_module
+        from torch.optim import optimizer as optim_module
+        from jupyter_memprof._producers.recorder import SLOT
+
+        def hooks():
+            return sum(
+                len(d) for d in (
+                    nn_module._global_forward_pre_hooks,
+                    nn_module._global_forward_hooks,
+                    optim_module._global_optimizer_pre_hooks,
+                )
+            )
+
+        def abandon():
+            jupyter_memprof.profile(namespace={{}}, with_stack={with_stack}).start()
+            torch.ones(10)
+
+        for way in ("next capture", "release()", "estimate"):
+            t = threading.Thread(target=abandon, name="gone")
+            t.start()
+            t.join(60)
+            print(way, "left behind:", hooks() > 0, torch_profiler._is_profiler_enabled)
+            if way == "release()":
+                jupyter_memprof.release()
+                print(way, "freed:", not SLOT._lock.locked(), hooks(), flush=True)
+            elif way == "estimate":
+                est = jupyter_memprof.estimate(lambda x: x * 2, torch.ones(250))
+                print(way, "works:", est.allocations["size_bytes"].tolist(), hooks(), flush=True)
+                continue
+            gc.collect()
+            with jupyter_memprof.profile(namespace={{}}) as prof:
+                torch.ones(250)
+            print(way, "works:", prof.allocations["size_bytes"].tolist(), hooks(), flush=True)
+        print("flag", torch_profiler._is_profiler_enabled)
+        """
+    )
+    assert out.returncode == 0, (out.returncode, out.stdout, out.stderr[-3000:])
+    assert out.stdout.splitlines() == [
+        "next capture left behind: True True",  # the optimizer hook is there with stacks too
+        "next capture works: [1000] 0",
+        "release() left behind: True True",
+        "release() freed: True 0",
+        "release() works: [1000] 0",
+        "estimate left behind: True True",
+        "estimate works: [1000, 1000] 0",  # its argument and its result
+        "flag False",
+    ]
+
+
+# -- Ctrl-C late in finish() -------------------------------------------------------------------
+def _interrupt() -> None:
+    """A real Ctrl-C: SIGINT to this process, handled at the next bytecode."""
+    import signal
+
+    signal.raise_signal(signal.SIGINT)
+
+
+def test_an_interrupt_while_the_profile_is_registered_still_registers_it(monkeypatch):
+    """Ctrl-C after the analysis, while the profile is registered (here: as torch's raw
+    result is let go, the step before). Before: the profile was never registered, so the
+    panel never listed it (about 1 interrupt in 100 landed there)."""
+    from jupyter_memprof._producers.recorder import Recorder
+
+    release = Recorder.release
+
+    def release_then_interrupt(self):
+        release(self)
+        _interrupt()
+
+    monkeypatch.setattr(Recorder, "release", release_then_interrupt)
+    heard = []
+    unsubscribe = session.subscribe(lambda action, sid, p: heard.append((action, p)))
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            with jupyter_memprof.profile(namespace={}, label="late") as prof:
+                torch.ones(250)
+    finally:
+        unsubscribe()
+    assert _registered(prof) and heard == [("added", prof)]
+    assert prof.meta["label"] == "late" and len(prof.allocations) >= 1
+    assert not profiler_running()
+
+
+def test_an_interrupt_in_a_session_listener_still_tells_the_others():
+    """Ctrl-C while the first listener hears of the new profile: the panel's listener (the
+    second) still hears of it; the interrupt comes once all have."""
+    heard = []
+    first = session.subscribe(lambda action, sid, p: _interrupt())
+    second = session.subscribe(lambda action, sid, p: heard.append((action, p)))
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            with jupyter_memprof.profile(namespace={}) as prof:
+                torch.ones(250)
+    finally:
+        first()
+        second()
+    assert _registered(prof) and heard == [("added", prof)]

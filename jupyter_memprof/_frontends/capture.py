@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import sys
 import time
 from collections.abc import Iterable
@@ -169,23 +170,59 @@ class profile(contextlib.AbstractContextManager):  # lower case: reads like a fu
                 prof.meta["analysis_error"] = _reason(failure)
                 prof.meta["analysis_interrupted"] = True
         finally:
-            self._frame = None
-            recorder.release()
-            prof.meta.update(
-                label=self.label,
-                wall_s=wall_s,
-                stop_s=recorder.stop_s,
-                devices=self.devices,
-                torch_version=torch.__version__,
-                with_stack=self.with_stack,
-                error=error,
-                captured_at=self._start_ns,
-                **distributed_meta(),
-            )
-            _session.add(prof)
+            try:
+                with _interrupts_held():  # Ctrl-C now waits until the profile is registered
+                    self._register(prof, recorder, wall_s, error)
+            finally:  # an interrupt that came before it was held
+                if prof.session_id is None:
+                    self._register(prof, recorder, wall_s, error)
         if failure is not None and exc is None:
             raise failure
         return prof
+
+    def _register(self, prof: Profile, recorder: Recorder, wall_s: float, error) -> None:
+        """The profile's meta, and its place in the session (and so in the panel); safe to
+        run again."""
+        self._frame = None
+        recorder.release()
+        prof.meta.update(
+            label=self.label,
+            wall_s=wall_s,
+            stop_s=recorder.stop_s,
+            devices=self.devices,
+            torch_version=torch.__version__,
+            with_stack=self.with_stack,
+            error=error,
+            captured_at=self._start_ns,
+            **distributed_meta(),
+        )
+        if prof.session_id is None:
+            _session.add(prof)
+
+
+@contextlib.contextmanager
+def _interrupts_held():
+    """Hold Ctrl-C (SIGINT) back for a block, in the main thread: an interrupt that comes
+    meanwhile is passed on to the handler that was there, once the block is done."""
+    held: list[object] = []
+
+    def hold(signum, frame) -> None:
+        held.append(frame)
+
+    try:
+        before = signal.signal(signal.SIGINT, hold)
+    except (ValueError, OSError, TypeError):  # not the main thread: signals never land here
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, before)
+        if held:
+            if callable(before):
+                before(signal.SIGINT, held[0])
+            elif before == signal.SIG_DFL:
+                raise KeyboardInterrupt
 
 
 def _reason(err: BaseException) -> str:

@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import builtins
 import contextlib
 import inspect
 import keyword
 import os
+import re
 import sys
 import warnings
 from typing import Any
@@ -243,6 +245,38 @@ def _unquote(value: str | None) -> str | None:
     return value
 
 
+def _parse_options(parser, options: str, name: str):
+    """The magic's options, parsed by IPython's own argument parser; a line it cannot split
+    (an unclosed quote) is one UsageError line, not a ValueError."""
+    try:
+        return parser.parse_argstring(options)
+    except ValueError as err:
+        raise UsageError(f"{name}: cannot read the options {options.strip()!r} ({err})") from None
+
+
+#: names IPython keeps its history and itself under (``_3``, ``_i3``, ``_ii``, ...)
+_HISTORY_NAME = re.compile(r"_+|_i+|_i?\d+")
+
+
+def _check_output_name(shell, name: str | None) -> None:
+    """``-o NAME`` must be a variable of the user's own: not a keyword, a builtin (``print``),
+    nor a name IPython keeps (``In``, ``get_ipython``, ``_``, ``_i3``, dunders)."""
+    if name is None:
+        return
+    if not name.isidentifier() or keyword.iskeyword(name):
+        raise UsageError(f"-o needs a Python variable name, not {name!r}")
+    reserved = (
+        name in getattr(shell, "user_ns_hidden", {})
+        or hasattr(builtins, name)
+        or _HISTORY_NAME.fullmatch(name) is not None
+        or (name.startswith("__") and name.endswith("__"))
+    )
+    if reserved:
+        raise UsageError(
+            f"-o {name}: {name!r} is a name Python or IPython uses itself; choose another name"
+        )
+
+
 def _devices(values: list[str] | None) -> str | list[str] | None:
     if not values:
         return None
@@ -380,7 +414,7 @@ class MemprofMagics(Magics):
         name = f"%%{_MAGIC}" if cell is not None else f"%{_MAGIC}"
         if cell is None:
             options, statement = _split_statement(line, parser)
-            args = parser.parse_argstring(options)
+            args = _parse_options(parser, options, name)
             if not statement:
                 raise UsageError(
                     "%memprofile needs a statement to run, e.g. `%memprofile loss = step()`; "
@@ -388,17 +422,14 @@ class MemprofMagics(Magics):
                 )
             source, header = statement, None
         else:
-            args = parser.parse_argstring(line)
+            args = _parse_options(parser, line, name)
             source, header = cell, f"%%{_MAGIC} {line}".rstrip()
             local_ns = None
         args.label, args.html = _unquote(args.label), _unquote(args.html)
         args.limit = _unquote(args.limit)
         args.allocator, args.context = _unquote(args.allocator), _unquote(args.context)
 
-        if args.output is not None and (
-            not args.output.isidentifier() or keyword.iskeyword(args.output)
-        ):
-            raise UsageError(f"-o needs a Python variable name, not {args.output!r}")
+        _check_output_name(shell, args.output)
         if args.estimate:
             estimate_options = _estimate_options(args, name)
         elif args.limit is not None:
@@ -409,7 +440,9 @@ class MemprofMagics(Magics):
             devices = _devices(args.device)
             allocator = _allocator_option(args.allocator)
         if args.html is not None:
-            folder = os.path.dirname(os.path.abspath(os.path.expanduser(args.html)))
+            # relative to the folder the cell starts in (the cell may change folders)
+            args.html = os.path.abspath(os.path.expanduser(args.html))
+            folder = os.path.dirname(args.html)
             if not os.path.isdir(folder):
                 raise UsageError(f"--html: the folder {folder!r} does not exist")
             if not args.force:

@@ -120,10 +120,11 @@ def release_profile(prof: Profile | int | None = None) -> int:
     freed. Returns how many registered profiles were released. An id that is not registered
     raises KeyError; a Profile that is not (loaded from a file, released before) is still
     closed everywhere it is shown."""
-    from .._producers.recorder import LATER
+    from .._producers.recorder import LATER, SLOT
     from .._profile import Profile
 
     LATER.free()  # torch's raw results not freed yet (they belong to no profile)
+    SLOT.free_abandoned()  # a capture whose thread ended without finishing it
     if prof is None:
         n = sum(release(sid) for sid, _ in items())
         _forget(None)

@@ -41,7 +41,7 @@ from torch._subclasses.fake_tensor import (
     UnsupportedOperatorException,
 )
 from torch.overrides import TorchFunctionMode
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode_stack
 
 from .._devices import block_bytes, is_cuda
 from .._errors import EstimateError
@@ -65,6 +65,13 @@ _LIFT = frozenset({torch.ops.aten.lift_fresh.default, torch.ops.aten.lift_fresh_
 _AUTOGRAD_CALLS = frozenset({torch.Tensor.backward, torch.autograd.backward, torch.autograd.grad})
 _DATA_DEPENDENT = (DataDependentOutputException, DynamicOutputShapeException)
 _MAX_SEQ = 1 << 62  # AccumulateGrad nodes carry UINT64_MAX: no sequence number
+#: Tensor methods that hand out the values themselves (fake tensors raise RuntimeError)
+_VALUE_METHODS = {torch.Tensor.numpy: "Tensor.numpy()", torch.Tensor.__array__: "numpy's array()"}
+#: what the errors for code that reads values suggest instead
+_NO_VALUES = (
+    "estimate code that does not read values (`.item()`, `.numpy()`, `nonzero`, `if tensor:`, "
+    "boolean masks)"
+)
 
 
 CUDNN_HINT = (
@@ -137,6 +144,7 @@ class FakeRecorder:
         self._n_blocks = 0
         self._last_seq = 0
         self._thread = threading.get_ident()
+        self.mode: RecordingMode | None = None  # the run's dispatch mode, once entered
         self._handles: list = []
         self._writes: dict = {}
 
@@ -310,8 +318,7 @@ class FakeRecorder:
         except _DATA_DEPENDENT:
             raise EstimateError(
                 f"{name} needs tensor values, which a fake run does not have (data-dependent "
-                f"output){self._where(op_id)}: estimate code that does not read values "
-                "(`.item()`, `nonzero`, `if tensor:`, boolean masks)"
+                f"output){self._where(op_id)}: {_NO_VALUES}"
             ) from None
         except UnsupportedOperatorException:
             raise EstimateError(
@@ -373,7 +380,18 @@ class FakeRecorder:
         return []
 
     # -- hooks ----------------------------------------------------------------------------
+    def _ours(self) -> bool:
+        """Whether the running thread runs the estimated code: the module and optimizer
+        hooks are global, and fire for every thread's calls. The dispatch modes are per
+        thread (and go with autograd to the threads its engine runs a backward in)."""
+        if threading.get_ident() == self._thread:
+            return True
+        mode = self.mode
+        return mode is not None and any(m is mode for m in _get_current_dispatch_mode_stack())
+
     def _module_pre(self, module, args) -> None:
+        if not self._ours():
+            return
         self.sync_backward()
         index = self._module_index.get(id(module))
         if index is None:
@@ -384,10 +402,12 @@ class FakeRecorder:
         )
 
     def _module_post(self, module, args, output) -> None:
-        if self._module_ops:
+        if self._module_ops and self._ours():
             self.close(self._module_ops.pop())
 
     def _step_pre(self, optimizer, args, kwargs) -> None:
+        if not self._ours():
+            return
         self.sync_backward()
         if all(o is not optimizer for o in self.optimizers):
             self.optimizers.append(optimizer)
@@ -408,7 +428,7 @@ class FakeRecorder:
 
     def _step_post(self, optimizer, args, kwargs) -> None:
         op = getattr(self, "_step_op", None)
-        if op is not None:
+        if op is not None and self._ours():
             self.close(op)
             self._step_op = None
 
@@ -558,6 +578,7 @@ class RecordingMode(TorchDispatchMode):
     def __init__(self, recorder: FakeRecorder):
         super().__init__()
         self.recorder = recorder
+        recorder.mode = self
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -587,6 +608,13 @@ class PythonMode(TorchFunctionMode):
             finally:
                 rec.in_autograd -= 1
                 rec.end_backward()
+        reads = _VALUE_METHODS.get(func)
+        if reads is not None:
+            site = rec.callsite()
+            raise EstimateError(
+                f"{reads} needs tensor values, which a fake run does not have"
+                f"{f' at {site}' if site else ''}: {_NO_VALUES}"
+            )
         if func is torch.Tensor.__deepcopy__:
             return deepcopy_fake(args[0], args[1] if len(args) > 1 else kwargs.get("memo", {}))
         if self.remap is not None:

@@ -7,6 +7,7 @@ around the user's code, then hand the analysis a :class:`~jupyter_memprof._recor
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import sys
 import threading
@@ -22,6 +23,8 @@ from .._records import Capture, DeviceTotals, WatchedFree
 from . import torch_profiler as events
 from .live import ModuleHooks, SessionNames, held_rows, modules_by_id
 
+log = logging.getLogger(__name__)
+
 
 # -- one capture at a time --------------------------------------------------------------------
 class _Slot:
@@ -32,59 +35,90 @@ class _Slot:
     optimizer hooks; torch's own "profiler enabled" flag is per thread, so it cannot see a
     capture in another thread. Every producer claims this slot before it changes anything
     global and frees it once everything is undone.
+
+    A claim whose thread has ended without freeing it (a capture started and never
+    finished there) is abandoned: the next claim, or :meth:`free_abandoned`, undoes what it
+    left behind (its ``abandon`` callback) and takes the slot over.
     """
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._holder: tuple[str, int, str] | None = None  # (what, thread id, thread name)
+        self._lock = threading.Lock()  # held while the slot is taken
+        self._state = threading.Lock()  # guards _holder against a concurrent take-over
+        self._holder: _Claim | None = None
 
-    def claim(self, what: str, owner=None) -> _Claim:
+    def claim(self, what: str, owner=None, abandon: Callable[[], object] | None = None) -> _Claim:
         """Take the slot for ``what`` ("capture" or "estimate"), or raise CaptureError.
         With ``owner``, the claim is stored as ``owner._claim`` before anything else can
-        happen (an interrupt included), so the owner can always free it."""
+        happen (an interrupt included), so the owner can always free it. ``abandon`` undoes
+        what the claimant changed globally, should its thread end without freeing it."""
         if not self._lock.acquire(blocking=False):
-            raise CaptureError(self._busy(what))
+            if not (self.free_abandoned() and self._lock.acquire(blocking=False)):
+                raise CaptureError(self._busy(what))
         try:
-            claim = _Claim(self)
+            claim = _Claim(self, what, threading.current_thread(), abandon)
+            self._holder = claim
             if owner is not None:
                 owner._claim = claim
-            thread = threading.current_thread()
-            self._holder = (what, thread.ident or 0, thread.name)
         except BaseException:
-            self._free()
+            self._holder = None
+            self._lock.release()
             raise
         return claim
+
+    def free_abandoned(self) -> bool:
+        """Free the slot if the thread holding it has ended (True when it did so)."""
+        with self._state:
+            claim = self._holder
+            if claim is None or claim.thread.is_alive():
+                return False
+            self._holder, claim._slot = None, None  # its own release() now does nothing
+        try:
+            if claim.abandon is not None:
+                claim.abandon()
+        except Exception:
+            log.warning("undoing an abandoned memory %s failed", claim.what, exc_info=True)
+        finally:
+            self._lock.release()
+        return True
 
     def _busy(self, what: str) -> str:
         holder = self._holder  # None while the holder is between acquire and this line
         running, where = "a memory capture or estimate", ""
         if holder is not None:
-            running = f"a memory {holder[0]}"
+            running = f"a memory {holder.what}"
             where = (
                 " in this thread"
-                if holder[1] == threading.get_ident()
-                else f" in thread {holder[2]!r}"
+                if holder.thread is threading.current_thread()
+                else f" in thread {holder.thread.name!r}"
             )
         return (
             f"{running} is already running{where}: one capture or estimate at a time per "
             f"process; start this {what} after it has finished"
         )
 
-    def _free(self) -> None:
-        self._holder = None
+    def _free(self, claim: _Claim) -> None:
+        with self._state:
+            if self._holder is not claim:  # taken over after its thread ended
+                return
+            self._holder = None
         self._lock.release()
 
 
 class _Claim:
     """The slot taken by one capture or estimate; :meth:`release` frees it (once)."""
 
-    def __init__(self, slot: _Slot) -> None:
+    def __init__(
+        self, slot: _Slot, what: str, thread: threading.Thread, abandon: Callable[[], object] | None
+    ) -> None:
         self._slot: _Slot | None = slot
+        self.what = what
+        self.thread = thread
+        self.abandon = abandon
 
     def release(self) -> None:
         slot, self._slot = self._slot, None
         if slot is not None:
-            slot._free()
+            slot._free(self)
 
 
 SLOT = _Slot()
@@ -186,6 +220,8 @@ def _stop_profiler(tp) -> None:
         if events.profiler_running():
             with contextlib.suppress(Exception), _quiet_stderr():
                 events.force_off()
+        elif events.running_profiler() is not None:  # stopped, but torch's flag left set
+            events.clear_running_flag()
 
 
 def _cell_namer():
@@ -302,6 +338,21 @@ def _time_zero(code_start_ns: int | None, trace, trace_start_ns: int | None) -> 
     return min(firsts)
 
 
+def _check_no_torch_profiler() -> None:
+    """Refuse to start while a torch profiler runs anywhere in the process (one line)."""
+    where = events.running_profiler()
+    if where == "in this thread":
+        raise CaptureError(
+            "a torch profiler is already running: finish its `with` block (or call "
+            "its stop()) before profiling memory here"
+        )
+    if where is not None:
+        raise CaptureError(
+            "a torch profiler is already running in another thread: torch runs one profiler "
+            "per process (a second one crashes it); profile memory after that one has stopped"
+        )
+
+
 class Recorder:
     """Starts and stops everything a capture records: torch's profiler and the module hooks,
     plus the names the live session gives tensors before and after.
@@ -331,15 +382,11 @@ class Recorder:
         interrupt lands) after the profiler started, everything started is undone again."""
         if self._running:
             raise CaptureError("this recorder is already running")
-        SLOT.claim("capture", owner=self)
+        SLOT.claim("capture", owner=self, abandon=self._abandon)
         LATER.free()  # an earlier capture's raw result: not inside this one
         try:
             events.prepare()
-            if events.profiler_running():
-                raise CaptureError(
-                    "a torch profiler is already running: finish its `with` block (or call "
-                    "its stop()) before profiling memory here"
-                )
+            _check_no_torch_profiler()
             self._watch = _FreeWatch()
             self.start_rows = SessionNames(self._namespace()).rows("start", watch=self._watch)
             activities = [torch.profiler.ProfilerActivity.CPU]
@@ -376,6 +423,28 @@ class Recorder:
         # time zero: the user's code starts now, with the profiler already running (the
         # events' clock is the Unix clock in ns)
         self.start_ns = time.time_ns()
+
+    def _abandon(self) -> None:
+        """Undo what this capture left behind when its thread ended without finishing it
+        (called by the slot, from another thread): its global hooks, and torch's profiler
+        state (see ``settle_after_lost_thread``)."""
+        self._running = False
+
+        def remove_hooks() -> None:
+            if self.hooks is not None:
+                self.hooks.remove()
+
+        def settle_profiler() -> None:
+            if self._torch_profiler is not None:
+                with _quiet_stderr():
+                    events.settle_after_lost_thread()
+
+        def drop_watch() -> None:
+            watch, self._watch = self._watch, None
+            if watch is not None:
+                watch.close()
+
+        _run_all(remove_hooks, settle_profiler, drop_watch)
 
     def _undo(self) -> None:
         """Remove the hooks and stop the profiler if this start got that far."""

@@ -206,6 +206,16 @@ class FrameNamer:
 _OUTSIDE = (0, NO_ID, -1, NO_ID, NO_ID, False, False)
 #: the end of an op still running when the capture stopped: it encloses everything after it
 _FOREVER = 1 << 62
+#: thread ids are unsigned 64-bit numbers in torch; the ``thread`` column is int64
+_INT64_END = 1 << 63
+_UINT64_SPAN = 1 << 64
+
+
+def thread_id(tid: int) -> int:
+    """torch's thread id as the int64 the ``thread`` column holds: ids from 2**63 on (torch
+    reports 2**64-1 for a thread its Python tracer could not name) are read as the signed
+    number of the same 64 bits, so 2**64-1 is -1 and no two ids become one."""
+    return tid - _UINT64_SPAN if tid >= _INT64_END else tid
 
 
 def _kind(name: str, scope) -> OpKind:
@@ -302,6 +312,8 @@ def read_trace(
             start = ev.start_time_ns
             end = ev.end_time_ns
             thread = ev.start_tid
+            if thread >= _INT64_END:  # rare: see thread_id
+                thread = thread_id(thread)
             st = open_ops.get(thread)
             if st is None:
                 st = open_ops[thread] = []
@@ -396,7 +408,8 @@ def read_trace(
             )
         elif fields_type is _ALLOCATION:
             t = ev.start_time_ns
-            st = open_ops.get(ev.start_tid)
+            thread = ev.start_tid
+            st = open_ops.get(thread if thread < _INT64_END else thread_id(thread))
             while st and st[-1][0] <= t:
                 st.pop()
             if st:
@@ -496,7 +509,8 @@ def _module_call(
     op_id = len(ops)
     start = ev.start_time_ns
     end = ev.end_time_ns
-    st = open_ops.setdefault(ev.start_tid, [])
+    thread = thread_id(ev.start_tid)
+    st = open_ops.setdefault(thread, [])
     while st and st[-1][0] <= start:
         st.pop()
     _, parent, depth, node, module_ctx, backward, optimizer = st[-1] if st else _OUTSIDE
@@ -511,7 +525,7 @@ def _module_call(
             kind=OpKind.MODULE,
             start_ns=start,
             end_ns=end,
-            thread=ev.start_tid,
+            thread=thread,
             seq_nr=NO_ID,
             backward=backward,
             optimizer=optimizer,
@@ -567,14 +581,54 @@ def prepare() -> None:
 
 
 def profiler_running() -> bool:
-    """True while any torch profiler (autograd or kineto) is collecting in this process."""
+    """True while a torch profiler (kineto or legacy) is collecting in this thread (torch
+    keeps that state per thread)."""
     return bool(torch._C._autograd._profiler_enabled())
+
+
+def running_profiler() -> str | None:
+    """Where a torch profiler is running: ``"in this thread"``, ``"in another thread"`` or
+    None.
+
+    torch keeps a profiler's state per thread, but runs one kineto profiler per process: a
+    second one started in another thread crashes the process when either stops. The only
+    process-wide sign is the flag torch's Python start sets and its stop clears
+    (``torch.autograd.profiler._is_profiler_enabled``); the legacy profiler does not set it,
+    and does not crash a capture in another thread either (measured: docs/dev-notes.md).
+    """
+    if profiler_running():
+        return "in this thread"
+    if getattr(torch.autograd.profiler, "_is_profiler_enabled", False):
+        return "in another thread"
+    return None
+
+
+def clear_running_flag() -> None:
+    """Clear torch's process-wide "a profiler runs" flag, as torch's own stop does: after a
+    stop that failed half way, or for a capture whose thread ended without stopping (torch
+    stops that thread's profiler as the thread ends, but leaves the flag set)."""
+    stop = getattr(torch.autograd.profiler, "_run_on_profiler_stop", None)
+    if stop is not None:
+        stop()
+
+
+def settle_after_lost_thread() -> None:
+    """Put torch's profiler back in order after a thread that ran it ended without stopping
+    it. torch stops that profiler as the thread ends, but leaves its process-wide flag set
+    and its state such that the process crashes at exit (measured, plain torch too:
+    docs/dev-notes.md) unless a profiler starts and stops again. An empty CPU-only one
+    does that (under 1 ms) and clears the flag as it stops."""
+    with torch.autograd.profiler.profile():
+        pass
 
 
 def force_off() -> None:
     """Turn torch's profiler off whatever state its Python object is in (when torch's own
     stop failed half way); what it recorded is lost."""
-    torch.autograd._disable_profiler()
+    try:
+        torch.autograd._disable_profiler()
+    finally:
+        clear_running_flag()
 
 
 def trace_start_ns(kineto_results) -> int | None:

@@ -240,13 +240,13 @@ class _Chart:
     device: str
     categories: tuple[str, ...]  # with any bytes on the device, in display order
     visible: tuple[bool, ...]  # per category: stacked (else hidden until its legend is clicked)
-    peak: bool = False  # the peak is marked ...
-    peak_late: bool = False  # ... with its label left of the mark (late in the capture)
+    peak: bool = False  # the peak is marked
     reserved: bool = False  # the caching allocator's reserved bytes are drawn
     limit: bool = False  # an estimate's memory limit is drawn
-    oom: bool = False  # and where it was first exceeded, on this device ...
-    oom_late: bool = False  # ... labelled left of the mark
+    oom: bool = False  # and where it was first exceeded, on this device
     steps: bool = False  # the boundaries between steps are marked (a capture of a loop)
+    # Which side of its mark a label goes (left late in the run, to stay inside the plot)
+    # depends on where the mark is: a value (see _beside), not part of the shape.
 
 
 @dataclass(frozen=True)
@@ -433,7 +433,8 @@ def _spec(prof, shown: _Shown, *, header: bool) -> tuple[_Shape, dict]:
     if limit is not None:
         v["limit"], v["limit_text"] = limit, f"limit {format_bytes(limit)}"
     if oom_at is not None:
-        v["oom_x"], v["oom_text"] = oom_at[1], f"out of memory at #{oom_at[1]:.0f}"
+        v["oom_x"] = oom_at[1]
+        v.update(_beside("oom_text", f"out of memory at #{oom_at[1]:.0f}", oom_at[1], end_ms))
     charts = []
     for k, (tl, visible) in enumerate(zip(shown.timelines, shown.visible)):
         points = len(tl.columns["t"])
@@ -444,12 +445,12 @@ def _spec(prof, shown: _Shown, *, header: bool) -> tuple[_Shape, dict]:
         chart = _Chart(tl.device, tuple(tl.categories), tuple(visible))
         if tl.peak_ms is not None:
             v[f"peak_x{k}"], v[f"peak_y{k}"] = tl.peak_ms, tl.peak_bytes
-            v[f"peak_text{k}"] = f"peak {format_bytes(tl.peak_bytes)} at " + (
+            text = f"peak {format_bytes(tl.peak_bytes)} at " + (
                 f"#{tl.peak_ms:.0f}" if estimate else f"{tl.peak_ms:.3f} ms"
             )
+            v.update(_beside(f"peak_text{k}", text, tl.peak_ms, end_ms))
             v[f"peak{k}"] = {"x": [tl.peak_ms], "y": [tl.peak_bytes]}
-            late = tl.peak_ms > 0.6 * end_ms  # keep the label inside the plot
-            chart = replace(chart, peak=True, peak_late=late)
+            chart = replace(chart, peak=True)
         reserved = dd.reserved_line(prof, tl.device, win)
         if reserved is not None:
             v[f"reserved{k}"] = reserved
@@ -464,8 +465,7 @@ def _spec(prof, shown: _Shown, *, header: bool) -> tuple[_Shape, dict]:
             top = max([tl.peak_bytes, limit, *(reserved or {}).get("y", [])])
             v[f"y_end{k}"] = top * 1.15
             here = oom_at is not None and oom_at[0] == tl.device
-            late = here and oom_at[1] > 0.6 * end_ms
-            chart = replace(chart, limit=True, oom=here, oom_late=late)
+            chart = replace(chart, limit=True, oom=here)
         charts.append(chart)
     return _Shape(estimate, tuple(charts)), v
 
@@ -475,6 +475,26 @@ def _step_boundaries(prof, device: str) -> np.ndarray:
     steps = prof.steps
     ends = steps[(steps["device"].astype(object) == device).to_numpy()]["end_ns"].to_numpy()
     return ends[:-1].astype(np.int64)
+
+
+#: the text of a label that shows nothing: a space, since an empty text is Label's default,
+#: which Bokeh leaves out of the document (a template's value never is)
+_NO_TEXT = " "
+
+
+def _beside(key: str, text: str, x: float, end: float) -> dict[str, str]:
+    """The texts of a mark's two labels (see :func:`_mark_labels`): ``text`` right of the
+    mark at ``x``, or left of it late in the run (past 60% of ``end``), to stay inside the
+    plot; the other label shows nothing."""
+    late = x > 0.6 * end
+    return {f"{key}_after": _NO_TEXT if late else text, f"{key}_before": text if late else _NO_TEXT}
+
+
+def _mark_labels(p, key: str, v: dict, *, gap: int, **style) -> None:
+    """A mark's label as two Labels, one each side of it, of which the values fill one
+    (:func:`_beside`): which side depends on the values, so it is no part of the shape."""
+    for side, align, offset in (("after", "left", gap), ("before", "right", -gap)):
+        p.add_layout(Label(text=v[f"{key}_{side}"], text_align=align, x_offset=offset, **style))
 
 
 def _layout(shape: _Shape, v: dict, *, header: bool) -> Built:
@@ -972,18 +992,10 @@ def _timeline_chart(sh: _Shared, k: int, chart: _Chart, src, selected, cleared):
         peak = ColumnDataSource(data=v[f"peak{k}"], selection_policy=kit.union)
         black = {"line_color": "black", "fill_color": "black", "hatch_color": "black"}
         kit.glyph(p, peak, Scatter, dict(x="x", y="y", marker="inverted_triangle", size=12), black)
-        p.add_layout(
-            Label(
-                x=x,
-                y=y,
-                text=v[f"peak_text{k}"],
-                text_font_size="11px",
-                text_align="right" if chart.peak_late else "left",
-                x_offset=-8 if chart.peak_late else 8,
-                y_offset=4,
-                name=f"memprof-peak-{chart.device}",
-            )
-        )
+        _mark_labels(
+            p, f"peak_text{k}", v, gap=8, x=x, y=y, text_font_size="11px", y_offset=4,
+            name=f"memprof-peak-{chart.device}",
+        )  # fmt: skip
     if chart.limit:
         _limit_marks(sh, chart, p)
     if chart.steps:  # thin dotted lines where one step ends and the next begins
@@ -1042,18 +1054,10 @@ def _limit_marks(sh: _Shared, chart: _Chart, p) -> None:
                 name=f"memprof-oom-{chart.device}",
             )
         )
-        p.add_layout(
-            Label(
-                x=v["oom_x"],
-                y=v["limit"],
-                text=v["oom_text"],
-                text_font_size="11px",
-                text_color="#d32f2f",
-                text_align="right" if chart.oom_late else "left",
-                x_offset=-6 if chart.oom_late else 6,
-                y_offset=-16,
-            )
-        )
+        _mark_labels(
+            p, "oom_text", v, gap=6, x=v["oom_x"], y=v["limit"], text_font_size="11px",
+            text_color="#d32f2f", y_offset=-16,
+        )  # fmt: skip
 
 
 # --------------------------------------------------------------------------------------------
