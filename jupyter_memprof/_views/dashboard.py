@@ -432,6 +432,8 @@ def _spec(prof, shown: _Shown, *, header: bool) -> tuple[_Shape, dict]:
         v["limit"], v["limit_text"] = limit, f"limit {format_bytes(limit)}"
     if oom_at is not None:
         v["oom_x"], v["oom_text"] = oom_at[1], f"out of memory at #{oom_at[1]:.0f}"
+    v["timeline_title"] = _title_text("Memory over time", _tiny_note(shown.tiny))
+    limit_device = meta.get("device") if estimate else None
     charts = []
     for k, (tl, visible) in enumerate(zip(shown.timelines, shown.visible)):
         points = len(tl.columns["t"])
@@ -454,7 +456,7 @@ def _spec(prof, shown: _Shown, *, header: bool) -> tuple[_Shape, dict]:
             source = "recorded" if tl.device in (meta.get("reserved_model_error") or {}) else ""
             v[f"reserved_label{k}"] = f"reserved ({source or 'modelled'})"
             chart = replace(chart, reserved=True)
-        if limit is not None:
+        if limit is not None and limit_device in (None, tl.device):  # the limit's device only
             top = max([tl.peak_bytes, limit, *(reserved or {}).get("y", [])])
             v[f"y_end{k}"] = top * 1.15
             here = oom_at is not None and oom_at[0] == tl.device
@@ -462,6 +464,14 @@ def _spec(prof, shown: _Shown, *, header: bool) -> tuple[_Shape, dict]:
             chart = replace(chart, limit=True, oom=here, oom_late=late)
         charts.append(chart)
     return _Shape(estimate, tuple(charts)), v
+
+
+def _tiny_note(tiny: list[tuple[str, int]]) -> str:
+    """What the charts leave out: devices with too little memory to draw (their peaks)."""
+    if not tiny:
+        return ""
+    peaks = ", ".join(f"{d} (peak {format_bytes(n)})" for d, n in tiny)
+    return f"too small to chart: {peaks}"
 
 
 def _layout(shape: _Shape, v: dict, *, header: bool) -> Built:
@@ -532,6 +542,7 @@ class _Shown:
     flows: dict
     timelines: list[dd.Timeline]  # stacked: the categories chosen, the others hidden
     visible: list[list[bool]]  # per timeline and category: stacked
+    tiny: list[tuple[str, int]]  # devices too small to chart, and their peaks
     data: dict = field(default_factory=dict)  # every data source's columns, as sent ...
     encoded: dict = field(default_factory=dict)  # ... and as Bokeh serializes them
 
@@ -596,19 +607,36 @@ def _shown(prof, device: str | None, cats: list[str] | None) -> _Shown:
     lcols, pool, lin0, lin1 = dd.lineage_columns(prof, lin, alloc_ids, ops, win)
     acols["lin0"] = np.asarray(lin0 + [0] * len(sel.summarised), dtype=np.int64)
     acols["lin1"] = np.asarray(lin1 + [0] * len(sel.summarised), dtype=np.int64)
-    timelines = [dd.timeline(prof, dev, win, peak=peaks[dev]) for dev in devs]
+    tiny = tiny_devices(peaks)
+    charted = [dev for dev in devs if dev not in dict(tiny)]
+    timelines = [dd.timeline(prof, dev, win, peak=peaks[dev]) for dev in charted]
     visible = []
     for tl in timelines:
         chosen = [c for c in tl.categories if cats is None or c in cats]
         dd.stack(tl.columns, tl.categories, chosen)
         visible.append([c in chosen for c in tl.categories])
     flows = dd.flow_columns(prof, ops)
-    shown = _Shown(win, sel, ops, acols, lcols, pool, flows, timelines, visible)
+    shown = _Shown(win, sel, ops, acols, lcols, pool, flows, timelines, visible, tiny)
     data = {"ops": ops.columns, "allocs": acols, "flows": flows, "lineage_all": lcols}
     data.update({f"timeline{k}": tl.columns for k, tl in enumerate(timelines)})
     shown.data = {name: cds_data(columns) for name, columns in data.items()}
     _remember(prof, key, shown)
     return shown
+
+
+#: A device whose peak is under this many bytes, and under :data:`TINY_SHARE` of the largest
+#: device's peak, gets no chart (its peak is in the summary): 208 B of optimizer step
+#: counters on the CPU next to a GPU's gigabytes say nothing a full-size chart could show.
+TINY_BYTES = 64 * 1024
+TINY_SHARE = 0.01
+
+
+def tiny_devices(peaks: dict) -> list[str]:
+    """The devices of ``peaks`` (device -> PeakPoint or None) too small to chart, with their
+    peaks in bytes."""
+    sizes = {dev: p.peak_bytes for dev, p in peaks.items() if p is not None}
+    largest = max(sizes.values(), default=0)
+    return [(dev, n) for dev, n in sizes.items() if n < TINY_BYTES and n < TINY_SHARE * largest]
 
 
 def forget(prof=None) -> None:
@@ -872,7 +900,7 @@ def _timeline_panel(sh: _Shared):
     clear = Button(label="Clear time filter", width=140, name="memprof-clear-filter")
     clear.js_on_event("button_click", cleared)
     return column(
-        _title(_title_text("Memory over time")),
+        _title(v["timeline_title"]),
         *charts,
         overview,
         row(clear, sh.filter_info, sizing_mode="stretch_width"),
