@@ -502,7 +502,10 @@ def _layout(shape: _Shape, v: dict, *, header: bool) -> Built:
         *top,
         _timeline_panel(sh),
         _op_panel(sh),
-        row(_allocation_panel(sh), _lineage_panel(sh), sizing_mode="stretch_width"),
+        # one above the other, each the full width: side by side, each table got half a
+        # panel's width and cut its columns
+        _allocation_panel(sh),
+        _lineage_panel(sh),
         sizing_mode="stretch_width",
         css_classes=["memprof-dashboard"],
         name="memprof-dashboard",

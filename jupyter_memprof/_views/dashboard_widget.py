@@ -14,7 +14,7 @@ from jupyter_bokeh import BokehModel
 
 from . import dashboard_data as dd
 from .dashboard import Page, forget, page
-from .dashboard_html import load_bokehjs_in_notebook, render_item
+from .dashboard_html import display_with_bokehjs, render_item
 
 
 class _BokehView(BokehModel):
@@ -62,6 +62,9 @@ class _BokehView(BokehModel):
         if not self._closed:
             self._closed = True
             super().close()
+
+    def _ipython_display_(self) -> None:
+        display_with_bokehjs(self)
 
 
 #: Every dashboard not yet closed, however it was shown (under a ``%%memprofile`` cell, by
@@ -135,7 +138,7 @@ class Dashboard(widgets.VBox):
             description="Lineage to variable",
             tooltip="Put the clicked block's lineage (prof.lineage(alloc_id)) into this variable",
             icon="arrow-right",
-            layout=widgets.Layout(width="220px"),
+            layout=widgets.Layout(width="auto"),  # its whole label, at any width
         )
         self._status = widgets.HTML(value="")
         shown = page(prof, header=header, live=True)
@@ -145,12 +148,15 @@ class Dashboard(widgets.VBox):
         self._categories.observe(self._rebuild, names="value")
         self._to_var.on_click(lambda _: self.lineage_to_variable())
         controls = widgets.HBox(
-            [self._device, self._categories, widgets.VBox([self._var, self._to_var])]
+            [self._device, self._categories, widgets.VBox([self._var, self._to_var])],
+            layout=widgets.Layout(flex_flow="row wrap"),  # wraps in a narrow panel
         )
-        load_bokehjs_in_notebook()
         super().__init__([controls, self._status, self._view])
         self.add_class("memprof-widget")
         _open.add(self)
+
+    def _ipython_display_(self) -> None:
+        display_with_bokehjs(self)
 
     def close(self) -> None:
         """Close the dashboard and every widget in it, and let go of the profile: a closed
