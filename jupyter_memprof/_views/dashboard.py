@@ -242,6 +242,7 @@ class _Chart:
     peak: bool = False  # the peak is marked ...
     peak_late: bool = False  # ... with its label left of the mark (late in the capture)
     reserved: bool = False  # the caching allocator's reserved bytes are drawn
+    outline: bool = True  # the total is drawn as a line (not over thousands of steps)
     limit: bool = False  # an estimate's memory limit is drawn
     oom: bool = False  # and where it was first exceeded, on this device ...
     oom_late: bool = False  # ... labelled left of the mark
@@ -344,7 +345,8 @@ def _title(text: str) -> Div:
 
 
 def _table(kit: _Kit, source, columns, *, height=TABLE_HEIGHT, **kwargs) -> DataTable:
-    """A DataTable whose every cell is plain text (StringFormatter escapes it)."""
+    """A DataTable whose every cell is plain text (StringFormatter escapes it), as wide as
+    its panel, with columns of the widths given."""
     return DataTable(
         source=source,
         columns=[
@@ -359,6 +361,9 @@ def _table(kit: _Kit, source, columns, *, height=TABLE_HEIGHT, **kwargs) -> Data
         reorderable=False,
         sortable=False,
         sizing_mode="stretch_width",
+        # columns keep their widths (a narrow panel scrolls sideways): squeezed to the
+        # panel's width they cut every value ("autograd_c", "versio")
+        autosize_mode="none",
         **kwargs,
     )
 
@@ -432,23 +437,24 @@ def _spec(prof, shown: _Shown, *, header: bool) -> tuple[_Shape, dict]:
         v["limit"], v["limit_text"] = limit, f"limit {format_bytes(limit)}"
     if oom_at is not None:
         v["oom_x"], v["oom_text"] = oom_at[1], f"out of memory at #{oom_at[1]:.0f}"
-    v["timeline_title"] = _title_text("Memory over time", _tiny_note(shown.tiny))
+    notes = []
     limit_device = meta.get("device") if estimate else None
     charts = []
     for k, (tl, visible) in enumerate(zip(shown.timelines, shown.visible)):
         points = len(tl.columns["t"])
-        note = f"{tl.points_in:,} points" + (f", {points:,} drawn" if points < tl.points_in else "")
-        v[f"chart_title{k}"] = (
-            f"{tl.device}: live memory by category ({note}); drag to pick a time range"
-        )
-        chart = _Chart(tl.device, tuple(tl.categories), tuple(visible))
+        drawn = f", {points:,} drawn" if points < tl.points_in else ""
+        notes.append(f"{tl.device} {tl.points_in:,} points{drawn}")
+        # short: a plot's title is one line, cut at the plot's edge in a narrow panel
+        v[f"chart_title{k}"] = f"{tl.device}: live memory by category"
+        outline = points <= OUTLINE_POINTS
+        chart = _Chart(tl.device, tuple(tl.categories), tuple(visible), outline=outline)
         if tl.peak_ms is not None:
             v[f"peak_x{k}"], v[f"peak_y{k}"] = tl.peak_ms, tl.peak_bytes
             v[f"peak_text{k}"] = f"peak {format_bytes(tl.peak_bytes)} at " + (
                 f"#{tl.peak_ms:.0f}" if estimate else f"{tl.peak_ms:.3f} ms"
             )
             v[f"peak{k}"] = {"x": [tl.peak_ms], "y": [tl.peak_bytes]}
-            late = tl.peak_ms > 0.6 * end_ms  # keep the label inside the plot
+            late = tl.peak_ms > 0.5 * end_ms  # keep the label inside the plot
             chart = replace(chart, peak=True, peak_late=late)
         reserved = dd.reserved_line(prof, tl.device, win)
         if reserved is not None:
@@ -463,7 +469,29 @@ def _spec(prof, shown: _Shown, *, header: bool) -> tuple[_Shape, dict]:
             late = here and oom_at[1] > 0.6 * end_ms
             chart = replace(chart, limit=True, oom=here, oom_late=late)
         charts.append(chart)
+    notes.append(_tiny_note(shown.tiny))
+    v["timeline_title"] = _title_text("Memory over time", "; ".join(n for n in notes if n))
+    v["lifetime_key"] = _color_key("colour: category", shown.acols["category"], dd.CATEGORY_COLORS)
     return _Shape(estimate, tuple(charts)), v
+
+
+#: A timeline drawn from more points than this gets no line for its total (its areas show it):
+#: over thousands of steps, a line is a solid black band.
+OUTLINE_POINTS = 1500
+
+
+def _color_key(title: str, values, colors: dict[str, str]) -> str:
+    """An HTML key of the colours of ``values`` that occur (in ``colors``' order): it wraps
+    at any width, where a legend inside a plot takes the plot's room."""
+    present = set(map(str, values))
+    items = "".join(
+        f"<span style='white-space:nowrap;margin-right:10px'>"
+        f"<span style='display:inline-block;width:10px;height:10px;background:{color};"
+        f"margin-right:4px'></span>{html.escape(name)}</span> "
+        for name, color in colors.items()
+        if name in present
+    )
+    return f"<div style='font-size:12px;color:#444'>{html.escape(title)}: {items}</div>"
 
 
 def _tiny_note(tiny: list[tuple[str, int]]) -> str:
@@ -870,7 +898,7 @@ def _timeline_panel(sh: _Shared):
     range_tool.overlay.fill_color = "#4c72b0"
     range_tool.overlay.fill_alpha = 0.15
     overview = kit.plot(
-        title="overview: drag the box to zoom every view",
+        title="overview: drag the box to zoom",
         tools=[range_tool],
         height=OVERVIEW_HEIGHT,
         x_range=Range1d(v["x_lo"], v["x_hi"]),
@@ -917,14 +945,15 @@ def _timeline_chart(sh: _Shared, k: int, chart: _Chart, src, selected, cleared):
     kit, v = sh.kit, sh.v
     wheel = WheelZoomTool(dimensions="width")
     ticker, formatter = _bytes_ticks()
-    y_range = DataRange1d(start=0, range_padding=0.15)
+    y_range = DataRange1d(start=0, range_padding=0.25)  # room for the peak's label above it
     if chart.limit:  # the limit in view, even above the peak
         y_range.end = v[f"y_end{k}"]
     p = kit.plot(
         title=v[f"chart_title{k}"],
         tools=[PanTool(dimensions="width"), wheel, ResetTool(), SaveTool()],
         active_scroll=wheel,
-        height=TIMELINE_HEIGHT,
+        # the legend below takes its rows out of the plot's height: add them
+        height=TIMELINE_HEIGHT + 24 + 20 * -(-(len(chart.categories) + chart.reserved) // 3),
         x_range=sh.x_range,
         y_range=y_range,
         y_axis=kit.axis("bytes", ticker=ticker, formatter=formatter),
@@ -949,17 +978,23 @@ def _timeline_chart(sh: _Shared, k: int, chart: _Chart, src, selected, cleared):
     if chart.reserved:
         items.append(_reserved_line(sh, k, chart, p))
     if areas:
+        # under the plot, in columns: at the plot's right it took a narrow panel's room
         legend = Legend(
             items=items,
             click_policy="hide",
-            location="top_left",
             title="click to hide/show",
+            orientation="horizontal",
+            ncols=3,
+            label_text_font_size="11px",
+            glyph_width=14,
+            glyph_height=14,
         )
-        p.add_layout(legend, "right")
+        p.add_layout(legend, "below")
     total_xy = dict(x="t", y="total")
-    kit.glyph(
-        p, src, Step, {**total_xy, "mode": "after"}, {"line_color": "#333333", "line_width": 1}
-    )
+    if chart.outline:
+        kit.glyph(
+            p, src, Step, {**total_xy, "mode": "after"}, {"line_color": "#333333", "line_width": 1}
+        )
     # hover needs a glyph with hit testing: an invisible line through the same points
     # (line_policy "prev" reports the state in force, as the step draws it)
     total = kit.glyph(p, src, Line, total_xy, {"line_alpha": 0})
@@ -1077,8 +1112,7 @@ def _op_panel(sh: _Shared):
     kit, v = sh.kit, sh.v
     wheel = WheelZoomTool(dimensions="width")
     tree = kit.plot(
-        title="ops by time and nesting depth (colour: phase); "
-        "lines link forward ops to their backward ops",
+        title="ops by time and nesting depth",
         tools=[PanTool(dimensions="width"), wheel, ResetTool()],
         active_scroll=wheel,
         height=v["tree_height"],
@@ -1145,8 +1179,11 @@ def _op_panel(sh: _Shared):
         css_classes=["memprof-optable"],
         name="memprof-optable",
     )
+    key = _color_key("colour: phase", dd.PHASE_COLORS, dd.PHASE_COLORS)
+    key = key.replace("</div>", "; grey lines link forward ops to their backward ops</div>")
     return column(
         _title(v["ops_title"]),
+        Div(text=key, sizing_mode="stretch_width", name="memprof-phase-key"),
         tree,
         sh.op_info,
         op_table,
@@ -1163,7 +1200,7 @@ def _allocation_panel(sh: _Shared):
         sh.kit,
         sh.allocs,
         [
-            ("name", "name", 220),
+            ("name", "name", 300),
             ("category", "category", 110),
             ("size_txt", "size", 80),
             ("device", "device", 55),
@@ -1179,7 +1216,7 @@ def _allocation_panel(sh: _Shared):
     kit = sh.kit
     wheel = WheelZoomTool(dimensions="width")
     life = kit.plot(
-        title="lifetimes of the listed blocks (allocation to free; colour: category)",
+        title="lifetimes of the listed blocks",
         tools=[PanTool(dimensions="width"), wheel, WheelZoomTool(dimensions="height"), ResetTool()],
         active_scroll=wheel,
         height=260,
@@ -1213,6 +1250,7 @@ def _allocation_panel(sh: _Shared):
     return column(
         _title(sh.v["allocs_title"]),
         table,
+        Div(text=sh.v["lifetime_key"], sizing_mode="stretch_width", name="memprof-category-key"),
         life,
         css_classes=["memprof-allocations"],
         sizing_mode="stretch_width",
