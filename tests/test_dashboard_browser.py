@@ -9,7 +9,7 @@ import re
 
 import pandas as pd
 import pytest
-from _browser import chromium_page, screenshot
+from _browser import chromium_page, docs_image, screenshot
 from _jupyterlab import jupyterlab, write_notebook
 from test_dashboard import (
     EVIL_FILE,
@@ -219,6 +219,7 @@ def test_the_four_views_render(page, prof):
     px_ms = (xy[0] - x0) and (peak_ms / max(xy[0] - x0, 1))  # ms per pixel
     assert abs(src["t"][k] - peak_ms) <= 4 * px_ms + 1e-9, (src["t"][k], peak_ms)
     screenshot(page, "dashboard.png")
+    docs_image("dashboard.png")
 
 
 def test_legend_hides_a_category_and_restacks_the_rest(page):

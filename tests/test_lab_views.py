@@ -11,7 +11,7 @@ import pathlib
 import shutil
 
 import pytest
-from _browser import ARTIFACTS, chromium_page, chromium_path, screenshot
+from _browser import ARTIFACTS, chromium_page, chromium_path, docs_image, screenshot
 from _jupyterlab import jupyterlab, write_notebook
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -261,3 +261,5 @@ def test_a_dashboard_in_a_400px_panel_clips_nothing(lab):
         table = tab.locator(f".{cls}").first.evaluate("el => el.getBoundingClientRect().width")
         assert table >= 0.9 * widget.evaluate("el => el.getBoundingClientRect().width") - 20
     screenshot(page, "lab-narrow-panel.png")
+    page.screenshot(path=os.path.join(ARTIFACTS, "dashboard-panel.png"))  # the first screen
+    docs_image("dashboard-panel.png")
