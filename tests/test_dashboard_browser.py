@@ -186,7 +186,8 @@ def test_the_four_views_render(page, prof):
     peak_ms = (peak.attrs["peak_ns"] - prof.meta["start_ns"]) / 1e6
     labels = page.evaluate(
         """() => { const out = [];
-             for (const m of Bokeh.documents[0].all_models) if (m.type === "Label") out.push(m.text);
+             for (const m of Bokeh.documents[0].all_models)
+               if (m.type === "Label" || m.type === "Title") out.push(m.text);
              return out; }"""
     )
     assert any(f"at {peak_ms:.3f} ms" in t for t in labels), labels

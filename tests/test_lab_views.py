@@ -185,7 +185,7 @@ CLIPPED = """root => {
 }"""
 
 
-# Texts Bokeh draws on its canvases (plot titles, the peak label) that do not fit their plot,
+# Texts Bokeh draws on its canvases (plot titles, the peak's, labels) that do not fit their plot,
 # for the plots inside the element `root` (Bokeh renders into shadow roots: placed by box).
 CANVAS_CLIPPED = """root => {
   const box = root.getBoundingClientRect();
@@ -203,8 +203,11 @@ CANVAS_CLIPPED = """root => {
       if (r.width === 0 || r.left < box.left - 1 || r.right > box.right + 1) continue;
       plots++;
       const f = p.frame.bbox, W = r.width;
-      const t = p.model.title;
-      if (t && t.text) {
+      // the title, and the titles under it (the peak's)
+      const above = p.model.above.filter((a) => a.type === 'Title' && a !== p.model.title);
+      labels += above.length;
+      for (const t of [p.model.title, ...above]) {
+        if (!t || !t.text) continue;
         const w = width(t.text, `${t.text_font_style} ${t.text_font_size} ${t.text_font}`);
         if (f.left + w > W) out.push(`title "${t.text}": ${Math.round(f.left + w)} > ${W}`);
       }

@@ -239,8 +239,7 @@ class _Chart:
     device: str
     categories: tuple[str, ...]  # with any bytes on the device, in display order
     visible: tuple[bool, ...]  # per category: stacked (else hidden until its legend is clicked)
-    peak: bool = False  # the peak is marked ...
-    peak_late: bool = False  # ... with its label left of the mark (late in the capture)
+    peak: bool = False  # the peak is marked, and said under the title
     reserved: bool = False  # the caching allocator's reserved bytes are drawn
     outline: bool = True  # the total is drawn as a line (not over thousands of steps)
     limit: bool = False  # an estimate's memory limit is drawn
@@ -450,12 +449,11 @@ def _spec(prof, shown: _Shown, *, header: bool) -> tuple[_Shape, dict]:
         chart = _Chart(tl.device, tuple(tl.categories), tuple(visible), outline=outline)
         if tl.peak_ms is not None:
             v[f"peak_x{k}"], v[f"peak_y{k}"] = tl.peak_ms, tl.peak_bytes
-            v[f"peak_text{k}"] = f"peak {format_bytes(tl.peak_bytes)} at " + (
+            v[f"peak_text{k}"] = f"\u25bc peak {format_bytes(tl.peak_bytes)} at " + (
                 f"#{tl.peak_ms:.0f}" if estimate else f"{tl.peak_ms:.3f} ms"
             )
             v[f"peak{k}"] = {"x": [tl.peak_ms], "y": [tl.peak_bytes]}
-            late = tl.peak_ms > 0.5 * end_ms  # keep the label inside the plot
-            chart = replace(chart, peak=True, peak_late=late)
+            chart = replace(chart, peak=True)
         reserved = dd.reserved_line(prof, tl.device, win)
         if reserved is not None:
             v[f"reserved{k}"] = reserved
@@ -945,7 +943,7 @@ def _timeline_chart(sh: _Shared, k: int, chart: _Chart, src, selected, cleared):
     kit, v = sh.kit, sh.v
     wheel = WheelZoomTool(dimensions="width")
     ticker, formatter = _bytes_ticks()
-    y_range = DataRange1d(start=0, range_padding=0.25)  # room for the peak's label above it
+    y_range = DataRange1d(start=0, range_padding=0.15)
     if chart.limit:  # the limit in view, even above the peak
         y_range.end = v[f"y_end{k}"]
     p = kit.plot(
@@ -1020,22 +1018,21 @@ def _timeline_chart(sh: _Shared, k: int, chart: _Chart, src, selected, cleared):
     p.js_on_event("selectiongeometry", selected)
     p.js_on_event("reset", cleared)
     if chart.peak:
-        x, y = v[f"peak_x{k}"], v[f"peak_y{k}"]
+        x = v[f"peak_x{k}"]
         p.add_layout(Span(location=x, dimension="height", line_color="#000000", line_dash="dashed"))
         peak = ColumnDataSource(data=v[f"peak{k}"], selection_policy=kit.union)
         black = {"line_color": "black", "fill_color": "black", "hatch_color": "black"}
         kit.glyph(p, peak, Scatter, dict(x="x", y="y", marker="inverted_triangle", size=12), black)
+        # said under the title, where it always fits: next to the mark, a label ran out of a
+        # narrow plot on one side or the other
         p.add_layout(
-            Label(
-                x=x,
-                y=y,
+            Title(
                 text=v[f"peak_text{k}"],
                 text_font_size="11px",
-                text_align="right" if chart.peak_late else "left",
-                x_offset=-8 if chart.peak_late else 8,
-                y_offset=4,
+                text_font_style="normal",
                 name=f"memprof-peak-{chart.device}",
-            )
+            ),
+            "above",
         )
     if chart.limit:
         _limit_marks(sh, chart, p)
