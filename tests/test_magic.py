@@ -322,8 +322,10 @@ def test_ops_on_the_cells_top_level_get_the_cells_lines(shell, run):
 def test_comment_only_cell_is_one_summary_line(shell, run):
     result, out = run("%%memprofile -o p_comment\n# nothing to run yet")
     assert result.success
-    (line,) = out.strip().splitlines()
+    line, *before = out.strip().splitlines()
     assert line.startswith(f"memory profile 'p_comment': {NO_ACTIVITY} (ran ")
+    # then only what earlier cells left live, if anything
+    assert all(b.startswith("  live before the capture on ") for b in before)
 
 
 def test_cell_without_torch_activity(shell, run):

@@ -605,7 +605,8 @@ def _show(shell, prof, name: str) -> None:
     except Exception as err:  # never break the user's cell over a summary
         print(f"{name}: could not summarise the profile: {err!r}", file=sys.stderr)
         return
-    if not in_kernel(shell) or not len(prof.events):  # no memory activity: nothing to draw
+    active = prof.events["action"].astype(object) != "preexisting"
+    if not in_kernel(shell) or not active.any():  # no memory activity: nothing to draw
         return
     try:
         view = prof.show(header=False)  # the summary was displayed just above

@@ -298,7 +298,8 @@ def _timing_phrase(s: dict[str, Any]) -> str:
 
 
 def _one_line(s: dict[str, Any]) -> bool:
-    """Nothing ran through torch and nothing failed (a comment-only cell): one line says it."""
+    """Nothing ran through torch and nothing failed (a comment-only cell): one line says it
+    (followed only by what was live before the capture, if anything was)."""
     return s["empty"] and not s["ops"] and not (s["error"] or s["analysis_error"] or s["note"])
 
 
@@ -326,8 +327,11 @@ def summary_text(prof: Profile) -> str:
     lines = [_title(s)]
     if s["empty"]:
         lines[0] += f": {_empty_note(s)}"
-        if _one_line(s):
-            return lines[0] + f" ({_timing_phrase(s)})" if s["wall_s"] is not None else lines[0]
+        if _one_line(s):  # the timing in the same line; what was live before, if anything
+            if s["wall_s"] is not None:
+                lines[0] += f" ({_timing_phrase(s)})"
+            lines += [f"  {baseline_phrase(d, b)}" for d, b in s["baseline"].items()]
+            return "\n".join(lines)
     oom = oom_phrase(s)
     if oom:
         lines.append(f"  {oom}")
@@ -375,7 +379,12 @@ def summary_html(prof: Profile) -> str:
         head += f' <span style="{_MUTED_STYLE}">({e(_timing_phrase(s))})</span>'
     rows.append(f'<div class="memprof-summary-head">{head}</div>')
     if _one_line(s):
-        return f'<div class="memprof-summary" style="{_STYLE}">{rows[0]}</div>'
+        rows += [
+            f'<div class="memprof-summary-baseline" style="{_MUTED_STYLE}">'
+            f"{e(baseline_phrase(d, b))}</div>"
+            for d, b in s["baseline"].items()
+        ]
+        return f'<div class="memprof-summary" style="{_STYLE}">{"".join(rows)}</div>'
 
     oom = oom_phrase(s)
     if oom:
