@@ -21,7 +21,8 @@ CHROMIUM_FLAGS = [
     "--disable-dev-shm-usage",
 ]
 
-ARTIFACTS = os.path.join(os.path.dirname(os.path.dirname(__file__)), "test-artifacts")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ARTIFACTS = os.path.join(ROOT, "test-artifacts")
 
 
 def chromium_path() -> str:
@@ -62,3 +63,11 @@ def screenshot(page, name: str) -> str:
     path = os.path.join(ARTIFACTS, name)
     page.screenshot(path=path, full_page=True)
     return path
+
+
+def docs_image(name: str) -> None:
+    """With ``MEMPROF_UPDATE_DOCS_IMAGES=1``, copy the screenshot ``name`` from
+    test-artifacts/ to docs/img/ (the README's pictures come from the tests)."""
+    if os.environ.get("MEMPROF_UPDATE_DOCS_IMAGES"):
+        os.makedirs(os.path.join(ROOT, "docs", "img"), exist_ok=True)
+        shutil.copy(os.path.join(ARTIFACTS, name), os.path.join(ROOT, "docs", "img", name))

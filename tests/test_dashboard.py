@@ -611,3 +611,52 @@ def test_the_page_carries_the_bokehjs_bokeh_bundles(prof, tmp_path):
     write_html(tex, tmp_path / "tex.html")
     blob = re.search(r'id="memprof-bokehjs">([^<]+)<', (tmp_path / "tex.html").read_text())
     assert gzip.decompress(base64.b64decode(blob.group(1))).decode() == bokehjs(mathjax=True)
+
+
+def test_the_layout_reflows_to_a_narrow_panel(prof, monkeypatch):
+    from bokeh.models import DataTable, Div, Plot, Step
+
+    from jupyter_memprof._views import dashboard as D
+
+    layout = build(prof).layout
+    # the allocations and the lineage one above the other, full width; columns keep widths
+    panels = [c.css_classes[0] for c in layout.children if c.css_classes]
+    assert panels[-2:] == ["memprof-allocations", "memprof-lineage"]
+    tables = list(layout.select({"type": DataTable}))
+    assert tables and {t.autosize_mode for t in tables} == {"none"}
+    # plot titles are one short line; what they said in more words is in HTML that wraps
+    titles = [p.title.text for p in layout.select({"type": Plot})]
+    assert max(map(len, titles)) <= 40, titles
+    keys = {d.name: d.text for d in layout.select({"type": Div}) if d.name}
+    for phase in dd.PHASE_COLORS:  # the Ops chart's colours
+        assert (
+            f"{dd.PHASE_COLORS[phase]};margin-right:4px'></span>{phase}<"
+            in keys["memprof-phase-key"]
+        )
+    present = set(prof.allocations["category"].astype(str))
+    for cat, color in dd.CATEGORY_COLORS.items():  # the lifetimes chart's colours
+        assert (f"{color};margin-right:4px'></span>{cat}<" in keys["memprof-category-key"]) == (
+            cat in present
+        )
+    # the total's outline is left out over thousands of steps (a black band otherwise)
+    steps = len(list(layout.select({"type": Step})))  # the chart's total, the overview's
+    D.forget()
+    monkeypatch.setattr(D, "OUTLINE_POINTS", 10)
+    dense = build(prof).layout
+    assert 0 < len(list(dense.select({"type": Step}))) < steps  # the overview keeps its own
+
+
+def test_category_checkboxes_choose_what_is_drawn(prof):
+    w = prof.show()
+    try:
+        choice = w._categories
+        boxes = {b.description: b for b in choice._boxes}
+        assert all(b.value for b in boxes.values()) and set(choice.value) == set(boxes)
+        boxes["parameter"].value = False  # unticked in the browser
+        assert "parameter" not in choice.value
+        assert "parameter" not in set(w._built.allocs.data["category"])
+        choice.value = ("gradient",)
+        assert [n for n, b in boxes.items() if b.value] == ["gradient"]
+        assert set(w._built.allocs.data["category"]) == {"gradient"}
+    finally:
+        w.close()

@@ -9,7 +9,7 @@ import re
 
 import pandas as pd
 import pytest
-from _browser import chromium_page, screenshot
+from _browser import chromium_page, docs_image, screenshot
 from _jupyterlab import jupyterlab, write_notebook
 from test_dashboard import (
     EVIL_FILE,
@@ -173,7 +173,10 @@ def test_the_four_views_render(page, prof):
     assert rows.count() > 5
     first = prof.allocations.sort_values(["size_bytes", "alloc_id"], ascending=[False, True])
     name = first.iloc[0]["name"]
-    want = name if isinstance(name, str) else f"block {first.iloc[0]['alloc_id']}"
+    if not isinstance(name, str):  # a block no variable holds: named by its op and size
+        op = prof.ops.set_index("op_id").loc[int(first.iloc[0]["alloc_op_id"]), "name"]
+        name = f"{op.removeprefix('aten::')} {format_bytes(int(first.iloc[0]['size_bytes']))}"
+    want = name
     assert want in rows.first.evaluate(DEEP_TEXT)
     # the timeline says what it draws, and marks the analysis' peak
     timeline = text_of(page, ".memprof-timeline")
@@ -183,7 +186,8 @@ def test_the_four_views_render(page, prof):
     peak_ms = (peak.attrs["peak_ns"] - prof.meta["start_ns"]) / 1e6
     labels = page.evaluate(
         """() => { const out = [];
-             for (const m of Bokeh.documents[0].all_models) if (m.type === "Label") out.push(m.text);
+             for (const m of Bokeh.documents[0].all_models)
+               if (m.type === "Label" || m.type === "Title") out.push(m.text);
              return out; }"""
     )
     assert any(f"at {peak_ms:.3f} ms" in t for t in labels), labels
@@ -216,6 +220,7 @@ def test_the_four_views_render(page, prof):
     px_ms = (xy[0] - x0) and (peak_ms / max(xy[0] - x0, 1))  # ms per pixel
     assert abs(src["t"][k] - peak_ms) <= 4 * px_ms + 1e-9, (src["t"][k], peak_ms)
     screenshot(page, "dashboard.png")
+    docs_image("dashboard.png")
 
 
 def test_legend_hides_a_category_and_restacks_the_rest(page):

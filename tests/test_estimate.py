@@ -294,7 +294,9 @@ def test_limit_names_where_the_step_runs_out_of_memory(oom_estimate):
     assert "in classification_step" in oom["callsite"]
     assert sum(oom["live_by_category"].values()) <= oom["tensors_bytes"]
     lines = repr(prof).splitlines()
-    assert lines[0] == "memory estimate 'estimate of classification_step'"
+    # never "estimate estimate of"; the label names the inputs, and nothing "ran"
+    assert lines[0] == "memory estimate of classification_step(Sequential, Adam, 64x256, 64)"
+    assert any("estimated in " in line for line in lines) and "ran " not in repr(prof)
     assert lines[1].startswith("  OUT OF MEMORY: cuda:0 would need 10.0 MiB (tensors ")
     assert "during optimizer; pushed over by the allocator's cache (fragmentation)" in lines[1]
     assert "with expandable_segments:True it would fit (reserved peak 8.0 MiB)" in lines[1]
@@ -364,6 +366,26 @@ def test_dashboard_marks_the_limit_and_the_oom_moment(oom_estimate):
     assert oom[0].location == oom_estimate.meta["oom"]["time_ns"] / 1e6
     labels = {a.axis_label for a in layout.select({"type": Axis})}
     assert "position in the run (op sequence): an estimate" in labels
+
+
+def test_tiny_devices_are_folded_into_the_title_not_charted(warm_mlp):
+    from bokeh.models import Div, Span
+
+    from jupyter_memprof._units import format_bytes
+    from jupyter_memprof._views.dashboard import build
+
+    prof = estimate(classification_step, *warm_mlp, device="cuda:0", limit="4MiB")
+    # Adam's step counters stay on the CPU (as torch keeps them): a few bytes next to cuda:0
+    cpu = prof.peak("cpu").attrs["peak_bytes"]
+    assert prof.devices == ["cpu", "cuda:0"] and 0 < cpu < 1024
+    layout = build(prof).layout
+    names = {m.name for m in layout.references() if m.name}
+    assert "memprof-timeline-cuda:0" in names and "memprof-timeline-cpu" not in names
+    # no limit line on a chart of another device
+    spans = {s.name for s in layout.select({"type": Span}) if s.name}
+    assert "memprof-limit-cpu" not in spans and "memprof-limit-cuda:0" in spans
+    texts = " ".join(d.text for d in layout.select({"type": Div}))
+    assert f"too small to chart: cpu (peak {format_bytes(cpu)})" in texts
 
 
 def test_save_and_load_keep_the_estimate(oom_estimate, tmp_path):

@@ -15,7 +15,7 @@ import tempfile
 import time
 
 import pytest
-from _browser import ARTIFACTS, chromium_page, chromium_path, screenshot
+from _browser import ARTIFACTS, chromium_page, chromium_path, docs_image, screenshot
 from _jupyterlab import jupyterlab, write_notebook
 
 import jupyter_memprof
@@ -189,9 +189,7 @@ def _drive(page, base: str) -> None:
     box, last = panel.bounding_box(), panel.locator(".memprof-entry").last.bounding_box()
     clip = dict(box, height=last["y"] + last["height"] - box["y"] + 16)
     page.screenshot(path=_artifact("panel.png"), clip=clip)
-    if os.environ.get("MEMPROF_UPDATE_DOCS_IMAGES"):
-        (ROOT / "docs" / "img").mkdir(parents=True, exist_ok=True)
-        shutil.copy(_artifact("panel.png"), ROOT / "docs" / "img" / "panel.png")
+    docs_image("panel.png")
 
     # A click opens the profile's dashboard, drawn by the kernel, in a main-area tab.
     small_entry = panel.locator(f'.memprof-entry[data-sid="{entries[1]["sid"]}"]')

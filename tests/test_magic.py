@@ -316,6 +316,32 @@ def test_line_magic_profiles_one_statement(shell, run):
     assert result.result == 3.0
 
 
+def test_ops_on_the_cells_top_level_get_the_cells_lines(shell, run):
+    result, out = run(
+        "%%memprofile -o p_top --no-display\n"
+        "a = torch.ones(64, 64)\n"
+        "b = a @ a\n"
+        "for _ in range(2):\n"
+        "    c = b * 2\n"
+    )
+    n = result.execution_count
+    ops = shell.user_ns["p_top"].ops
+    first = ops[ops["kind"] == "op"].drop_duplicates("name").set_index("name")["callsite"]
+    assert first["aten::ones"] == f"In[{n}]:2 in <module>"
+    assert first["aten::matmul"] == f"In[{n}]:3 in <module>"  # no Python call on this line
+    assert first["aten::mul"] == f"In[{n}]:4 in <module>"  # the statement's first line
+    assert not ops["callsite"].astype(object).dropna().str.contains("magic.py").any()
+
+
+def test_comment_only_cell_is_one_summary_line(shell, run):
+    result, out = run("%%memprofile -o p_comment\n# nothing to run yet")
+    assert result.success
+    line, *before = out.strip().splitlines()
+    assert line.startswith(f"memory profile 'p_comment': {NO_ACTIVITY} (ran ")
+    # then only what earlier cells left live, if anything
+    assert all(b.startswith("  live before the capture on ") for b in before)
+
+
 def test_cell_without_torch_activity(shell, run):
     result, out = run("%%memprofile -o p_empty\nplain = sum(range(100))")
     assert result.success and shell.user_ns["plain"] == 4950
@@ -376,6 +402,9 @@ def test_keyboard_interrupt_keeps_the_profile_and_propagates(shell, run):
     finally:
         signal.signal(signal.SIGINT, previous)
     assert isinstance(result.error_in_exec, KeyboardInterrupt)
+    # said at once, before the partial capture is read and summarised
+    said = "%%memprofile: interrupted; reading the partial capture…\n"
+    assert said in out and out.index(said) < out.index("memory profile 'p_int'")
     assert "----> 4 os.kill(os.getpid(), signal.SIGINT)" in out
     assert "KeyboardInterrupt" in out and "_magic.py" not in out
     prof = shell.user_ns["p_int"]
@@ -901,9 +930,11 @@ def test_in_jupyterlab_summary_traceback_and_progress(tmp_path):
             failed = cell.nth(3)
             stderr = failed.locator("[data-mime-type='application/vnd.jupyter.stderr']").last
             stderr.wait_for(timeout=60_000)
-            traceback = stderr.inner_text()
+            # its text, rendered or not (JupyterLab skips rendering cells out of view, whose
+            # inner text is then empty)
+            traceback = stderr.text_content()
             assert "----> 3 raise ValueError" in traceback and "_magic" not in traceback
-            summary = failed.locator(".memprof-summary").first.inner_text()
+            summary = failed.locator(".memprof-summary").first.text_content()
             assert 'raised ValueError: <b id="memprof-evil">no</b>' in summary
             assert page.locator("#memprof-evil").count() == 0
             page.wait_for_function(

@@ -141,7 +141,7 @@ def estimate(
             device=dev,
             limit=nbytes,
             names=caller,
-            label=_label(fn),
+            label=_label(fn, args, kwargs),
             allocator=config,
             context=ctx,
         )
@@ -149,9 +149,31 @@ def estimate(
         caller.clear()
 
 
-def _label(fn: Callable) -> str:
+#: How long the arguments part of an estimate's label may grow before it is cut.
+_ARGS_CHARS = 40
+
+
+def _label(fn: Callable, args: tuple = (), kwargs: dict | None = None) -> str:
+    """``estimate of step(64x512, 3)``: the function and what it was given (tensors by their
+    shape), so estimates of one function with other inputs have labels that tell them apart."""
     name = getattr(fn, "__name__", None) or type(fn).__name__
-    return f"estimate of {name}"
+    given = [_argument(a) for a in args]
+    given += [f"{k}={_argument(v)}" for k, v in (kwargs or {}).items()]
+    text = ", ".join(given)
+    if len(text) > _ARGS_CHARS:
+        text = text[: _ARGS_CHARS - 1].rstrip(", ") + "…"
+    return f"estimate of {name}({text})"
+
+
+def _argument(value) -> str:
+    """A short word for one argument: a tensor's shape, a number's value, else its type."""
+    if isinstance(value, torch.Tensor):
+        return "x".join(map(str, value.shape)) or "scalar"
+    if isinstance(value, bool | int | float):
+        return repr(value)
+    if isinstance(value, tuple | list) and len(value) <= 3:
+        return "(" + ", ".join(_argument(v) for v in value) + ")"
+    return type(value).__name__
 
 
 def run_estimate(

@@ -73,6 +73,8 @@ class _Code:
             plan = _interactive_plan(nodes, "none" if quiet else shell.ast_node_interactivity)
         flags = getattr(ast, "PyCF_ALLOW_TOP_LEVEL_AWAIT", 0) if shell.autoawait else 0
         self.codes = []
+        # each statement is started from a line of the cell (see _entry)
+        self.entries = [_entry(name, getattr(node, "lineno", 1)) for node, _ in plan]
         with shell.compile.extra_flags(flags):
             for node, mode in plan:
                 if mode == "eval":
@@ -105,13 +107,12 @@ class _Code:
         loc = shell.user_ns if local_ns is None else local_ns
         value = None
         with shell.builtin_trap, shell.display_trap:
-            for code, mode in self.codes:
+            for (code, mode), entry in zip(self.codes, self.entries):
                 if code.co_flags & inspect.CO_COROUTINE:
                     result = shell.loop_runner(eval(code, glob, loc))
-                elif mode == "exec":
-                    result = exec(code, glob, loc)
                 else:
-                    result = eval(code, glob, loc)
+                    run = exec if mode == "exec" else eval
+                    result = eval(entry, {"run": run, "code": code, "g": glob, "l": loc})
                 value = result if mode == "eval" else None
         return value
 
@@ -135,6 +136,13 @@ class _Code:
             err._render_traceback_ = render
         except (AttributeError, TypeError):  # exceptions with __slots__
             pass
+
+
+def _entry(name: str, line: int):
+    """``run(code, g, l)`` compiled at ``line`` of the cell ``name``: a statement started
+    from it is called from the cell's line, which is where torch's profiler finds the
+    callsite of ops made on the cell's top level (``b = a @ a`` calls no Python function)."""
+    return compile("\n" * (line - 1) + "run(code, g, l)", name, "eval")
 
 
 def _is_expr(node: ast.AST) -> bool:
@@ -481,6 +489,9 @@ class MemprofMagics(Magics):
         except BaseException as err:  # the user's own error: shown as theirs, raised again
             raised = err
             code.own_traceback(err)
+            if isinstance(err, KeyboardInterrupt) and not args.no_display:
+                # at once: torch's stop and the reading take seconds on a long capture
+                print(f"{name}: interrupted; reading the partial capture…", flush=True)
 
         failure = None  # ours, after the code ran: finish raises it only if the code did not
         try:
@@ -648,7 +659,8 @@ def _show(shell, prof, name: str, *, explain: bool = False, savings=None) -> Non
     except Exception as err:  # never break the user's cell over a summary
         print(f"{name}: could not summarise the profile: {err!r}", file=sys.stderr)
         return
-    if not in_kernel(shell):
+    active = prof.events["action"].astype(object) != "preexisting"
+    if not in_kernel(shell) or not active.any():  # no memory activity: nothing to draw
         return
     try:
         view = prof.show(header=False)  # the summary was displayed just above

@@ -145,7 +145,8 @@ def _type_fits(value, schema_type) -> bool:
 def _library_prefixes() -> tuple[str, ...]:
     paths = {sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")}
     paths.add(os.path.dirname(torch.__file__))
-    paths.add(os.path.dirname(os.path.abspath(__file__)))
+    # this whole package (its front ends run the user's code), wherever it is installed
+    paths.add(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     paths.update(p for p in sys.path if p.endswith(("site-packages", "dist-packages")))
     return tuple(sorted(p.rstrip(os.sep) + os.sep for p in paths if p))
 

@@ -172,10 +172,8 @@ class Comparison:
 
     def show(self):
         """The comparison as a notebook widget."""
-        from .dashboard_html import load_bokehjs_in_notebook
         from .dashboard_widget import _BokehView
 
-        load_bokehjs_in_notebook()
         return _BokehView(self.build().layout)
 
     def _ipython_display_(self) -> None:

@@ -240,8 +240,9 @@ class _Chart:
     device: str
     categories: tuple[str, ...]  # with any bytes on the device, in display order
     visible: tuple[bool, ...]  # per category: stacked (else hidden until its legend is clicked)
-    peak: bool = False  # the peak is marked
+    peak: bool = False  # the peak is marked, and said under the title
     reserved: bool = False  # the caching allocator's reserved bytes are drawn
+    outline: bool = True  # the total is drawn as a line (not over thousands of steps)
     limit: bool = False  # an estimate's memory limit is drawn
     oom: bool = False  # and where it was first exceeded, on this device
     steps: bool = False  # the boundaries between steps are marked (a capture of a loop)
@@ -346,7 +347,8 @@ def _title(text: str) -> Div:
 
 
 def _table(kit: _Kit, source, columns, *, height=TABLE_HEIGHT, **kwargs) -> DataTable:
-    """A DataTable whose every cell is plain text (StringFormatter escapes it)."""
+    """A DataTable whose every cell is plain text (StringFormatter escapes it), as wide as
+    its panel, with columns of the widths given."""
     return DataTable(
         source=source,
         columns=[
@@ -361,6 +363,9 @@ def _table(kit: _Kit, source, columns, *, height=TABLE_HEIGHT, **kwargs) -> Data
         reorderable=False,
         sortable=False,
         sizing_mode="stretch_width",
+        # columns keep their widths (a narrow panel scrolls sideways): squeezed to the
+        # panel's width they cut every value ("autograd_c", "versio")
+        autosize_mode="none",
         **kwargs,
     )
 
@@ -435,20 +440,22 @@ def _spec(prof, shown: _Shown, *, header: bool) -> tuple[_Shape, dict]:
     if oom_at is not None:
         v["oom_x"] = oom_at[1]
         v.update(_beside("oom_text", f"out of memory at #{oom_at[1]:.0f}", oom_at[1], end_ms))
+    notes = []
+    limit_device = meta.get("device") if estimate else None
     charts = []
     for k, (tl, visible) in enumerate(zip(shown.timelines, shown.visible)):
         points = len(tl.columns["t"])
-        note = f"{tl.points_in:,} points" + (f", {points:,} drawn" if points < tl.points_in else "")
-        v[f"chart_title{k}"] = (
-            f"{tl.device}: live memory by category ({note}); drag to pick a time range"
-        )
-        chart = _Chart(tl.device, tuple(tl.categories), tuple(visible))
+        drawn = f", {points:,} drawn" if points < tl.points_in else ""
+        notes.append(f"{tl.device} {tl.points_in:,} points{drawn}")
+        # short: a plot's title is one line, cut at the plot's edge in a narrow panel
+        v[f"chart_title{k}"] = f"{tl.device}: live memory by category"
+        outline = points <= OUTLINE_POINTS
+        chart = _Chart(tl.device, tuple(tl.categories), tuple(visible), outline=outline)
         if tl.peak_ms is not None:
             v[f"peak_x{k}"], v[f"peak_y{k}"] = tl.peak_ms, tl.peak_bytes
-            text = f"peak {format_bytes(tl.peak_bytes)} at " + (
+            v[f"peak_text{k}"] = f"\u25bc peak {format_bytes(tl.peak_bytes)} at " + (
                 f"#{tl.peak_ms:.0f}" if estimate else f"{tl.peak_ms:.3f} ms"
             )
-            v.update(_beside(f"peak_text{k}", text, tl.peak_ms, end_ms))
             v[f"peak{k}"] = {"x": [tl.peak_ms], "y": [tl.peak_bytes]}
             chart = replace(chart, peak=True)
         reserved = dd.reserved_line(prof, tl.device, win)
@@ -461,12 +468,15 @@ def _spec(prof, shown: _Shown, *, header: bool) -> tuple[_Shape, dict]:
         if len(boundaries):
             v[f"steps{k}"] = {"x": win.ms(boundaries)}
             chart = replace(chart, steps=True)
-        if limit is not None:
+        if limit is not None and limit_device in (None, tl.device):  # the limit's device only
             top = max([tl.peak_bytes, limit, *(reserved or {}).get("y", [])])
             v[f"y_end{k}"] = top * 1.15
             here = oom_at is not None and oom_at[0] == tl.device
             chart = replace(chart, limit=True, oom=here)
         charts.append(chart)
+    notes.append(_tiny_note(shown.tiny))
+    v["timeline_title"] = _title_text("Memory over time", "; ".join(n for n in notes if n))
+    v["lifetime_key"] = _color_key("colour: category", shown.acols["category"], dd.CATEGORY_COLORS)
     return _Shape(estimate, tuple(charts)), v
 
 
@@ -497,6 +507,33 @@ def _mark_labels(p, key: str, v: dict, *, gap: int, **style) -> None:
         p.add_layout(Label(text=v[f"{key}_{side}"], text_align=align, x_offset=offset, **style))
 
 
+#: A timeline drawn from more points than this gets no line for its total (its areas show it):
+#: over thousands of steps, a line is a solid black band.
+OUTLINE_POINTS = 1500
+
+
+def _color_key(title: str, values, colors: dict[str, str]) -> str:
+    """An HTML key of the colours of ``values`` that occur (in ``colors``' order): it wraps
+    at any width, where a legend inside a plot takes the plot's room."""
+    present = set(map(str, values))
+    items = "".join(
+        f"<span style='white-space:nowrap;margin-right:10px'>"
+        f"<span style='display:inline-block;width:10px;height:10px;background:{color};"
+        f"margin-right:4px'></span>{html.escape(name)}</span> "
+        for name, color in colors.items()
+        if name in present
+    )
+    return f"<div style='font-size:12px;color:#444'>{html.escape(title)}: {items}</div>"
+
+
+def _tiny_note(tiny: list[tuple[str, int]]) -> str:
+    """What the charts leave out: devices with too little memory to draw (their peaks)."""
+    if not tiny:
+        return ""
+    peaks = ", ".join(f"{d} (peak {format_bytes(n)})" for d, n in tiny)
+    return f"too small to chart: {peaks}"
+
+
 def _layout(shape: _Shape, v: dict, *, header: bool) -> Built:
     """The models of a dashboard of ``shape`` showing the values ``v`` (:func:`_spec`)."""
     kit = _Kit()
@@ -525,7 +562,10 @@ def _layout(shape: _Shape, v: dict, *, header: bool) -> Built:
         *top,
         _timeline_panel(sh),
         _op_panel(sh),
-        row(_allocation_panel(sh), _lineage_panel(sh), sizing_mode="stretch_width"),
+        # one above the other, each the full width: side by side, each table got half a
+        # panel's width and cut its columns
+        _allocation_panel(sh),
+        _lineage_panel(sh),
         sizing_mode="stretch_width",
         css_classes=["memprof-dashboard"],
         name="memprof-dashboard",
@@ -565,6 +605,7 @@ class _Shown:
     flows: dict
     timelines: list[dd.Timeline]  # stacked: the categories chosen, the others hidden
     visible: list[list[bool]]  # per timeline and category: stacked
+    tiny: list[tuple[str, int]]  # devices too small to chart, and their peaks
     data: dict = field(default_factory=dict)  # every data source's columns, as sent ...
     encoded: dict = field(default_factory=dict)  # ... and as Bokeh serializes them
 
@@ -629,19 +670,36 @@ def _shown(prof, device: str | None, cats: list[str] | None) -> _Shown:
     lcols, pool, lin0, lin1 = dd.lineage_columns(prof, lin, alloc_ids, ops, win)
     acols["lin0"] = np.asarray(lin0 + [0] * len(sel.summarised), dtype=np.int64)
     acols["lin1"] = np.asarray(lin1 + [0] * len(sel.summarised), dtype=np.int64)
-    timelines = [dd.timeline(prof, dev, win, peak=peaks[dev]) for dev in devs]
+    tiny = tiny_devices(peaks)
+    charted = [dev for dev in devs if dev not in dict(tiny)]
+    timelines = [dd.timeline(prof, dev, win, peak=peaks[dev]) for dev in charted]
     visible = []
     for tl in timelines:
         chosen = [c for c in tl.categories if cats is None or c in cats]
         dd.stack(tl.columns, tl.categories, chosen)
         visible.append([c in chosen for c in tl.categories])
     flows = dd.flow_columns(prof, ops)
-    shown = _Shown(win, sel, ops, acols, lcols, pool, flows, timelines, visible)
+    shown = _Shown(win, sel, ops, acols, lcols, pool, flows, timelines, visible, tiny)
     data = {"ops": ops.columns, "allocs": acols, "flows": flows, "lineage_all": lcols}
     data.update({f"timeline{k}": tl.columns for k, tl in enumerate(timelines)})
     shown.data = {name: cds_data(columns) for name, columns in data.items()}
     _remember(prof, key, shown)
     return shown
+
+
+#: A device whose peak is under this many bytes, and under :data:`TINY_SHARE` of the largest
+#: device's peak, gets no chart (its peak is in the summary): 208 B of optimizer step
+#: counters on the CPU next to a GPU's gigabytes say nothing a full-size chart could show.
+TINY_BYTES = 64 * 1024
+TINY_SHARE = 0.01
+
+
+def tiny_devices(peaks: dict) -> list[str]:
+    """The devices of ``peaks`` (device -> PeakPoint or None) too small to chart, with their
+    peaks in bytes."""
+    sizes = {dev: p.peak_bytes for dev, p in peaks.items() if p is not None}
+    largest = max(sizes.values(), default=0)
+    return [(dev, n) for dev, n in sizes.items() if n < TINY_BYTES and n < TINY_SHARE * largest]
 
 
 def forget(prof=None) -> None:
@@ -872,7 +930,7 @@ def _timeline_panel(sh: _Shared):
     range_tool.overlay.fill_color = "#4c72b0"
     range_tool.overlay.fill_alpha = 0.15
     overview = kit.plot(
-        title="overview: drag the box to zoom every view",
+        title="overview: drag the box to zoom",
         tools=[range_tool],
         height=OVERVIEW_HEIGHT,
         x_range=Range1d(v["x_lo"], v["x_hi"]),
@@ -905,7 +963,7 @@ def _timeline_panel(sh: _Shared):
     clear = Button(label="Clear time filter", width=140, name="memprof-clear-filter")
     clear.js_on_event("button_click", cleared)
     return column(
-        _title(_title_text("Memory over time")),
+        _title(v["timeline_title"]),
         *charts,
         overview,
         row(clear, sh.filter_info, sizing_mode="stretch_width"),
@@ -926,7 +984,8 @@ def _timeline_chart(sh: _Shared, k: int, chart: _Chart, src, selected, cleared):
         title=v[f"chart_title{k}"],
         tools=[PanTool(dimensions="width"), wheel, ResetTool(), SaveTool()],
         active_scroll=wheel,
-        height=TIMELINE_HEIGHT,
+        # the legend below takes its rows out of the plot's height: add them
+        height=TIMELINE_HEIGHT + 24 + 20 * -(-(len(chart.categories) + chart.reserved) // 3),
         x_range=sh.x_range,
         y_range=y_range,
         y_axis=kit.axis("bytes", ticker=ticker, formatter=formatter),
@@ -951,17 +1010,23 @@ def _timeline_chart(sh: _Shared, k: int, chart: _Chart, src, selected, cleared):
     if chart.reserved:
         items.append(_reserved_line(sh, k, chart, p))
     if areas:
+        # under the plot, in columns: at the plot's right it took a narrow panel's room
         legend = Legend(
             items=items,
             click_policy="hide",
-            location="top_left",
             title="click to hide/show",
+            orientation="horizontal",
+            ncols=3,
+            label_text_font_size="11px",
+            glyph_width=14,
+            glyph_height=14,
         )
-        p.add_layout(legend, "right")
+        p.add_layout(legend, "below")
     total_xy = dict(x="t", y="total")
-    kit.glyph(
-        p, src, Step, {**total_xy, "mode": "after"}, {"line_color": "#333333", "line_width": 1}
-    )
+    if chart.outline:
+        kit.glyph(
+            p, src, Step, {**total_xy, "mode": "after"}, {"line_color": "#333333", "line_width": 1}
+        )
     # hover needs a glyph with hit testing: an invisible line through the same points
     # (line_policy "prev" reports the state in force, as the step draws it)
     total = kit.glyph(p, src, Line, total_xy, {"line_alpha": 0})
@@ -987,15 +1052,22 @@ def _timeline_chart(sh: _Shared, k: int, chart: _Chart, src, selected, cleared):
     p.js_on_event("selectiongeometry", selected)
     p.js_on_event("reset", cleared)
     if chart.peak:
-        x, y = v[f"peak_x{k}"], v[f"peak_y{k}"]
+        x = v[f"peak_x{k}"]
         p.add_layout(Span(location=x, dimension="height", line_color="#000000", line_dash="dashed"))
         peak = ColumnDataSource(data=v[f"peak{k}"], selection_policy=kit.union)
         black = {"line_color": "black", "fill_color": "black", "hatch_color": "black"}
         kit.glyph(p, peak, Scatter, dict(x="x", y="y", marker="inverted_triangle", size=12), black)
-        _mark_labels(
-            p, f"peak_text{k}", v, gap=8, x=x, y=y, text_font_size="11px", y_offset=4,
-            name=f"memprof-peak-{chart.device}",
-        )  # fmt: skip
+        # said under the title, where it always fits: next to the mark, a label ran out of a
+        # narrow plot on one side or the other
+        p.add_layout(
+            Title(
+                text=v[f"peak_text{k}"],
+                text_font_size="11px",
+                text_font_style="normal",
+                name=f"memprof-peak-{chart.device}",
+            ),
+            "above",
+        )
     if chart.limit:
         _limit_marks(sh, chart, p)
     if chart.steps:  # thin dotted lines where one step ends and the next begins
@@ -1067,8 +1139,7 @@ def _op_panel(sh: _Shared):
     kit, v = sh.kit, sh.v
     wheel = WheelZoomTool(dimensions="width")
     tree = kit.plot(
-        title="ops by time and nesting depth (colour: phase); "
-        "lines link forward ops to their backward ops",
+        title="ops by time and nesting depth",
         tools=[PanTool(dimensions="width"), wheel, ResetTool()],
         active_scroll=wheel,
         height=v["tree_height"],
@@ -1135,8 +1206,11 @@ def _op_panel(sh: _Shared):
         css_classes=["memprof-optable"],
         name="memprof-optable",
     )
+    key = _color_key("colour: phase", dd.PHASE_COLORS, dd.PHASE_COLORS)
+    key = key.replace("</div>", "; grey lines link forward ops to their backward ops</div>")
     return column(
         _title(v["ops_title"]),
+        Div(text=key, sizing_mode="stretch_width", name="memprof-phase-key"),
         tree,
         sh.op_info,
         op_table,
@@ -1153,7 +1227,7 @@ def _allocation_panel(sh: _Shared):
         sh.kit,
         sh.allocs,
         [
-            ("name", "name", 220),
+            ("name", "name", 300),
             ("category", "category", 110),
             ("size_txt", "size", 80),
             ("device", "device", 55),
@@ -1169,7 +1243,7 @@ def _allocation_panel(sh: _Shared):
     kit = sh.kit
     wheel = WheelZoomTool(dimensions="width")
     life = kit.plot(
-        title="lifetimes of the listed blocks (allocation to free; colour: category)",
+        title="lifetimes of the listed blocks",
         tools=[PanTool(dimensions="width"), wheel, WheelZoomTool(dimensions="height"), ResetTool()],
         active_scroll=wheel,
         height=260,
@@ -1203,6 +1277,7 @@ def _allocation_panel(sh: _Shared):
     return column(
         _title(sh.v["allocs_title"]),
         table,
+        Div(text=sh.v["lifetime_key"], sizing_mode="stretch_width", name="memprof-category-key"),
         life,
         css_classes=["memprof-allocations"],
         sizing_mode="stretch_width",

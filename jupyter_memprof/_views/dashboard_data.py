@@ -562,6 +562,16 @@ def _summarised(a: pd.DataFrame, rows: np.ndarray) -> pd.DataFrame:
     )
 
 
+def _block_names(op_names, sizes, alloc_ids) -> list[str]:
+    """Names for blocks no variable holds: the op that made them and their size
+    (``addmm 128.0 KiB``), else ``block 466``."""
+    out = []
+    for op, nbytes, aid in zip(op_names.tolist(), sizes.tolist(), alloc_ids.tolist()):
+        op = str(op).removeprefix("aten::")
+        out.append(f"{op} {format_bytes(nbytes)}" if op else f"block {aid}")
+    return out
+
+
 def allocation_columns(prof, sel: Allocations, ops: Ops, win: Window) -> dict[str, object]:
     """Columns of the allocations source: shown blocks first, then the summarised rows."""
     a = sel.table
@@ -602,8 +612,8 @@ def allocation_columns(prof, sel: Allocations, ops: Ops, win: Window) -> dict[st
     cat = _str(a["category"], "unknown")
     names = _str(a["name"]).astype(object)
     unnamed = names == ""
-    names[unnamed] = [f"block {i}" for i in alloc_ids[unnamed].tolist()]
     size = a["size_bytes"].to_numpy()
+    names[unnamed] = _block_names(op_name[unnamed], size[unnamed], alloc_ids[unnamed])
     s = sel.summarised
     m = len(s)
     s_size = s["size_bytes"].to_numpy()

@@ -114,11 +114,10 @@ def render_item(root: Model) -> RenderItem:
     return RenderItem(make_globally_unique_id(), roots={root: make_globally_unique_css_safe_id()})
 
 
-_notebook_loaded = False
-
-
+@functools.cache
 def notebook_bokehjs() -> str:
-    """JavaScript that loads BokehJS (with widgets and tables) into a notebook page, once."""
+    """JavaScript that loads BokehJS (with widgets and tables) into a notebook page, unless
+    the page has this version already (``js/notebook_loader.js``)."""
     from bokeh import __version__
     from bokeh.resources import Resources
 
@@ -127,28 +126,31 @@ def notebook_bokehjs() -> str:
     return source("notebook_loader.js") + "\n" + call
 
 
-def load_bokehjs_in_notebook(force: bool = False) -> bool:
-    """Put BokehJS into the notebook page (jupyter_bokeh's views need ``window.Bokeh``).
+def display_with_bokehjs(widget) -> None:
+    """Display ``widget`` (Bokeh views) in the notebook with BokehJS in front of it.
 
-    Published once per kernel process as a ``bokehjs_load`` output, which JupyterLab runs as a
-    script; ``force`` publishes it again (e.g. after reloading the browser page). Returns
-    whether it published anything. Outside IPython it does nothing.
+    BokehJS goes with every view, not once per kernel: a reloaded page, or the notebook in a
+    second tab, has none, and jupyter_bokeh's views need ``window.Bokeh`` when they are made.
+    JupyterLab runs the ``bokehjs_load`` output as a script when it arrives, before the widget's
+    view exists; the output is then replaced by nothing, so the notebook file keeps no copy
+    of the library. The widget's text form is empty: a front end that cannot draw widgets (a
+    notebook opened before it runs, untrusted) shows nothing instead of the widget's repr.
+    Outside IPython it does nothing.
     """
-    global _notebook_loaded
-    if _notebook_loaded and not force:
-        return False
     try:
         from IPython import get_ipython
-        from IPython.display import publish_display_data
+        from IPython.display import display
     except ImportError:  # pragma: no cover (IPython is a dependency)
-        return False
+        return
     if get_ipython() is None:
-        return False
+        return
     from bokeh.io.notebook import LOAD_MIME_TYPE
 
-    publish_display_data({LOAD_MIME_TYPE: notebook_bokehjs(), "text/plain": ""})
-    _notebook_loaded = True
-    return True
+    loader = display({LOAD_MIME_TYPE: notebook_bokehjs(), "text/plain": ""}, raw=True,
+                     display_id=True)  # fmt: skip
+    spec = widget.get_view_spec()
+    display({"application/vnd.jupyter.widget-view+json": spec, "text/plain": ""}, raw=True)
+    loader.update({"text/plain": ""}, raw=True)
 
 
 def is_our_page(path: str) -> bool:

@@ -7,6 +7,7 @@ import keyword
 import weakref
 
 import ipywidgets as widgets
+import traitlets
 from bokeh.core.serialization import UnknownReferenceError
 from bokeh.document import Document
 from bokeh.embed.elements import div_for_render_item
@@ -14,7 +15,7 @@ from jupyter_bokeh import BokehModel
 
 from . import dashboard_data as dd
 from .dashboard import Page, forget, page
-from .dashboard_html import load_bokehjs_in_notebook, render_item
+from .dashboard_html import display_with_bokehjs, render_item
 
 
 class _BokehView(BokehModel):
@@ -63,6 +64,9 @@ class _BokehView(BokehModel):
             self._closed = True
             super().close()
 
+    def _ipython_display_(self) -> None:
+        display_with_bokehjs(self)
+
 
 #: Every dashboard not yet closed, however it was shown (under a ``%%memprofile`` cell, by
 #: ``prof.show()``, in a panel tab). Weak: ipywidgets' own registry keeps an open widget
@@ -100,6 +104,45 @@ def _close_tree(widget) -> None:
             w.close()
 
 
+class CategoryChoice(widgets.HBox):
+    """One checkbox per category, all ticked at first; ``value`` is the tuple of ticked
+    categories (settable). Checkboxes wrap at narrow widths, and ticked reads as chosen (a
+    multiple-select list greys every selected item out when it has no focus: it looked
+    disabled)."""
+
+    value = traitlets.Tuple()
+
+    def __init__(self, categories: list[str]) -> None:
+        self._boxes = [
+            widgets.Checkbox(
+                value=True, description=c, indent=False, layout=widgets.Layout(width="auto")
+            )
+            for c in categories
+        ]
+        for box in self._boxes:
+            box.observe(self._ticked, names="value")
+        super().__init__(
+            [widgets.Label("categories"), *self._boxes],
+            layout=widgets.Layout(flex_flow="row wrap", align_items="center"),
+        )
+        self.value = tuple(categories)
+
+    _syncing = False
+
+    def _ticked(self, _change) -> None:
+        if not self._syncing:
+            self.value = tuple(b.description for b in self._boxes if b.value)
+
+    @traitlets.observe("value")
+    def _chosen(self, change) -> None:
+        self._syncing = True
+        try:
+            for box in self._boxes:
+                box.value = box.description in change["new"]
+        finally:
+            self._syncing = False
+
+
 class Dashboard(widgets.VBox):
     """Linked views of one profile, with a device choice, a category filter and a button that
     puts the clicked block's lineage into a notebook variable.
@@ -121,13 +164,7 @@ class Dashboard(widgets.VBox):
             description="device",
             layout=widgets.Layout(width="220px"),
         )
-        self._categories = widgets.SelectMultiple(
-            options=cats,
-            value=tuple(cats),
-            description="categories",
-            rows=min(len(cats), 8) or 1,
-            layout=widgets.Layout(width="280px"),
-        )
+        self._categories = CategoryChoice(cats)
         self._var = widgets.Text(
             value="lineage", description="variable", layout=widgets.Layout(width="220px")
         )
@@ -135,7 +172,7 @@ class Dashboard(widgets.VBox):
             description="Lineage to variable",
             tooltip="Put the clicked block's lineage (prof.lineage(alloc_id)) into this variable",
             icon="arrow-right",
-            layout=widgets.Layout(width="220px"),
+            layout=widgets.Layout(width="auto"),  # its whole label, at any width
         )
         self._status = widgets.HTML(value="")
         shown = page(prof, header=header, live=True)
@@ -144,13 +181,21 @@ class Dashboard(widgets.VBox):
         self._device.observe(self._rebuild, names="value")
         self._categories.observe(self._rebuild, names="value")
         self._to_var.on_click(lambda _: self.lineage_to_variable())
-        controls = widgets.HBox(
-            [self._device, self._categories, widgets.VBox([self._var, self._to_var])]
+        controls = widgets.VBox(
+            [
+                widgets.HBox(
+                    [self._device, self._var, self._to_var],
+                    layout=widgets.Layout(flex_flow="row wrap"),  # wraps in a narrow panel
+                ),
+                self._categories,
+            ]
         )
-        load_bokehjs_in_notebook()
         super().__init__([controls, self._status, self._view])
         self.add_class("memprof-widget")
         _open.add(self)
+
+    def _ipython_display_(self) -> None:
+        display_with_bokehjs(self)
 
     def close(self) -> None:
         """Close the dashboard and every widget in it, and let go of the profile: a closed

@@ -340,13 +340,20 @@ def _counts_phrase(s: dict[str, Any]) -> str:
 
 def _timing_phrase(s: dict[str, Any]) -> str:
     parts = []
-    if s["wall_s"] is not None:
-        parts.append(f"ran {format_seconds(s['wall_s'])}")
+    if s["wall_s"] is not None:  # an estimate ran nothing: it took that long to compute
+        verb = "estimated in" if s["estimate"] else "ran"
+        parts.append(f"{verb} {format_seconds(s['wall_s'])}")
     if s["capture_s"] is not None:
         parts.append(f"capture {format_seconds(s['capture_s'])}")
     if s["analysis_s"] is not None:
         parts.append(f"analysis {format_seconds(s['analysis_s'])}")
     return ", ".join(parts)
+
+
+def _one_line(s: dict[str, Any]) -> bool:
+    """Nothing ran through torch and nothing failed (a comment-only cell): one line says it
+    (followed only by what was live before the capture, if anything was)."""
+    return s["empty"] and not s["ops"] and not (s["error"] or s["analysis_error"] or s["note"])
 
 
 def _empty_note(s: dict[str, Any]) -> str:
@@ -357,13 +364,27 @@ def _empty_note(s: dict[str, Any]) -> str:
     return NO_ACTIVITY
 
 
+def _title(s: dict[str, Any], quote=repr) -> str:
+    """``memory profile 'bs32'``, ``memory estimate 'bs32'``, and ``memory estimate of
+    step(64x512)`` for an estimate's own label (never "estimate estimate of")."""
+    label = s["label"]
+    if s["estimate"] and label.startswith("estimate of "):
+        return f"memory {label}"
+    kind = "memory estimate" if s["estimate"] else "memory profile"
+    return f"{kind} {quote(label)}"
+
+
 def summary_text(prof: Profile) -> str:
     """A few lines for a terminal: the peak per device and what filled it, counts, timings."""
     s = summary(prof)
-    kind = "memory estimate" if s["estimate"] else "memory profile"
-    lines = [f"{kind} {s['label']!r}"]
+    lines = [_title(s)]
     if s["empty"]:
         lines[0] += f": {_empty_note(s)}"
+        if _one_line(s):  # the timing in the same line; what was live before, if anything
+            if s["wall_s"] is not None:
+                lines[0] += f" ({_timing_phrase(s)})"
+            lines += [f"  {baseline_phrase(d, b)}" for d, b in s["baseline"].items()]
+            return "\n".join(lines)
     oom = oom_phrase(s)
     if oom:
         lines.append(f"  {oom}")
@@ -407,11 +428,20 @@ def summary_html(prof: Profile) -> str:
     e = html.escape
     s = summary(prof)
     rows = []
-    kind = "memory estimate" if s["estimate"] else "memory profile"
-    head = f"<b>{kind} {e(s['label'])}</b>"
+    head = f"<b>{e(_title(s, quote=str))}</b>"
     if s["empty"]:
         head += f": {e(_empty_note(s))}"
+    if _one_line(s) and s["wall_s"] is not None:
+        head += f' <span style="{_MUTED_STYLE}">({e(_timing_phrase(s))})</span>'
     rows.append(f'<div class="memprof-summary-head">{head}</div>')
+    if _one_line(s):
+        rows += [
+            f'<div class="memprof-summary-baseline" style="{_MUTED_STYLE}">'
+            f"{e(baseline_phrase(d, b))}</div>"
+            for d, b in s["baseline"].items()
+        ]
+        return f'<div class="memprof-summary" style="{_STYLE}">{"".join(rows)}</div>'
+
     oom = oom_phrase(s)
     if oom:
         style = _ERROR_STYLE if s["oom"] else _MUTED_STYLE

@@ -72,6 +72,16 @@ const plugin: JupyterFrontEndPlugin<void> = {
     // the kernel restarts.
     const dashboards = new Map<string, DashboardWidget>();
     const key = (link: ProfileLink, sid: number) => `${link.kernel.id}:${sid}`;
+    // A new view opens as a tab beside the views already open (one dock area, full size
+    // each), or, when none is open, in a new area to the right of the notebook.
+    const place = (view: DashboardWidget): void => {
+      const open = [...dashboards.values()].find(d => d !== view && !d.isDisposed && d.isAttached);
+      app.shell.add(
+        view,
+        'main',
+        open ? { mode: 'tab-after', ref: open.id } : { mode: 'split-right' }
+      );
+    };
     const closeWhere = (pred: (d: DashboardWidget) => boolean) => {
       for (const d of [...dashboards.values()]) {
         if (pred(d)) {
@@ -92,9 +102,9 @@ const plugin: JupyterFrontEndPlugin<void> = {
         let view = dashboards.get(k);
         if (!view || view.isDisposed) {
           view = new DashboardWidget(notebook, l, a, { other: b, summary });
+          place(view);
           dashboards.set(k, view);
           view.disposed.connect(() => dashboards.delete(k));
-          app.shell.add(view, 'main', { mode: 'split-right' });
         }
         app.shell.activateById(view.id);
       });
@@ -130,9 +140,9 @@ const plugin: JupyterFrontEndPlugin<void> = {
       let dashboard = dashboards.get(k);
       if (!dashboard || dashboard.isDisposed) {
         dashboard = new DashboardWidget(notebook, link, info);
+        place(dashboard);
         dashboards.set(k, dashboard);
         dashboard.disposed.connect(() => dashboards.delete(k));
-        app.shell.add(dashboard, 'main', { mode: 'split-right' });
       }
       app.shell.activateById(dashboard.id);
     });
