@@ -439,11 +439,10 @@ def test_a_template_filled_in_is_the_document_bokeh_serializes(prof):
 
 
 def test_where_the_peak_falls_is_a_value_of_the_template_not_its_shape():
-    """The peak's label goes right of its mark, or left of it late in the run (to stay in
-    the plot). That side was part of the template's shape, so two captures of one step
-    whose peaks fell either side of 60% of the run got two shapes (a flaky template test).
-    Here two estimates (their clock counts records: no timing) of one program, the big
-    temporary early or late."""
+    """Where the peak falls was part of the template's shape (which side of its mark the
+    label went), so two captures of one step whose peaks fell either side of 60% of the run
+    got two shapes (a flaky template test). Here two estimates (their clock counts records:
+    no timing) of one program, the big temporary early or late: one shape."""
     from jupyter_memprof import estimate
     from jupyter_memprof._views import dashboard as D
 
@@ -465,10 +464,10 @@ def test_where_the_peak_falls_is_a_value_of_the_template_not_its_shape():
         specs[fn.__name__] = D._spec(est, D._shown(est, None, None), header=True)
     (shape, first), (other, last) = specs["early"], specs["late"]
     assert shape == other
-    assert first["peak_text0_after"].startswith("peak 3.8 MiB at #")
-    assert first["peak_text0_before"] == " "  # shows nothing
-    assert last["peak_text0_after"] == " "
-    assert last["peak_text0_before"].startswith("peak 3.8 MiB at #")
+    # the peak is said under the chart's title, wherever the mark is
+    assert first["peak_text0"].startswith("\u25bc peak 3.8 MiB at #")
+    assert last["peak_text0"].startswith("\u25bc peak 3.8 MiB at #")
+    assert first["peak_x0"] < last["peak_x0"]
     template, _ = D._template(shape, first)
     for values in (first, last):
         want = _bokeh_json(D._layout(shape, values, header=True).layout)
