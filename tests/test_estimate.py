@@ -875,10 +875,12 @@ def test_custom_op_without_a_fake_kernel_is_one_line():
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA here: no simulated CUDA path")
 def test_lstm_size_rules_stay_on_the_cpu(lstm_pair):
-    """The rules are measured on the CPU kernels: an estimate for CUDA (computed on the CPU
-    path here) records neither their workspace sizes nor their temporaries."""
+    """The rules are measured on the CPU kernels: an estimate for CUDA with cuDNN off
+    (PyTorch's own kernels, computed on the CPU path here) records neither their workspace
+    sizes nor their temporaries (with cuDNN on it runs cuDNN's: test_cuda_rules.py)."""
     m, o, x, y, cpu_est, _ = lstm_pair
-    cuda_est = estimate(_lstm_step, m, o, x, y, device="cuda:0")
+    with torch.backends.cudnn.flags(enabled=False):
+        cuda_est = estimate(_lstm_step, m, o, x, y, device="cuda:0")
 
     def rnn_blocks(prof):
         ops = prof.ops.set_index("op_id")["name"]
