@@ -77,6 +77,14 @@ def test_the_profile_names_the_gpu_and_what_no_rule_covers():
     assert cpu.meta["gpu"] is None and cpu.meta["kernel_memory_not_modelled"] == {}
 
 
+def test_the_summary_says_which_gpu_and_what_is_not_modelled():
+    lin = nn.Linear(8, 8)
+    prof = estimate(lambda m: m(torch.randn(4, 8)).sum(), lin, device="cuda:0", gpu="L4")
+    last = repr(prof).splitlines()[-1]
+    assert "with CUDA's kernels on an L4 (sm89)" in last
+    assert "kernel memory not modelled in aten::addmm" in last
+
+
 # -- which attention kernel -----------------------------------------------------------------
 def _call(dtype=torch.float32, d=64, mask=None, dropout=0.0, causal=False, length=128):
     q, k, v = _qkv(2, 4, length, d, dtype)
