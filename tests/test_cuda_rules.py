@@ -162,6 +162,26 @@ def test_attention_peak_is_the_h100s(shape, dtype, growth):
     assert prof.meta["kernel_memory_not_modelled"] == {}
 
 
+@pytest.mark.parametrize(
+    ("backend", "shape", "dtype", "growth"),
+    [  # forced with sdpa_kernel on the H100 (which picks cuDNN for these dtypes)
+        ("FLASH_ATTENTION", (2, 4, 100, 64), torch.float16, 886_272),
+        ("FLASH_ATTENTION", (3, 5, 77, 80), torch.bfloat16, 1_861_120),
+        ("FLASH_ATTENTION", (1, 16, 1024, 128), torch.float16, 33_687_552),
+        ("EFFICIENT_ATTENTION", (2, 2, 513, 32), torch.float16, 1_267_200),
+        ("EFFICIENT_ATTENTION", (4, 8, 256, 64), torch.bfloat16, 7_408_640),
+    ],
+)
+def test_forced_attention_backends_peak_is_the_h100s(backend, shape, dtype, growth):
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    q, k, v = _qkv(*shape, dtype)
+    with sdpa_kernel([getattr(SDPBackend, backend)]):
+        prof = estimate(_attention_step(True), q, k, v, device="cuda:0")
+    start = 3 * -(-q.numel() * dtype.itemsize // 512) * 512
+    assert _growth(prof, start) == growth
+
+
 def test_efficient_backward_workspace_from_the_kernel_tiles():
     kern = ck._eff_bwd_kernel(torch.float32, 64, False, ck.parse_gpu("H100"))
     assert (kern.block_i, kern.block_j, kern.max_k) == (64, 64, 64)

@@ -477,7 +477,6 @@ CUDA_SIZE_RULES = {
 
 #: ops whose CUDA kernels allocate memory that no rule covers, and what it is.
 NOT_MODELLED = {
-    "aten::_scaled_dot_product_flash_attention": "flash attention RNG state (16 bytes)",
     "aten::mm": "cuBLAS workspace (once per stream, before the step on a warmed-up GPU)",
     "aten::addmm": "cuBLAS workspace (once per stream, before the step on a warmed-up GPU)",
     "aten::bmm": "cuBLAS workspace (once per stream, before the step on a warmed-up GPU)",
