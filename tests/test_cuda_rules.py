@@ -73,8 +73,9 @@ def test_the_profile_names_the_gpu_and_what_no_rule_covers():
     prof = estimate(lambda m: m(torch.randn(4, 8)).sum().backward(), lin, device="cuda:0")
     assert prof.meta["gpu"] == "H100 (sm90)"
     assert "cuBLAS workspace" in prof.meta["kernel_memory_not_modelled"]["aten::addmm"]
-    cpu = estimate(lambda m: m(torch.randn(4, 8)).sum(), lin, device="cpu")
-    assert cpu.meta["gpu"] is None and cpu.meta["kernel_memory_not_modelled"] == {}
+    for device in ("cpu", None):  # no CUDA block: no GPU
+        cpu = estimate(lambda m: m(torch.randn(4, 8)).sum(), lin, device=device)
+        assert cpu.meta["gpu"] is None and cpu.meta["kernel_memory_not_modelled"] == {}
 
 
 def test_the_summary_says_which_gpu_and_what_is_not_modelled():

@@ -22,7 +22,7 @@ from .._analysis.pipeline import analyse, paused_gc
 from .._devices import parse_device
 from .._errors import AllocatorConfigError, DeviceError, EstimateError
 from .._producers.cuda_kernels import Gpu, parse_gpu
-from .._producers.fake import FakeRun, plan, targets_cuda
+from .._producers.fake import FakeRun, plan
 from .._producers.fake_changes import Prepare
 from .._producers.fake_copy import holds_torch
 from .._profile import Profile
@@ -229,7 +229,7 @@ def run_estimate(
         device=where.device,
         simulated_cuda=where.simulated,
         compute_device=None if where.compute is None else str(where.compute),
-        gpu=f"{gpu.name} (sm{gpu.sm})" if targets_cuda(where) else None,
+        gpu=f"{gpu.name} (sm{gpu.sm})" if any(d.startswith("cuda") for d in devices) else None,
         kernel_memory_not_modelled=not_modelled,
         clock=CLOCK,
         limit=limit,

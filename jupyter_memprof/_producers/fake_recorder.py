@@ -665,9 +665,10 @@ class RecordingMode(TorchDispatchMode):
 
 class PythonMode(TorchFunctionMode):
     """What only the Python level shows: ``backward()`` calls, ``copy.deepcopy`` of fake
-    tensors, ``scaled_dot_product_attention`` on a CUDA device (the backend CUDA would take
-    for the recorder's ``gpu``, :mod:`.cuda_kernels`), and (when CUDA is asked for but
-    absent) device arguments, which are moved to the device the fake run computes on."""
+    tensors, CUDA's kernels for tensors on a CUDA device (``scaled_dot_product_attention``'s
+    backend for the recorder's ``gpu``, fused dropout, and, when CUDA is absent, cuDNN's
+    LSTM: :mod:`.cuda_kernels`), and (when CUDA is asked for but absent) device arguments,
+    which are moved to the device the fake run computes on."""
 
     def __init__(self, recorder: FakeRecorder, remap_cuda_to: torch.device | None):
         super().__init__()
