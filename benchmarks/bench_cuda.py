@@ -16,8 +16,10 @@ For every scenario of ``scenarios.py``, the quickstart model and the LSTM, built
   optimizer-state bytes compared exactly.
 
 ``--estimate-only`` builds the models on the CPU and estimates each step for ``cuda:0``: on
-a machine without a GPU this is the simulated path (``meta["simulated_cuda"]``), so its
-numbers can be set beside the ones a GPU machine prints.
+a machine without a GPU this is the simulated path (``meta["simulated_cuda"]``, CUDA's
+kernels for the GPU ``--gpu`` names, an H100 by default). Its table gives each estimate
+beside the real peak recorded on an H100 (:data:`H100_PEAKS`, docs/estimate.md) and the
+ops whose kernel memory no rule covers.
 """
 
 from __future__ import annotations
