@@ -260,6 +260,10 @@ META_FIELDS = {
     "stop_error": _str,
     "device": _str,
     "compute_device": _str,
+    "gpu": _str,
+    "kernel_memory_not_modelled": lambda v: (
+        type(v) is dict and all(_str(k) and _str(x) for k, x in v.items())
+    ),
     "clock": _str,
     "torch_version": _str,
     "wall_s": _is_num,

@@ -456,7 +456,7 @@ def test_magic_estimate_binds_fakes_and_restores_the_namespace(shell, run):
     before = _snapshot(model, opt)
     result, out = run(
         "%%memprofile --estimate --device cuda:0 --limit 24GiB --allocator "
-        "expandable_segments:True --context 600MiB -o est_prof --no-display\n"
+        "expandable_segments:True --context 600MiB --gpu A100 -o est_prof --no-display\n"
         "est_step()\n"
         "est_new = est_model(est_x)\n"
         "est_n = 2\n"
@@ -467,6 +467,7 @@ def test_magic_estimate_binds_fakes_and_restores_the_namespace(shell, run):
     assert prof.meta["estimate"] is True and prof.meta["device"] == "cuda:0"
     assert prof.meta["oom"] is None and prof.meta["limit"] == 24 * 2**30
     assert prof.meta["allocator"] == "expandable_segments:True"
+    assert prof.meta["gpu"] == "A100 (sm80)"
     assert prof.label.endswith("(estimate)")
     # the notebook function saw the fakes too: the step's gradients are named
     names = set(prof.names["name"].dropna())
@@ -492,6 +493,8 @@ def test_magic_estimate_bad_input_is_one_line(shell, run):
         ),
         ("%%memprofile --allocator foo:1\nest_bad = 1", "--allocator: allocator setting 'foo:1'"),
         ("%%memprofile --estimate --context lots\nest_bad = 1", "context: not a size in bytes"),
+        ("%%memprofile --estimate --gpu Z80\nest_bad = 1", "unknown gpu 'Z80'"),
+        ("%%memprofile --gpu A100\nest_bad = 1", "--gpu needs --estimate"),
         (
             "%%memprofile --estimate --device cpu,cuda\nest_bad = 1",
             "--estimate takes one --device",
@@ -897,10 +900,12 @@ def test_custom_op_without_a_fake_kernel_is_one_line():
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA here: no simulated CUDA path")
 def test_lstm_size_rules_stay_on_the_cpu(lstm_pair):
-    """The rules are measured on the CPU kernels: an estimate for CUDA (computed on the CPU
-    path here) records neither their workspace sizes nor their temporaries."""
+    """The rules are measured on the CPU kernels: an estimate for CUDA with cuDNN off
+    (PyTorch's own kernels, computed on the CPU path here) records neither their workspace
+    sizes nor their temporaries (with cuDNN on it runs cuDNN's: test_cuda_rules.py)."""
     m, o, x, y, cpu_est, _ = lstm_pair
-    cuda_est = estimate(_lstm_step, m, o, x, y, device="cuda:0")
+    with torch.backends.cudnn.flags(enabled=False):
+        cuda_est = estimate(_lstm_step, m, o, x, y, device="cuda:0")
 
     def rnn_blocks(prof):
         ops = prof.ops.set_index("op_id")["name"]

@@ -21,6 +21,7 @@ from .._analysis.limit import first_over
 from .._analysis.pipeline import analyse, paused_gc
 from .._devices import parse_device
 from .._errors import AllocatorConfigError, DeviceError, EstimateError
+from .._producers.cuda_kernels import Gpu, parse_gpu
 from .._producers.fake import FakeRun, plan
 from .._producers.fake_changes import Prepare
 from .._producers.fake_copy import holds_torch
@@ -43,6 +44,16 @@ def check_device(device: Any) -> str | None:
     try:
         return parse_device(device, need_present=False)
     except DeviceError as err:
+        raise EstimateError(str(err)) from None
+
+
+def check_gpu(gpu: Any) -> Gpu:
+    """``None`` (an H100), a GPU name (``"A100"``) or a compute capability (``"sm90"``,
+    ``(9, 0)``) -> the GPU whose kernels a CUDA estimate follows; anything else raises
+    :class:`EstimateError` with one line."""
+    try:
+        return parse_gpu(gpu)
+    except ValueError as err:
         raise EstimateError(str(err)) from None
 
 
@@ -86,6 +97,7 @@ def estimate(
     limit: Any = None,
     allocator: str | None = None,
     context: Any = None,
+    gpu: Any = None,
     **kwargs: Any,
 ) -> Profile:
     """Estimate the memory of ``fn(*args, **kwargs)`` on ``device`` without running it.
@@ -116,6 +128,11 @@ def estimate(
         Bytes a CUDA device holds outside PyTorch (CUDA context, library handles); default
         :data:`jupyter_memprof._analysis.limit.CUDA_CONTEXT_BYTES` (751 MiB, measured on an
         H100 with torch 2.11 and CUDA 13).
+    gpu:
+        For CUDA: the GPU whose kernels the estimate follows, a name (``"H100"``, the
+        default; ``"A100"``, ``"L4"``, ...) or a compute capability (``"sm80"``, ``(8, 6)``).
+        It decides the attention backend (flash, memory-efficient, cuDNN, math) and the
+        kernels' own memory (docs/estimate.md, "CUDA's kernels").
 
     Returns a :class:`Profile` with ``meta["estimate"] = True``; its ``*_ns`` columns count
     positions in the run (:data:`CLOCK`), not nanoseconds.
@@ -132,6 +149,7 @@ def estimate(
     nbytes = check_limit(limit)
     config = check_allocator(allocator)
     ctx = check_context(context)
+    target = check_gpu(gpu)
     caller = caller_names(sys._getframe(1))
     try:
         return run_estimate(
@@ -144,6 +162,7 @@ def estimate(
             label=_label(fn, args, kwargs),
             allocator=config,
             context=ctx,
+            gpu=target,
         )
     finally:
         caller.clear()
@@ -189,6 +208,7 @@ def run_estimate(
     context: int | None = None,
     prepare: Prepare | None = None,
     remember: bool = True,
+    gpu: Gpu | None = None,
 ) -> Profile:
     """The work behind :func:`estimate` and ``%%memprofile --estimate``: ``names`` are the
     variables the real objects are known by (they name the fake copies). ``prepare(copier,
@@ -196,13 +216,14 @@ def run_estimate(
     to call it with (:func:`jupyter_memprof.what_if`). ``remember=False`` leaves the profile
     out of the session's list (the probes of :func:`jupyter_memprof.fit`)."""
     where = plan(device)
+    gpu = gpu or parse_gpu(None)
 
     def namespace(fakes: dict[int, Any]) -> dict:
         return {
             k: fakes[id(v)] for k, v in names.items() if id(v) in fakes and not k.startswith("_")
         }
 
-    run = FakeRun(where, namespace)
+    run = FakeRun(where, namespace, gpu)
     t0 = time.perf_counter()
     try:
         with run.slot():  # before the copies: a busy slot is reported at once
@@ -218,6 +239,7 @@ def run_estimate(
             capture = run.capture()
             t2 = time.perf_counter()
             tables, meta = analyse(capture, allocator=allocator)
+        not_modelled = dict(sorted(run.recorder.not_modelled.items()))
     finally:
         run.release()
     prof = Profile(**tables, meta={})
@@ -229,6 +251,8 @@ def run_estimate(
         device=where.device,
         simulated_cuda=where.simulated,
         compute_device=None if where.compute is None else str(where.compute),
+        gpu=f"{gpu.name} (sm{gpu.sm})" if any(d.startswith("cuda") for d in devices) else None,
+        kernel_memory_not_modelled=not_modelled,
         clock=CLOCK,
         limit=limit,
         oom=None
@@ -294,6 +318,7 @@ def estimate_cell(
     context: int | None = None,
     prepare: Prepare | None = None,
     remember: bool = True,
+    gpu: Gpu | None = None,
 ) -> Profile:
     """Run a compiled cell (``magic._Code``) on fake copies of the tensors, modules and
     optimizers it reads from the notebook (``prepare`` and ``remember``: as for
@@ -325,6 +350,7 @@ def estimate_cell(
             context=context,
             prepare=prepare,
             remember=remember,
+            gpu=gpu,
         )
     finally:
         _restore(ns, before)

@@ -374,6 +374,12 @@ class MemprofMagics(Magics):
         "and the biggest saving named.",
     )
     @magic_arguments.argument(
+        "--gpu",
+        metavar="GPU",
+        help="With --estimate for CUDA: the GPU whose kernels the estimate follows, a name "
+        "(H100, the default; A100, L4, ...) or a compute capability (sm80).",
+    )
+    @magic_arguments.argument(
         "--label",
         metavar="TEXT",
         help="Name shown in summaries and the Memory profiles panel "
@@ -444,6 +450,8 @@ class MemprofMagics(Magics):
             raise UsageError("--limit needs --estimate (a limit for an estimated cell)")
         elif args.context is not None:
             raise UsageError("--context needs --estimate (with --limit)")
+        elif args.gpu is not None:
+            raise UsageError("--gpu needs --estimate (the GPU an estimate's kernels follow)")
         else:
             devices = _devices(args.device)
             allocator = _allocator_option(args.allocator)
@@ -532,7 +540,7 @@ class MemprofMagics(Magics):
         return value
 
     def _estimate(
-        self, code, args, name: str, label: str, local_ns, *, device, limit, allocator, context
+        self, code, args, name: str, label: str, local_ns, *, device, limit, allocator, context, gpu
     ):
         """``--estimate``: run the cell on fake copies and show the estimate."""
         from .._errors import CaptureError, EstimateError
@@ -550,6 +558,7 @@ class MemprofMagics(Magics):
                 label=label,
                 allocator=allocator,
                 context=context,
+                gpu=gpu,
             )
         except (EstimateError, CaptureError) as err:  # CaptureError: another one is running
             raise UsageError(f"{name} --estimate: {err}") from None
@@ -568,10 +577,11 @@ class MemprofMagics(Magics):
 
 
 def _estimate_options(args, name: str) -> dict:
-    """--device and --limit of an estimate, checked before anything runs."""
+    """--device, --limit, --allocator, --context and --gpu of an estimate, checked before
+    anything runs."""
     from .._devices import split_devices
     from .._errors import EstimateError
-    from .estimate import check_allocator, check_context, check_device, check_limit
+    from .estimate import check_allocator, check_context, check_device, check_gpu, check_limit
 
     wanted = split_devices(args.device or [])
     if len(wanted) > 1:
@@ -582,6 +592,7 @@ def _estimate_options(args, name: str) -> dict:
             "limit": check_limit(args.limit),
             "allocator": check_allocator(args.allocator),
             "context": check_context(args.context),
+            "gpu": check_gpu(_unquote(args.gpu)),
         }
     except EstimateError as err:
         raise UsageError(f"{name} --estimate: {err}") from None

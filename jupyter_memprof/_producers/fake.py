@@ -26,8 +26,15 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from .._devices import is_present, parse_device
 from .._errors import DeviceError
 from .._records import Capture, Trace
+from .cuda_kernels import Gpu
 from .fake_copy import FakeCopier
-from .fake_recorder import FakeRecorder, PythonMode, RecordingMode, cudnn_rnn_error
+from .fake_recorder import (
+    FakeRecorder,
+    PythonMode,
+    RecordingMode,
+    cuda_functions,
+    cudnn_rnn_error,
+)
 from .live import SessionNames, held_rows
 from .recorder import _cell_namer, exclusive
 from .torch_profiler import FrameNamer
@@ -52,6 +59,13 @@ def plan(device: str | None) -> Plan:
     return Plan(name, torch.device("cpu"), True)
 
 
+def targets_cuda(where: Plan) -> bool:
+    """Whether blocks of the run may be CUDA blocks (CUDA asked for, or tensors left where
+    they live, which may be a GPU): CUDA's kernel choices and size rules then apply to the
+    ops on CUDA blocks."""
+    return where.device is None or where.device.startswith("cuda")
+
+
 class FakeRun:
     """One fake run: copy the objects, run ``fn`` on them, and read the records.
 
@@ -59,13 +73,19 @@ class FakeRun:
     fake``; :meth:`capture` builds the Capture. :meth:`release` drops every fake object.
     """
 
-    def __init__(self, where: Plan, namespace: Callable[[dict[int, Any]], dict] | None = None):
+    def __init__(
+        self,
+        where: Plan,
+        namespace: Callable[[dict[int, Any]], dict] | None = None,
+        gpu: Gpu | None = None,
+    ):
         self.plan = where
         self._device_names: dict[torch.device, str] = {}
         self.mode = FakeTensorMode()
         self.copier = FakeCopier(self.mode, where.compute)
         self.recorder = FakeRecorder(self._device_of, FrameNamer(_cell_namer()))
         self.recorder.foreach_optimizers = where.simulated
+        self.recorder.gpu = gpu if targets_cuda(where) else None
         self._namespace = namespace
         self.start_rows: list = []
         self.end_rows: list = []
@@ -132,6 +152,7 @@ class FakeRun:
             stack.enter_context(self.mode)
             stack.enter_context(RecordingMode(rec))
             stack.enter_context(PythonMode(rec, remap))
+            stack.enter_context(cuda_functions(rec))
             rec.start()
             stack.callback(rec.stop)
             try:

@@ -55,6 +55,7 @@ from .._records import (
     UntrackedTensor,
 )
 from .._vocab import OpKind
+from . import cuda_kernels
 from .live import STEP_LISTENERS
 from .torch_profiler import FrameNamer
 
@@ -130,6 +131,8 @@ class FakeRecorder:
         self.optimizers: list[torch.optim.Optimizer] = []
         self.foreach_optimizers = False
         self.cudnn_rnn = False  # a cuDNN RNN op ran (see cudnn_rnn_error)
+        self.gpu: cuda_kernels.Gpu | None = None  # CUDA's kernel choices follow this GPU
+        self.not_modelled: dict[str, str] = {}  # CUDA op -> kernel memory no rule covers
         self.pinned: dict[int, str] = {}  # storage key -> device, over device_of
         self.active = False
         self.in_autograd = 0
@@ -265,6 +268,7 @@ class FakeRecorder:
     def _freer(self, key: int, tid: int, ptr: int, size: int, device: str):
         def freed(_ref) -> None:
             self._refs.pop(tid, None)
+            self.pinned.pop(key, None)
             known = self._storages.get(key)
             if known is not None and known[0] == tid:
                 del self._storages[key]
@@ -335,33 +339,83 @@ class FakeRecorder:
                 f"tensors ({_first_line(exc)}){self._where(op_id)}"
                 + (CUDNN_HINT if "cudnn" in name else "")
             ) from None
-        rule = _SIZE_RULES.get(func) if SIZE_RULES else None
-        if rule is None:
-            for t in _tensors(out):
-                self.block(t, op_id, True)
-        else:
-            self._hidden(op_id, out, rule(_bind(func, args, kwargs)))
+        self._record_outputs(func, op_id, out, args, kwargs)
         self.close(op_id)
         return out
 
-    def _hidden(self, op_id: int, out, sizes: tuple[dict[int, int], list[int]] | None) -> None:
-        """Record ``out`` with the sizes a size rule gives, then the blocks the real kernel
-        allocates and frees inside itself (allocated after the outputs, freed at its end)."""
+    def _record_outputs(self, func, op_id: int, out, args: tuple, kwargs: dict) -> None:
+        """Record the op's new blocks: as the fake kernel made them, or, where a size rule
+        for the device covers the op, with the real kernel's sizes and its own blocks."""
+        tensors = _slots(out)
+        first = next((t for t in tensors if t is not None), None)
+        device = self.device_of(first.device) if first is not None else None
+        sizes = None
+        if device == "cpu":
+            rule = _SIZE_RULES.get(func) if SIZE_RULES else None
+            sizes = rule(_bind(func, args, kwargs)) if rule is not None else None
+        elif device is not None and self.gpu is not None:
+            sizes = self._cuda_sizes(func, device, args, kwargs)
         outs, temps = sizes or ({}, [])
-        tensors = list(_tensors(out))
-        device = self.device_of(tensors[0].device) if tensors else None
-        if device != "cpu":  # the rules are measured on the CPU kernels only
-            outs, temps = {}, []
+        placed = {
+            _storage_key(tensors[e.index])
+            for e in _flat(temps)
+            if isinstance(e, cuda_kernels.Out) and tensors[e.index] is not None
+        }  # outputs a rule places among its blocks (views of one storage go together)
         for i, t in enumerate(tensors):
-            self.block(t, op_id, True, outs.get(i))
-        if not temps:
+            if t is not None and _storage_key(t) not in placed:
+                self._output(op_id, t, outs.get(i))
+        if temps:
+            self._temporaries(op_id, device, temps, tensors, outs)
+
+    def _output(self, op_id: int, t: torch.Tensor | None, size) -> None:
+        """Record a new output block (``size``: a size rule's bytes, or ``ON_CPU``)."""
+        if t is None:
             return
+        if size == cuda_kernels.ON_CPU:  # made on the CPU by CUDA's kernel
+            self.pinned[t.untyped_storage()._cdata] = "cpu"
+            size = None
+        self.block(t, op_id, True, size)
+
+    def _cuda_sizes(self, func, device: str, args: tuple, kwargs: dict):
+        """The CUDA size rule's sizes for this op, or None; notes the ops whose CUDA kernel
+        memory no rule covers (``not_modelled``)."""
+        name = func._schema.name
+        rule = cuda_kernels.CUDA_SIZE_RULES.get(func) if SIZE_RULES else None
+        sizes = rule(_bind(func, args, kwargs), self.gpu) if rule is not None else None
+        if rule is not None and sizes is None:
+            self.not_modelled.setdefault(name, f"no size rule for these shapes on {self.gpu.name}")
+        elif rule is None and name in cuda_kernels.NOT_MODELLED:
+            self.not_modelled.setdefault(name, cuda_kernels.NOT_MODELLED[name])
+        return sizes
+
+    def _temporaries(self, op_id: int, device: str, temps: list, tensors: list, outs: dict):
+        """Blocks the real kernel allocates and frees inside the op: an int lives until the
+        op returns (freed in reverse order); a tuple is allocated in order and its ints
+        freed, in reverse, before the next entry; ``Out(i)`` places output ``i``."""
         live = []
-        for n in temps:
-            tid, ptr = self._new_block(device, n)
-            self.memory.append(MemoryRecord(self.tick(), ptr, n, tid, tid, device, op_id))
-            live.append((ptr, n, tid))
-        for ptr, n, tid in reversed(live):
+        for entry in temps:
+            if isinstance(entry, tuple) and not isinstance(entry, cuda_kernels.Out):
+                phase = []
+                for n in entry:
+                    if isinstance(n, cuda_kernels.Out):
+                        self._output(op_id, tensors[n.index], outs.get(n.index))
+                    else:
+                        phase.append(self._alloc(op_id, device, n))
+                self._free_all(op_id, device, phase)
+            elif isinstance(entry, cuda_kernels.Out):
+                self._output(op_id, tensors[entry.index], outs.get(entry.index))
+            else:
+                live.append(self._alloc(op_id, device, entry))
+        self._free_all(op_id, device, live)
+
+    def _alloc(self, op_id: int, device: str, n: int) -> tuple[int, int, int]:
+        n = block_bytes(device, n)
+        tid, ptr = self._new_block(device, n)
+        self.memory.append(MemoryRecord(self.tick(), ptr, n, tid, tid, device, op_id))
+        return ptr, n, tid
+
+    def _free_all(self, op_id: int, device: str, blocks: list) -> None:
+        for ptr, n, tid in reversed(blocks):
             self.memory.append(MemoryRecord(self.tick(), ptr, -n, tid, tid, device, op_id))
 
     def _where(self, op_id: int) -> str:
@@ -563,13 +617,35 @@ def _real_tensor(a) -> torch.Tensor | None:
     return None
 
 
-def _tensors(out):
+def _slots(out) -> list:
+    """An op's outputs by position (``None`` where it returned no tensor); lists inside
+    the result (``Tensor[]`` outputs) are flattened in place."""
     if isinstance(out, torch.Tensor):
-        yield out
-    elif isinstance(out, (list, tuple)):
+        return [out]
+    slots: list = []
+    if isinstance(out, (list, tuple)):
         for x in out:
-            if isinstance(x, torch.Tensor):
-                yield x
+            if isinstance(x, (list, tuple)):
+                slots.extend(y if isinstance(y, torch.Tensor) else None for y in x)
+            else:
+                slots.append(x if isinstance(x, torch.Tensor) else None)
+    return slots
+
+
+def _storage_key(t: torch.Tensor) -> int | None:
+    try:
+        return t.untyped_storage()._cdata
+    except (RuntimeError, NotImplementedError, TypeError):
+        return None
+
+
+def _flat(temps: list):
+    """A size rule's block list with its phases (tuples) opened."""
+    for e in temps:
+        if isinstance(e, tuple) and not isinstance(e, cuda_kernels.Out):
+            yield from e
+        else:
+            yield e
 
 
 class RecordingMode(TorchDispatchMode):
@@ -589,8 +665,10 @@ class RecordingMode(TorchDispatchMode):
 
 class PythonMode(TorchFunctionMode):
     """What only the Python level shows: ``backward()`` calls, ``copy.deepcopy`` of fake
-    tensors, and (when CUDA is asked for but absent) device arguments, which are moved to
-    the device the fake run computes on."""
+    tensors, CUDA's kernels for tensors on a CUDA device (``scaled_dot_product_attention``'s
+    backend for the recorder's ``gpu``, fused dropout, and, when CUDA is absent, cuDNN's
+    LSTM: :mod:`.cuda_kernels`), and (when CUDA is asked for but absent) device arguments,
+    which are moved to the device the fake run computes on."""
 
     def __init__(self, recorder: FakeRecorder, remap_cuda_to: torch.device | None):
         super().__init__()
@@ -617,6 +695,15 @@ class PythonMode(TorchFunctionMode):
             )
         if func is torch.Tensor.__deepcopy__:
             return deepcopy_fake(args[0], args[1] if len(args) > 1 else kwargs.get("memo", {}))
+        if rec.gpu is not None:
+            if func is _SDPA:
+                return cuda_attention(rec, args, kwargs)
+            if func is _DROPOUT:
+                return cuda_dropout(rec, args, kwargs)
+            if func is torch.lstm and self.remap is not None:
+                out = _cudnn_lstm(rec, args, kwargs)
+                if out is not None:
+                    return out
         if self.remap is not None:
             if func is torch.Tensor.cuda or func is torch.Tensor.pin_memory:
                 return args[0].to(self.remap)
@@ -625,6 +712,83 @@ class PythonMode(TorchFunctionMode):
             if func is torch.Tensor.to:
                 args = tuple(self.remap if is_cuda(a) else a for a in args)
         return func(*args, **kwargs)
+
+
+def cuda_attention(rec: FakeRecorder, args: tuple, kwargs: dict) -> torch.Tensor:
+    """``scaled_dot_product_attention`` as CUDA runs it on the recorder's GPU, for query
+    tensors on a CUDA device; torch's own composite (the fake device's kernels) otherwise."""
+    call = cuda_kernels.bind_sdpa(args, kwargs)
+    if call is None or not is_cuda(rec.device_of(call.query.device) or "cpu"):
+        return _SDPA(*args, **kwargs)
+    return cuda_kernels.cuda_sdpa(call, cuda_kernels.sdpa_backend(call, rec.gpu))
+
+
+def _cudnn_lstm(rec: FakeRecorder, args: tuple, kwargs: dict):
+    """``torch.lstm`` on a CUDA device of a simulated run: cuDNN's op (:mod:`.cuda_kernels`),
+    or ``None`` (torch's own kernels run) where cuDNN would not take it."""
+    x = args[0] if args else kwargs.get("input")
+    if not isinstance(x, torch.Tensor) or not is_cuda(rec.device_of(x.device) or "cpu"):
+        return None
+    return cuda_kernels.cudnn_lstm(args, kwargs)
+
+
+def cuda_dropout(rec: FakeRecorder, args: tuple, kwargs: dict) -> torch.Tensor:
+    """``F.dropout`` as CUDA runs it: in training, out of place, ``0 < p < 1``, CUDA's
+    ``aten::dropout`` takes the fused ``native_dropout`` (a one-byte-per-element mask saved
+    for backward), where the CPU's multiplies by a noise tensor of the input's dtype."""
+    a = {**dict(zip(("input", "p", "training", "inplace"), args)), **kwargs}
+    x, p = a.get("input"), a.get("p", 0.5)
+    fused = (
+        isinstance(x, torch.Tensor)
+        and a.get("training", True)
+        and not a.get("inplace", False)
+        and isinstance(p, (int, float))
+        and 0.0 < p < 1.0
+        and x.numel() > 0
+        and is_cuda(rec.device_of(x.device) or "cpu")
+    )
+    if not fused:
+        return _DROPOUT(*args, **kwargs)
+    return torch.native_dropout(x, float(p), True)[0]
+
+
+_SDPA = torch.nn.functional.scaled_dot_product_attention
+_DROPOUT = torch.nn.functional.dropout
+#: torch.nn.functional's functions that take CUDA's kernels in an estimate for CUDA.
+_CUDA_FUNCTIONS = {"scaled_dot_product_attention": (_SDPA, cuda_attention),
+                   "dropout": (_DROPOUT, cuda_dropout)}  # fmt: skip
+
+
+@contextlib.contextmanager
+def cuda_functions(rec: FakeRecorder):
+    """While the run lasts, ``torch.nn.functional``'s attention and dropout take CUDA's
+    kernels for tensors on a CUDA device (:func:`cuda_attention`, :func:`cuda_dropout`).
+    They are replaced in the module itself, so calls from inside torch's own Python code
+    (``nn.MultiheadAttention`` calls both by their module-level names, out of
+    :class:`PythonMode`'s sight: a mode is off inside its own handler) take them too. One
+    fake run runs at a time in a process; the originals are back when it ends."""
+    functional = torch.nn.functional
+    if rec.gpu is None:
+        yield
+        return
+    saved = {}
+    for name, (original, route) in _CUDA_FUNCTIONS.items():
+        if getattr(functional, name) is not original:
+            continue  # someone else's replacement: left alone
+        saved[name] = original
+        setattr(functional, name, _router(rec, route))
+    try:
+        yield
+    finally:
+        for name, original in saved.items():
+            setattr(functional, name, original)
+
+
+def _router(rec: FakeRecorder, route: Callable) -> Callable:
+    def routed(*args, **kwargs):
+        return route(rec, args, kwargs)
+
+    return routed
 
 
 def deepcopy_fake(t: torch.Tensor, memo: dict) -> torch.Tensor:

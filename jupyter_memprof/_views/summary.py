@@ -232,9 +232,12 @@ def _estimate_note(meta: dict) -> str | None:
     if not meta.get("estimate"):
         return None
     if meta.get("simulated_cuda"):
+        gpu = f" on an {meta['gpu']}" if meta.get("gpu") else ""
+        missing = meta.get("kernel_memory_not_modelled") or {}
+        tail = f"; kernel memory not modelled in {', '.join(missing)}" if missing else ""
         return (
             f"an estimate for {meta.get('device')} without running it; computed on the CPU "
-            "path (no CUDA here), so kernels that save different tensors on CUDA are not seen"
+            f"path (no CUDA here) with CUDA's kernels{gpu} where they change the memory{tail}"
         )
     where = meta.get("device") or "the devices the tensors live on"
     return f"an estimate for {where} without running it (fake tensors)"
