@@ -198,8 +198,10 @@ def baseline_meta(allocations, events, capture: Capture, allocated_start: dict) 
         have = events[reserved.notna()]
         for d, v in have.groupby(have["device"].astype(object), sort=True)["reserved_bytes"]:
             peaks[str(d)] = int(v.max())
+    used = set(dev.tolist()) | set(events["device"].astype(object).tolist())
     for d, t in (capture.totals_start or {}).items():
-        peaks[d] = max(peaks.get(d, 0), int(t.reserved))
+        if d in used:  # a device the capture did not use has no profile to speak of
+            peaks[d] = max(peaks.get(d, 0), int(t.reserved))
     if peaks:
         out["reserved_peak_bytes"] = peaks
     for key, totals in (("cuda_start", capture.totals_start), ("cuda_end", capture.totals_end)):
