@@ -483,21 +483,13 @@ def build_allocations(
         # a view's furthest byte is a request: CUDA's block around it is rounded
         cuda = np.array([str(d).startswith("cuda") for d in g_dev.tolist()], dtype=bool)
         g_size = np.where(cuda, cuda_block_bytes(g_size), g_size)
-        code = {d: i for i, d in enumerate(dev_names)}
-        g_code = np.array([code.setdefault(d, len(code)) for d in g_dev.tolist()], dtype=np.int64)
-        dev_names = [*code]
-        k = len(g)
-        b_dev = np.concatenate([b_dev, g_code])
-        b_ptr = np.concatenate([b_ptr, g_ptr])
-        b_size = np.concatenate([b_size, g_size])
-        b_tid = np.concatenate([b_tid, g["tensor_id"].to_numpy(dtype=np.int64)])
-        b_tid_na = np.concatenate([b_tid_na, np.zeros(k, dtype=bool)])
-        has_a = np.concatenate([has_a, np.zeros(k, dtype=bool)])
-        has_f = np.concatenate([has_f, np.zeros(k, dtype=bool)])
-        alloc_ns = np.concatenate([alloc_ns, np.zeros(k, dtype=np.int64)])
-        free_ns = np.concatenate([free_ns, np.zeros(k, dtype=np.int64)])
-        alloc_op = np.concatenate([alloc_op, np.full(k, -1, dtype=np.int64)])
-        free_op = np.concatenate([free_op, np.full(k, -1, dtype=np.int64)])
+        cols = (b_dev, b_ptr, b_size, b_tid, b_tid_na, has_a, has_f)
+        cols += (alloc_ns, free_ns, alloc_op, free_op)
+        dev_names, cols = _append_preexisting(
+            cols, dev_names, g_dev.tolist(), g_ptr, g_size, g["tensor_id"].to_numpy(np.int64)
+        )
+        b_dev, b_ptr, b_size, b_tid, b_tid_na, has_a, has_f = cols[:7]
+        alloc_ns, free_ns, alloc_op, free_op = cols[7:]
 
     # the baseline: named at the start but never seen; then what nothing names (CUDA).
     # A CUDA device the capture did not use gets none: its counters stay in the meta.
@@ -513,21 +505,18 @@ def build_allocations(
             )
         if not extra:
             continue
-        k = len(extra)
-        code = {d: i for i, d in enumerate(dev_names)}
-        e_code = np.array([code.setdefault(d, len(code)) for d, _, _ in extra], dtype=np.int64)
-        dev_names = [*code]
-        b_dev = np.concatenate([b_dev, e_code])
-        b_ptr = np.concatenate([b_ptr, np.array([p for _, p, _ in extra], dtype=np.int64)])
-        b_size = np.concatenate([b_size, np.array([z for _, _, z in extra], dtype=np.int64)])
-        b_tid = np.concatenate([b_tid, np.zeros(k, dtype=np.int64)])
-        b_tid_na = np.concatenate([b_tid_na, np.ones(k, dtype=bool)])
-        has_a = np.concatenate([has_a, np.zeros(k, dtype=bool)])
-        has_f = np.concatenate([has_f, np.zeros(k, dtype=bool)])
-        alloc_ns = np.concatenate([alloc_ns, np.zeros(k, dtype=np.int64)])
-        free_ns = np.concatenate([free_ns, np.zeros(k, dtype=np.int64)])
-        alloc_op = np.concatenate([alloc_op, np.full(k, -1, dtype=np.int64)])
-        free_op = np.concatenate([free_op, np.full(k, -1, dtype=np.int64)])
+        cols = (b_dev, b_ptr, b_size, b_tid, b_tid_na, has_a, has_f)
+        cols += (alloc_ns, free_ns, alloc_op, free_op)
+        dev_names, cols = _append_preexisting(
+            cols,
+            dev_names,
+            [d for d, _, _ in extra],
+            np.array([p for _, p, _ in extra], dtype=np.int64),
+            np.array([z for _, _, z in extra], dtype=np.int64),
+            None,  # no tensor the profiler saw
+        )
+        b_dev, b_ptr, b_size, b_tid, b_tid_na, has_a, has_f = cols[:7]
+        alloc_ns, free_ns, alloc_op, free_op = cols[7:]
     _watched_frees(watched_frees, dev_names, b_dev, b_ptr, has_a, has_f, free_ns)
 
     # Preexisting blocks first (alloc_ns NA), then by allocation time.
@@ -561,6 +550,22 @@ def build_allocations(
         }
     )
     return S.conform(out, S.ALLOCATIONS, name="allocations")
+
+
+def _append_preexisting(cols: tuple, dev_names: list, devices: list, ptr, size, tensor_ids):
+    """Blocks from before the capture added to the block columns of
+    :func:`build_allocations` (device codes, address, size, tensor id and its missing mask,
+    has-allocation, has-free, allocation and free times, allocating and freeing ops): alive
+    to the end as far as the allocator says, with no op of theirs. ``tensor_ids`` None: no
+    tensor the profiler saw. Returns the device names (new ones appended) and the columns."""
+    k = len(devices)
+    code = {d: i for i, d in enumerate(dev_names)}
+    dev_code = np.array([code.setdefault(d, len(code)) for d in devices], dtype=np.int64)
+    no_tid = tensor_ids is None
+    tids = np.zeros(k, dtype=np.int64) if no_tid else tensor_ids
+    no, zero, none = np.zeros(k, dtype=bool), np.zeros(k, dtype=np.int64), np.full(k, -1)
+    added = (dev_code, ptr, size, tids, np.full(k, no_tid), no, no, zero, zero, none, none)
+    return [*code], tuple(np.concatenate([c, a.astype(c.dtype)]) for c, a in zip(cols, added))
 
 
 def _untouched_blocks(names, devices, dev_names, b_dev, b_ptr, has_a) -> list:
