@@ -101,7 +101,7 @@ def summary(prof: Profile) -> dict[str, Any]:
             peaks[device]["reserved_source"] = "recorded" if recorded else "modelled"
     return {
         "label": prof.label,
-        "baseline": _baseline(meta, peaks),
+        "baseline": _baseline(meta),
         "cuda": _cuda(meta, peaks),
         "error": meta.get("error") or None,
         "analysis_error": meta.get("analysis_error") or None,
@@ -123,7 +123,7 @@ def summary(prof: Profile) -> dict[str, Any]:
     }
 
 
-def _baseline(meta: dict, peaks: dict) -> dict[str, dict[str, int]]:
+def _baseline(meta: dict) -> dict[str, dict[str, int]]:
     out = {}
     for device, nbytes in (meta.get("baseline_bytes") or {}).items():
         if nbytes:
