@@ -28,7 +28,7 @@ from scenarios import SCENARIOS
 
 from jupyter_memprof._frontends.capture import build_tables
 from jupyter_memprof._producers.recorder import Recorder
-from jupyter_memprof._profile import Profile
+from jupyter_memprof._results.profile import Profile
 
 warnings.filterwarnings("ignore", category=FutureWarning)
 

@@ -25,7 +25,7 @@ import torch
 import jupyter_memprof
 from jupyter_memprof._frontends.capture import build_tables
 from jupyter_memprof._producers.recorder import Recorder
-from jupyter_memprof._profile import Profile
+from jupyter_memprof._results.profile import Profile
 
 sys.path.insert(0, os.path.dirname(__file__))
 from bench_analysis import make_model

@@ -36,7 +36,7 @@ def __getattr__(name: str):
 
         return getattr(capture, name)
     if name == "Profile":
-        from ._profile import Profile
+        from ._results.profile import Profile
 
         return Profile
     if name == "estimate":
@@ -48,15 +48,15 @@ def __getattr__(name: str):
 
         return getattr(_errors, name)
     if name == "load":
-        from ._profile import load
+        from ._results.profile import load
 
         return load
     if name in ("load_many", "ProfileSet"):
-        from ._frontends import ranks
+        from ._results import profile_set
 
-        return getattr(ranks, name)
+        return getattr(profile_set, name)
     if name == "diff":
-        from ._profile import diff
+        from ._results.profile import diff
 
         return diff
     if name == "release":
@@ -76,7 +76,7 @@ def __getattr__(name: str):
 
         return what_if
     if name == "compare":
-        from ._views.compare import compare
+        from ._results.comparison import compare
 
         return compare
     raise AttributeError(f"module 'jupyter_memprof' has no attribute {name!r}")

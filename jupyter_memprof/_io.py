@@ -250,3 +250,13 @@ def atomic_write_dir(
                 with contextlib.suppress(OSError):
                     os.unlink(old)
     return path
+
+
+def json_default(value):
+    """How values JSON cannot write are written in every file the package saves: numpy
+    scalars as their Python value, sets and tuples as lists, anything else as its text."""
+    if hasattr(value, "item"):  # numpy scalars
+        return value.item()
+    if isinstance(value, (set, tuple)):
+        return list(value)
+    return str(value)

@@ -421,7 +421,7 @@ def test_profile_sees_the_callers_globals_too():
 
 
 def test_load_refuses_other_files(tmp_path):
-    from jupyter_memprof._storage import ProfileFileError
+    from jupyter_memprof import ProfileFileError
 
     p = tmp_path / "x.memprof"
     p.write_bytes(b"not a zip")

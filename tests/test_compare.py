@@ -6,7 +6,8 @@ from bokeh.plotting import figure
 from test_diff import Encoder, _encoder_step, _profile, real_and_estimate
 
 import jupyter_memprof
-from jupyter_memprof._views.compare import Comparison, build
+from jupyter_memprof._results.comparison import Comparison
+from jupyter_memprof._views.compare import build
 
 
 def two_batches():

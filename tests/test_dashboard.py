@@ -16,7 +16,7 @@ import torch
 from torch.profiler import record_function
 
 import jupyter_memprof
-from jupyter_memprof._profile import Profile
+from jupyter_memprof._results.profile import Profile
 from jupyter_memprof._views import dashboard_data as dd
 from jupyter_memprof._views.dashboard import build
 from jupyter_memprof._views.dashboard_html import write_html

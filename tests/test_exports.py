@@ -21,7 +21,7 @@ from jupyter_memprof._analysis.timeline import build_events, build_timeline
 from jupyter_memprof._frontends.capture import build_tables
 from jupyter_memprof._io import WriteRefused
 from jupyter_memprof._producers.recorder import Recorder
-from jupyter_memprof._profile import Profile
+from jupyter_memprof._results.profile import Profile
 from jupyter_memprof._views.exports import ExportError, coalesce, export_format
 
 

@@ -398,7 +398,7 @@ def test_parquet_size_bomb(folder, tmp_path):
 
 # -- saving --------------------------------------------------------------------------------
 def test_failed_save_leaves_the_previous_file(prof, tmp_path, monkeypatch):
-    from jupyter_memprof import _storage
+    from jupyter_memprof._results import storage as _storage
 
     path = prof.save(tmp_path / "p.memprof")
     before = open(path, "rb").read()

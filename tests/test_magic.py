@@ -16,7 +16,7 @@ from jupyter_memprof._analysis import schema as _schema
 from jupyter_memprof._frontends.magic import LAST
 from jupyter_memprof._frontends.progress import Progress, progress_for
 from jupyter_memprof._producers.torch_profiler import profiler_running
-from jupyter_memprof._profile import Profile
+from jupyter_memprof._results.profile import Profile
 from jupyter_memprof._views.summary import NO_ACTIVITY
 
 

@@ -43,7 +43,7 @@ def test_public_surface_is_small():
     )
     from jupyter_memprof._errors import CaptureError, ProfileFileError
     from jupyter_memprof._frontends.capture import profile
-    from jupyter_memprof._profile import Profile, load
+    from jupyter_memprof._results.profile import Profile, load
 
     assert jupyter_memprof.profile is profile
     assert jupyter_memprof.Profile is Profile

@@ -11,7 +11,7 @@ import pytest
 import jupyter_memprof
 from jupyter_memprof._analysis import schema as S
 from jupyter_memprof._io import WriteRefused
-from jupyter_memprof._profile import Profile
+from jupyter_memprof._results.profile import Profile
 
 
 def _assert_same(a: Profile, b: Profile) -> None:

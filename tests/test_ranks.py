@@ -12,8 +12,8 @@ import pytest
 
 import jupyter_memprof
 from jupyter_memprof._analysis import schema as S
-from jupyter_memprof._frontends.ranks import ProfileSet
-from jupyter_memprof._profile import Profile
+from jupyter_memprof._results.profile import Profile
+from jupyter_memprof._results.profile_set import ProfileSet
 
 HERE = os.path.dirname(__file__)
 WORLD = 2

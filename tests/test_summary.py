@@ -153,7 +153,7 @@ def test_error_and_user_strings_are_escaped():
 
 def test_capture_start_end_and_devices_are_the_profiles(mlp_adam_profile):
     """One capture start, one end and one device list, which summary, dashboard and panel use."""
-    from jupyter_memprof._profile import Profile
+    from jupyter_memprof._results.profile import Profile
 
     prof, _ = mlp_adam_profile
     times = [

@@ -24,7 +24,7 @@ from .._analysis.pipeline import Progress, analyse, paused_gc
 from .._devices import resolve_devices
 from .._errors import AllocatorConfigError, CaptureError
 from .._producers.recorder import LATER, Recorder
-from .._profile import Profile
+from .._results.profile import Profile
 from . import session as _session
 from .frames import caller_names
 

@@ -39,7 +39,7 @@ from .._version import __version__
 from . import session as _session
 
 if TYPE_CHECKING:
-    from .._profile import Profile
+    from .._results.profile import Profile
 
 TARGET = "jupyter_memprof"
 
@@ -153,7 +153,7 @@ def show_comparison(sid_a: int, sid_b: int) -> None:
     comparison tab executes); it is closed when either profile is released."""
     from IPython.display import display
 
-    from .._views.compare import compare
+    from .._results.comparison import compare
 
     try:
         a, b = _session.get(int(sid_a)), _session.get(int(sid_b))
@@ -273,7 +273,7 @@ def _compare_reply(data: dict) -> dict:
     except KeyError as e:
         return _error(str(e.args[0]), request="compare")
     try:
-        from .._views.compare import compare
+        from .._results.comparison import compare
 
         summary = compare(a, b).summary
     except Exception as e:  # a profile whose peak cannot be computed: say why, keep serving

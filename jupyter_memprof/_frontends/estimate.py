@@ -25,7 +25,7 @@ from .._producers.cuda_kernels import Gpu, parse_gpu
 from .._producers.fake import FakeRun, plan
 from .._producers.fake_changes import Prepare
 from .._producers.fake_copy import holds_torch
-from .._profile import Profile
+from .._results.profile import Profile
 from .._units import parse_bytes
 from . import session as _session
 from .frames import caller_names

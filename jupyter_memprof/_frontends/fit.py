@@ -23,7 +23,7 @@ import pandas as pd
 
 from .._analysis.limit import context_bytes
 from .._errors import EstimateError
-from .._profile import Profile
+from .._results.profile import Profile
 from .._units import format_bytes
 from . import session as _session
 from .estimate import check_device, check_limit, run_estimate

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .._profile import Profile
+    from .._results.profile import Profile
 
 log = logging.getLogger(__name__)
 
@@ -121,7 +121,7 @@ def release_profile(prof: Profile | int | None = None) -> int:
     raises KeyError; a Profile that is not (loaded from a file, released before) is still
     closed everywhere it is shown."""
     from .._producers.recorder import LATER, SLOT
-    from .._profile import Profile
+    from .._results.profile import Profile
 
     LATER.free()  # torch's raw results not freed yet (they belong to no profile)
     SLOT.free_abandoned()  # a capture whose thread ended without finishing it
@@ -180,7 +180,7 @@ def _forget(profile: Profile | None) -> None:
 
 
 def _is_profile(obj: Any) -> bool:
-    from .._profile import Profile
+    from .._results.profile import Profile
 
     return isinstance(obj, Profile)
 

@@ -27,7 +27,7 @@ from .._analysis import schema as S
 from .._errors import EstimateError
 from .._producers.fake_changes import Request, apply
 from .._producers.fake_copy import _module_tensors, _walk
-from .._views.compare import Comparison
+from .._results.comparison import Comparison
 from .._vocab import Change
 from .estimate import cell_objects, check_device, estimate_cell, run_estimate
 from .frames import caller_names

@@ -14,8 +14,8 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from .._results.comparison import Comparison
 from .._units import format_bytes
-from .._views.compare import Comparison
 from .estimate import check_device, run_estimate
 from .frames import caller_names
 from .whatif import _objects, _prepare, check, describe

@@ -37,13 +37,13 @@ from bokeh.models import (
 )
 from bokeh.plotting import figure
 
-from .._analysis.diff import Diff, ratio_text, signed_bytes
-from .._analysis.diff import diff as diff_tables
+from .._analysis.diff import ratio_text, signed_bytes
 from .._io import atomic_write, check_target
 from .._units import format_bytes
 from . import dashboard_data as dd
 from . import dashboard_js
 from .dashboard import _bytes_axis
+from .protocols import ComparisonLike
 
 #: Keys per grouping that get a highlight series (the largest changes).
 HIGHLIGHT_KEYS = 40
@@ -120,69 +120,29 @@ class Built:
     by: Select
 
 
-class Comparison:
-    """Two profiles compared: ``.diff(by)``, ``.summary``, ``.to_html(path)``, and in a
-    notebook an interactive view (both timelines, the diff table; click a row to highlight
-    it in both)."""
+def write_html(cmp: ComparisonLike, path: str | os.PathLike, *, overwrite: bool = False) -> str:
+    """Write the comparison as one standalone interactive HTML file; returns the path.
 
-    def __init__(self, a, b, *, device: str | None = None):
-        self.a, self.b = a, b
-        self.device = device
-        self._diffs: dict[str, Diff] = {}
+    Written atomically; an existing file is replaced when it is a page this package wrote,
+    or with ``overwrite=True`` (anything else raises ``FileExistsError`` before the view is
+    built)."""
+    from .dashboard_html import is_our_page, standalone_html
 
-    def diff(self, by: str = "category") -> Diff:
-        """:func:`jupyter_memprof.diff` of the two profiles (cached)."""
-        if by not in self._diffs:
-            self._diffs[by] = diff_tables(
-                self.a.tables,
-                self.b.tables,
-                by,
-                device=self.device,
-                labels=(self.a.label, self.b.label),
-            )
-        return self._diffs[by]
+    check_target(path, what=_WHAT, overwrite=overwrite, is_own_kind=is_our_page)
+    page = standalone_html(build(cmp).layout, f"jupyter_memprof: {cmp.a.label} vs {cmp.b.label}")
 
-    @property
-    def summary(self) -> str:
-        """``peak +6.1 MiB (+48%): activation +5.9 MiB, mostly model.encoder.layers.*``"""
-        return str(self.diff("category").attrs["summary"])
+    def write(tmp: str) -> None:
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.write(page)
 
-    # -- views -------------------------------------------------------------------------------
-    def build(self) -> Built:
-        return build(self)
+    return atomic_write(path, write, what=_WHAT, overwrite=overwrite, is_own_kind=is_our_page)
 
-    def to_html(self, path: str | os.PathLike, *, overwrite: bool = False) -> str:
-        """Write the comparison as one standalone interactive HTML file; returns the path.
 
-        Written atomically; an existing file is replaced when it is a page this package
-        wrote, or with ``overwrite=True`` (anything else raises ``FileExistsError`` before
-        the view is built)."""
-        from .dashboard_html import is_our_page, standalone_html
+def widget(cmp: ComparisonLike):
+    """The comparison as a notebook widget."""
+    from .dashboard_widget import _BokehView
 
-        check_target(path, what=_WHAT, overwrite=overwrite, is_own_kind=is_our_page)
-        page = standalone_html(
-            self.build().layout, f"jupyter_memprof: {self.a.label} vs {self.b.label}"
-        )
-
-        def write(tmp: str) -> None:
-            with open(tmp, "w", encoding="utf-8") as fh:
-                fh.write(page)
-
-        return atomic_write(path, write, what=_WHAT, overwrite=overwrite, is_own_kind=is_our_page)
-
-    def show(self):
-        """The comparison as a notebook widget."""
-        from .dashboard_widget import _BokehView
-
-        return _BokehView(self.build().layout)
-
-    def _ipython_display_(self) -> None:
-        from IPython.display import display
-
-        display(self.show())
-
-    def __repr__(self) -> str:
-        return self.diff("category").text()
+    return _BokehView(build(cmp).layout)
 
 
 #: The x axis of a real capture, and of an estimate (whose clock counts records, not time).
@@ -239,7 +199,7 @@ def _timeline_figure(
     return p, areas
 
 
-def build(cmp: Comparison) -> Built:
+def build(cmp: ComparisonLike) -> Built:
     """The Bokeh layout of a comparison."""
     a, b = cmp.a, cmp.b
     da = cmp.diff("category")
@@ -361,15 +321,4 @@ def _clock_note(a, b) -> str:
     )
 
 
-def compare(a, b, *, device: str | None = None) -> Comparison:
-    """Compare two profiles (or saved files): both timelines on one time axis, aligned at the
-    start of the profiled code (an estimate against a real capture: one x axis each, records
-    and ms), and one byte scale, with the diff of their peaks; a click on a row highlights
-    that category, module or op in both. ``.to_html(path)`` writes it as
-    one standalone file; in a notebook it shows as a widget."""
-    from .._profile import _as_profile
-
-    return Comparison(_as_profile(a, "a"), _as_profile(b, "b"), device=device)
-
-
-__all__ = ["Comparison", "compare"]
+__all__ = ["build", "widget", "write_html", "x_axis_label"]

@@ -41,7 +41,7 @@ import pandas as pd
 
 from .._devices import device_sort_key
 from .._errors import ExportError
-from .._io import atomic_write, check_target
+from .._io import atomic_write, check_target, json_default
 from .._vocab import Action, Category
 
 __all__ = ["ExportError", "SUFFIXES", "export", "export_format"]
@@ -266,17 +266,9 @@ def _flow_events(flows: pd.DataFrame, ops: pd.DataFrame, start_ns: int, pid: int
 
 
 # -- writing ---------------------------------------------------------------------------------
-def _plain(value):
-    if hasattr(value, "item"):  # numpy scalars
-        return value.item()
-    if isinstance(value, (set, tuple)):
-        return list(value)
-    return str(value)
-
-
 def _json_writer(doc, gz: bool) -> Callable[[str], None]:
     def write(tmp: str) -> None:
-        text = json.dumps(doc, separators=(",", ":"), default=_plain)
+        text = json.dumps(doc, separators=(",", ":"), default=json_default)
         if gz:
             with gzip.open(tmp, "wt", encoding="utf-8", compresslevel=6) as fh:
                 fh.write(text)

@@ -16,7 +16,7 @@ import pandas as pd
 from .._units import format_bytes, format_seconds
 
 if TYPE_CHECKING:
-    from .._profile import Profile
+    from .protocols import ProfileLike
 
 #: The sentence shown for a capture that saw no PyTorch memory activity.
 NO_ACTIVITY = "no PyTorch memory activity was recorded"
@@ -32,7 +32,7 @@ def _float(value: Any) -> float | None:
         return None
 
 
-def summary(prof: Profile) -> dict[str, Any]:
+def summary(prof: ProfileLike) -> dict[str, Any]:
     """The headline numbers of ``prof``.
 
     Keys:
@@ -180,7 +180,7 @@ def cuda_phrase(device: str, c: dict[str, int | None], peak_bytes: int) -> str:
     return f"{device}: " + "; ".join(parts)
 
 
-def _growth(prof: Profile) -> dict[str, Any] | None:
+def _growth(prof: ProfileLike) -> dict[str, Any] | None:
     """What grows with every step (from :meth:`Profile.leaks`): the bytes all leaks on the
     largest one's device add per step, and the largest leak's holder, callsite and why."""
     leaks = prof.leaks()
@@ -377,7 +377,7 @@ def _title(s: dict[str, Any], quote=repr) -> str:
     return f"{kind} {quote(label)}"
 
 
-def summary_text(prof: Profile) -> str:
+def summary_text(prof: ProfileLike) -> str:
     """A few lines for a terminal: the peak per device and what filled it, counts, timings."""
     s = summary(prof)
     lines = [_title(s)]
@@ -425,7 +425,7 @@ _ERROR_STYLE = "color: var(--jp-error-color1, #d32f2f);"
 _MUTED_STYLE = "color: var(--jp-ui-font-color2, #616161);"
 
 
-def summary_html(prof: Profile) -> str:
+def summary_html(prof: ProfileLike) -> str:
     """The summary as a compact HTML block (class ``memprof-summary``); every string that
     comes from the profile (label, devices, categories, error) is escaped."""
     e = html.escape

@@ -16,7 +16,7 @@ from collections.abc import Iterable
 import pandas as pd
 
 from .._analysis import schema as S
-from .._profile import Profile, load
+from .profile import Profile, load
 
 __all__ = ["ProfileSet", "load_many"]
 

@@ -19,10 +19,11 @@ import os
 
 import pandas as pd
 
-from ._analysis import schema as S
-from ._errors import ProfileFileError
-from ._io import atomic_write_dir
-from ._storage import (
+from .._analysis import schema as S
+from .._errors import ProfileFileError
+from .._io import atomic_write_dir, json_default
+from .._units import format_bytes
+from .checks import (
     MAX_META_BYTES,
     Bad,
     TextBudget,
@@ -39,7 +40,6 @@ from ._storage import (
     size_budget,
     size_refusal,
 )
-from ._units import format_bytes
 
 __all__ = ["FORMAT", "is_profile_folder", "read_folder", "write_folder"]
 
@@ -48,14 +48,6 @@ FORMAT_VERSION = 1
 META = "meta.json"
 #: object columns stored as JSON text
 JSON_COLUMNS = {"ops": ("input_shapes",)}
-
-
-def _json_default(value):
-    if hasattr(value, "item"):  # numpy scalars
-        return value.item()
-    if isinstance(value, (set, tuple)):
-        return list(value)
-    return str(value)
 
 
 def is_profile_folder(path: str | os.PathLike) -> bool:
@@ -71,7 +63,7 @@ def is_profile_folder(path: str | os.PathLike) -> bool:
         return False
 
 
-_ENCODE = json.JSONEncoder(separators=(",", ":"), default=_json_default).encode
+_ENCODE = json.JSONEncoder(separators=(",", ":"), default=json_default).encode
 
 
 def _encode_json_column(values: pd.Series) -> list[str]:
@@ -129,7 +121,7 @@ def write_folder(
     import pyarrow.parquet as pq
 
     doc = {"format": FORMAT, "format_version": FORMAT_VERSION, "meta": meta}
-    meta_text = json.dumps(doc, default=_json_default)
+    meta_text = json.dumps(doc, default=json_default)
 
     def write(folder: str) -> None:
         for name, df in tables.items():
@@ -164,7 +156,7 @@ def read_folder(path: str | os.PathLike) -> tuple[dict[str, pd.DataFrame], dict]
     """Read the tables and meta written by :func:`write_folder`.
 
     The folder is untrusted: sizes are checked before anything is decompressed (the sizes
-    each Parquet footer declares, under the rule of :mod:`jupyter_memprof._storage`: at most
+    each Parquet footer declares, under the rule of :mod:`jupyter_memprof._results.checks`: at most
     ``max(SIZE_FLOOR, MAX_RATIO * bytes on disk)`` uncompressed, counting a column's rows at
     8 bytes each at least), text columns are read as dictionaries (a repeated value is not
     copied per row), and every column is checked against its declared type. Anything wrong

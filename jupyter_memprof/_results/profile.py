@@ -1,4 +1,4 @@
-"""The result object: the tables of one capture and what can be asked of them."""
+"""The result of one capture or estimate: its tables and what can be asked of them."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from typing import Any
 
 import pandas as pd
 
-from ._analysis import schema as _schema
-from ._devices import device_sort_key
+from .._analysis import schema as _schema
+from .._devices import device_sort_key
 
 # the columns of the tables that hold times on the profiler's clock
 _TIME_COLUMNS = {
@@ -114,13 +114,13 @@ class Profile:
     # -- analyses -----------------------------------------------------------------------
     def lineage(self, alloc_id: int) -> pd.DataFrame:
         """The story of one block, one row per step, time ordered (see :mod:`_lineage`)."""
-        from ._analysis.lineage import lineage
+        from .._analysis.lineage import lineage
 
         return lineage(self.tables, alloc_id)
 
     def lineage_text(self, alloc_id: int) -> str:
         """:meth:`lineage` as readable text for a terminal."""
-        from ._analysis.lineage import lineage_text
+        from .._analysis.lineage import lineage_text
 
         start = self.start_ns
         return lineage_text(
@@ -133,14 +133,14 @@ class Profile:
     def peak(self, device: str | None = None) -> pd.DataFrame:
         """The blocks live at the peak of ``device`` (default: the device with the highest
         peak), largest first; ``.attrs`` holds ``peak_bytes``, ``peak_ns`` and ``device``."""
-        from ._analysis.peak import peak
+        from .._analysis.peak import peak
 
         return peak(self.tables, device)
 
     def peak_by(self, by: str = "category", device: str | None = None) -> pd.Series:
         """Bytes live at the peak grouped by ``"category"``, ``"module"``, ``"op"`` (the
         allocating op's name) or ``"name"``, largest first."""
-        from ._analysis.peak import peak_by
+        from .._analysis.peak import peak_by
 
         return peak_by(self.tables, by, device)
 
@@ -150,13 +150,13 @@ class Profile:
         (the rows add up to the peak exactly), what that memory is for, and the
         :func:`jupyter_memprof.what_if` changes that could cut it (see :mod:`_explain`).
         At most ``rows`` groups, then one row for everything else."""
-        from ._analysis.explain import explain
+        from .._analysis.explain import explain
 
         return explain(self.tables, device, rows)
 
     def explain_text(self, device: str | None = None, rows: int = 8) -> str:
         """:meth:`explain` as readable text for a terminal."""
-        from ._views.explain import explain_text
+        from .._views.explain import explain_text
 
         return explain_text(self.explain(device, rows))
 
@@ -166,13 +166,13 @@ class Profile:
         ``holder`` (the variable or module path keeping them, when the session reached
         them), the ``callsite`` that made them, ``bytes_per_step`` and a short ``why``.
         Empty for a clean loop (see :mod:`jupyter_memprof._analysis.steps`)."""
-        from ._analysis.steps import leaks
+        from .._analysis.steps import leaks
 
         return leaks(self.tables)
 
     def summary(self) -> dict[str, Any]:
         """Headline numbers: peak per device, top categories at the peak, counts, timings."""
-        from ._views.summary import summary
+        from .._views.summary import summary
 
         return summary(self)
 
@@ -180,7 +180,7 @@ class Profile:
     def show(self, *, header: bool = True):
         """The interactive dashboard (ipywidgets + Bokeh) for a notebook; ``header=False``
         leaves out the summary line at its top."""
-        from ._views.dashboard_widget import Dashboard
+        from .._views.dashboard_widget import Dashboard
 
         return Dashboard(self, header=header)
 
@@ -189,7 +189,7 @@ class Profile:
 
         An existing file is replaced only when it is such an HTML report, or with
         ``overwrite=True``; otherwise ``FileExistsError`` names it and nothing is written."""
-        from ._views.dashboard_html import write_html
+        from .._views.dashboard_html import write_html
 
         return write_html(self, path, overwrite=overwrite)
 
@@ -202,7 +202,7 @@ class Profile:
         (the dashboard). ``{rank}`` in the path becomes ``meta["rank"]`` (0 outside
         ``torch.distributed``). Returns the path written (a list when the torch formats
         write one file per device; see :mod:`_views.exports`)."""
-        from ._views.exports import export
+        from .._views.exports import export
 
         return export(self, self._expand(path), device=device, overwrite=overwrite)
 
@@ -219,12 +219,12 @@ class Profile:
         ``overwrite=True``; otherwise :class:`jupyter_memprof._io.WriteRefused`."""
         path = self._expand(path)
         if format == "parquet":
-            from ._parquet import write_folder
+            from .parquet import write_folder
 
             return write_folder(self.tables, self.meta, path, overwrite=overwrite)
         if format != "zip":
             raise ValueError(f"unknown format {format!r}: use 'zip' or 'parquet'")
-        from ._storage import write
+        from .storage import write
 
         return write(self.tables, self.meta, path, overwrite=overwrite)
 
@@ -236,12 +236,12 @@ class Profile:
 
     # -- display ------------------------------------------------------------------------
     def __repr__(self) -> str:
-        from ._views.summary import summary_text
+        from .._views.summary import summary_text
 
         return summary_text(self)
 
     def _repr_html_(self) -> str:
-        from ._views.summary import summary_html
+        from .._views.summary import summary_html
 
         return summary_html(self)
 
@@ -250,17 +250,17 @@ def load(path: str | os.PathLike) -> Profile:
     """Load a profile written by :meth:`Profile.save`, a zip file or a Parquet folder.
 
     Never executes code from the file, checks sizes before decompressing anything and checks
-    every table and metadata field (see :mod:`jupyter_memprof._storage`): a damaged or
+    every table and metadata field (see :mod:`jupyter_memprof._results.checks`): a damaged or
     crafted file raises :class:`~jupyter_memprof.ProfileFileError` (one line naming the file
     and what is wrong), and a profile that loads works. A path that does not exist raises
     FileNotFoundError."""
     path = _path(path)
     if os.path.isdir(path):
-        from ._parquet import read_folder
+        from .parquet import read_folder
 
         tables, meta = read_folder(path)
     else:
-        from ._storage import read
+        from .storage import read
 
         tables, meta = read(path)
     if tables["steps"].empty and not tables["timeline"].empty:  # saved before steps existed
@@ -281,7 +281,7 @@ def _path(path: str | bytes | os.PathLike) -> str:
 
 def _rebuilt_steps(tables: dict[str, pd.DataFrame], meta: dict) -> pd.DataFrame:
     """The ``steps`` table of a profile saved without one, from its other tables."""
-    from ._analysis.steps import build_steps
+    from .._analysis.steps import build_steps
 
     timeline = tables["timeline"]
     start = meta.get("start_ns")
@@ -292,7 +292,7 @@ def _rebuilt_steps(tables: dict[str, pd.DataFrame], meta: dict) -> pd.DataFrame:
     )
 
 
-def _as_profile(p: Profile | str | os.PathLike, which: str) -> Profile:
+def as_profile(p: Profile | str | os.PathLike, which: str) -> Profile:
     if isinstance(p, Profile):
         return p
     if isinstance(p, (str, bytes, os.PathLike)):
@@ -311,7 +311,7 @@ def diff(
     ``"module"``, ``"op"`` or ``"name"``): a DataFrame indexed by the key with columns
     ``a``, ``b``, ``delta`` (b - a) and ``ratio`` (b / a), largest change first; ``.attrs``
     holds both peaks and a one-line ``summary``. ``a`` and ``b`` may be saved files."""
-    from ._analysis.diff import diff as _diff
+    from .._analysis.diff import diff as _diff
 
-    pa, pb = _as_profile(a, "a"), _as_profile(b, "b")
+    pa, pb = as_profile(a, "a"), as_profile(b, "b")
     return _diff(pa.tables, pb.tables, by, device=device, labels=(pa.label, pb.label))

@@ -1,0 +1,429 @@
+"""What a saved profile may hold, checked on load for both formats (the zip of JSON,
+:mod:`.storage`, and the Parquet folder, :mod:`.parquet`).
+
+Loading treats the file as untrusted: sizes are bounded before anything is decompressed
+(:func:`size_budget`), JSON values are counted before they are parsed (:func:`value_budget`),
+text is charged its rows times its longest value (:class:`TextBudget`), and every metadata
+field (:data:`META_FIELDS`, :func:`check_meta`) and table (:func:`check_tables`) is checked
+against its declared schema, so a profile that loads works. What is wrong is raised as
+:class:`Bad` (one phrase) and turned into one :class:`ProfileFileError` naming the file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+
+import numpy as np
+import pandas as pd
+
+from .._analysis import schema as S
+from .._devices import is_device_name
+from .._errors import ProfileFileError
+from .._units import format_bytes
+
+#: A file may declare at most ``max(SIZE_FLOOR, MAX_RATIO * its size on disk)`` bytes of
+#: uncompressed data (both formats). Real profiles compress 4 to 20 times.
+MAX_RATIO = 100
+SIZE_FLOOR = 32 * 2**20
+#: ``meta.json`` may declare at most this much (real ones are under a few KiB).
+MAX_META_BYTES = 2**20
+#: Entries in a zip (a profile has nine).
+MAX_MEMBERS = 64
+#: Nesting of JSON values kept from a file (meta values, ``ops.input_shapes``).
+MAX_DEPTH = 32
+#: The JSON values (counted before parsing: commas and brackets) a zip may hold: at most
+#: ``max(VALUE_FLOOR, VALUES_PER_BYTE * its size)``. Parsing costs up to about 80 bytes of
+#: memory per value; real profiles hold about one value per byte of the file.
+VALUES_PER_BYTE = 8
+VALUE_FLOOR = 2**20
+#: The longest text value (op name, module, callsite, ...) a profile may hold, in characters.
+MAX_TEXT = 2**16
+INT64 = (-(2**63), 2**63 - 1)
+
+
+def size_budget(stored: int) -> int:
+    """The most uncompressed bytes a file of ``stored`` bytes may declare."""
+    return max(SIZE_FLOOR, MAX_RATIO * stored)
+
+
+def size_refusal(path: str, declared: int, stored: int) -> ProfileFileError:
+    return ProfileFileError(
+        f"{shown(path)} declares {format_bytes(declared)} of data in {format_bytes(stored)} "
+        f"(over {MAX_RATIO}x its size and over {format_bytes(SIZE_FLOOR)}); refusing to "
+        "decompress it"
+    )
+
+
+def value_budget(stored: int) -> int:
+    """The most JSON values a zip of ``stored`` bytes may hold."""
+    return max(VALUE_FLOOR, VALUES_PER_BYTE * stored)
+
+
+def count_values(data: bytes) -> int:
+    """An upper bound of the JSON values in ``data``, counted without parsing it."""
+    return data.count(b",") + data.count(b"[") + data.count(b"{") + 1
+
+
+class TextBudget:
+    """What the text columns of one file may spell out, charged column by column before the
+    text is spelled out: each column's rows times its longest value (views lay text out at
+    its longest), at most :func:`size_budget` in all, and no value over :data:`MAX_TEXT`
+    characters. Raises :class:`Bad`."""
+
+    def __init__(self, stored: int) -> None:
+        self.left = size_budget(stored)
+        #: the JSON values left to parse (:func:`value_budget`)
+        self.value_limit = self.values = value_budget(stored)
+
+    def charge(self, rows: int, longest: int) -> None:
+        if longest > MAX_TEXT:
+            raise Bad(
+                f"holds a text value of {longest:,} characters, over the {MAX_TEXT:,} a "
+                "profile keeps"
+            )
+        self.left -= rows * longest
+        if self.left < 0:
+            raise Bad(
+                "spells out more text (rows times the longest value) than the size rule allows"
+            )
+
+
+def shown(path: str) -> str:
+    """``path`` on one line, for a message."""
+    return path if path.isprintable() else ascii(path)
+
+
+def one_line(exc: BaseException) -> str:
+    """An exception as one short line (library messages can span several)."""
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text if len(text) <= 200 else text[:197] + "..."
+
+
+def regular_file(path: str, what: str) -> int:
+    """The size of ``path``; refuses anything but a regular file (a folder, a FIFO or a
+    device would block, or read forever). A missing file is FileNotFoundError."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise
+    except (OSError, ValueError) as exc:  # a NUL byte, a name too long, no permission, ...
+        raise ProfileFileError(f"{shown(path)} cannot be read ({one_line(exc)})") from None
+    if not stat.S_ISREG(st.st_mode):
+        kind = "a folder" if stat.S_ISDIR(st.st_mode) else "not a regular file"
+        raise ProfileFileError(f"{shown(path)} is {kind}, not {what}")
+    return st.st_size
+
+
+# -- checking what a file holds ------------------------------------------------------------
+class Bad(Exception):
+    """What is wrong with one value or column of a saved profile; the caller adds where it
+    is (the JSON and the Parquet readers both use it)."""
+
+
+def _depth_ok(value, limit: int = MAX_DEPTH) -> bool:
+    """Whether ``value`` nests lists and dicts at most ``limit`` deep (iterative)."""
+    stack = [(value, 0)]
+    while stack:
+        v, d = stack.pop()
+        if isinstance(v, (list, dict)):
+            if d >= limit:
+                return False
+            stack.extend((x, d + 1) for x in (v.values() if isinstance(v, dict) else v))
+    return True
+
+
+def _utf8_ok(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # lone surrogates from "\ud800" escapes
+        return False
+    return True
+
+
+def is_int(v) -> bool:
+    return type(v) is int and INT64[0] <= v <= INT64[1]
+
+
+def _is_num(v) -> bool:
+    return (type(v) is int and is_int(v)) or type(v) is float
+
+
+def _opt(check):
+    return lambda v: v is None or check(v)
+
+
+def _str(v) -> bool:
+    return type(v) is str and _utf8_ok(v)
+
+
+def nonneg_int(v) -> bool:
+    return is_int(v) and v >= 0
+
+
+def _by_device(v, check) -> bool:
+    """A dict of device name -> a value ``check`` accepts."""
+    return type(v) is dict and all(is_device_name(k) and check(x) for k, x in v.items())
+
+
+def _str_list(v) -> bool:
+    return type(v) is list and all(_str(x) for x in v)
+
+
+def _oom(v) -> bool:
+    if type(v) is not dict:
+        return False
+    need = {"device": _str, "bytes": is_int, "time_ns": is_int}
+    optional = {
+        "limit": is_int,
+        "alloc_id": is_int,
+        "size_bytes": is_int,
+        "op_id": is_int,
+        "op_name": _str,
+        "module": _str,
+        "callsite": _str,
+        "phase": _str,
+        "tensors_bytes": is_int,
+        "cache_bytes": is_int,
+        "context_bytes": is_int,
+        "reserved_bytes": is_int,
+        "cause": _str,
+        "expandable_segments": lambda x: type(x) is dict,
+    }
+    if any(k not in v or not check(v[k]) for k, check in need.items()):
+        return False
+    if any(k in v and not _opt(check)(v[k]) for k, check in optional.items()):
+        return False
+    live = v.get("live_by_category", {})
+    return type(live) is dict and all(_str(k) and is_int(b) for k, b in live.items())
+
+
+#: The meta keys the package reads, and what each may hold (None, or absent, always works).
+META_FIELDS = {
+    "label": _str,
+    "start_ns": is_int,
+    "end_ns": is_int,
+    "captured_at": is_int,
+    "devices": lambda v: _str_list(v) and all(is_device_name(d) for d in v),
+    "estimate": lambda v: type(v) is bool,
+    "simulated_cuda": lambda v: type(v) is bool,
+    "with_stack": lambda v: type(v) is bool,
+    "rank": nonneg_int,
+    "world_size": nonneg_int,
+    "limit": nonneg_int,
+    "oom": _oom,
+    "error": _str,
+    "analysis_error": _str,
+    "analysis_interrupted": lambda v: type(v) is bool,
+    "stop_error": _str,
+    "device": _str,
+    "compute_device": _str,
+    "gpu": _str,
+    "kernel_memory_not_modelled": lambda v: (
+        type(v) is dict and all(_str(k) and _str(x) for k, x in v.items())
+    ),
+    "clock": _str,
+    "torch_version": _str,
+    "wall_s": _is_num,
+    "capture_s": _is_num,
+    "analysis_s": _is_num,
+    "stop_s": _is_num,
+    "event_count": nonneg_int,
+    "stage_s": lambda v: type(v) is dict and all(_is_num(x) for x in v.values()),
+    "allocator": _str,
+    "reserved_peak_bytes": lambda v: _by_device(v, nonneg_int),
+    "reserved_peak_ns": lambda v: _by_device(v, is_int),
+    "fragmentation_bytes": lambda v: _by_device(v, nonneg_int),
+    "reserved_model_error": lambda v: _by_device(v, _is_num),
+}
+
+
+def check_meta(meta, path: str) -> dict:
+    """``meta`` if every field the package reads has the right type (or is absent or None);
+    else ProfileFileError. Other keys are kept as they are (JSON values, nested at most
+    :data:`MAX_DEPTH` deep, valid UTF-8)."""
+    where = shown(path)
+    if type(meta) is not dict:
+        raise ProfileFileError(f"{where}: the metadata is not a JSON object")
+    for key, check in META_FIELDS.items():
+        value = meta.get(key)
+        if value is not None and not check(value):
+            raise ProfileFileError(
+                f"{where}: metadata field {key!r} holds {describe(value)}, not what a "
+                "profile records there"
+            )
+    if not _depth_ok(meta):
+        raise ProfileFileError(f"{where}: the metadata nests deeper than {MAX_DEPTH} levels")
+    if not _utf8_ok(json.dumps(meta, ensure_ascii=False, allow_nan=True)):
+        raise ProfileFileError(f"{where}: the metadata holds text that is not valid Unicode")
+    return meta
+
+
+def describe(value) -> str:
+    text = repr(value)
+    return f"{type(value).__name__} {text if len(text) <= 40 else text[:37] + '...'}"
+
+
+def column_kind(dtype) -> str:
+    if isinstance(dtype, pd.CategoricalDtype):
+        return "vocab"
+    return {
+        "int64": "int",
+        "Int64": "Int",
+        "bool": "bool",
+        "object": "object",
+        S.OPEN_CATEGORY: "str",
+        "string": "str",
+    }[str(dtype)]
+
+
+def shape_ok(value) -> bool:
+    """An ``input_shapes`` entry: None or nested lists of scalars, at most MAX_DEPTH deep."""
+    if value is None:
+        return True
+    if type(value) is not list:
+        return False
+    stack = [(value, 1)]
+    while stack:
+        v, d = stack.pop()
+        for x in v:
+            if type(x) is list:
+                if d >= MAX_DEPTH:
+                    return False
+                stack.append((x, d + 1))
+            elif not (x is None or type(x) in (bool, float) or is_int(x) or _str(x)):
+                return False
+    return True
+
+
+def check_text(df: pd.DataFrame, schema: dict) -> str | None:
+    """The first problem with the text columns of ``df`` (already of the schema's columns):
+    a value outside a closed vocabulary, text that is not valid Unicode; None if none."""
+    for col, dtype in schema.items():
+        kind = column_kind(dtype)
+        if kind not in ("str", "vocab"):
+            continue
+        s = df[col]
+        uniques = s.cat.categories if isinstance(s.dtype, pd.CategoricalDtype) else s.unique()
+        uniques = [u for u in uniques if not (u is None or u is pd.NA or u != u)]
+        if not all(type(u) is str for u in uniques):
+            return f"column {col!r} holds values that are not text"
+        if not _utf8_ok("".join(uniques)):
+            return f"column {col!r} holds text that is not valid Unicode"
+        if kind == "vocab":
+            used = (
+                set(s.dropna().unique())
+                if not isinstance(s.dtype, pd.CategoricalDtype)
+                else (set(s.cat.remove_unused_categories().cat.categories))
+            )
+            unknown = sorted(str(u) for u in used - set(dtype.categories))
+            if unknown:
+                return f"column {col!r} holds {unknown[0]!r}, not one of {list(dtype.categories)}"
+    return None
+
+
+#: columns holding op ids: each must be the position of an op in ``ops`` (or NA)
+_OP_REFS = {
+    "ops": ("parent_id", "node_id"),
+    "allocations": ("alloc_op_id", "free_op_id"),
+    "versions": ("op_id",),
+    "events": ("op_id",),
+    "flows": ("forward_op_id", "backward_op_id"),
+    "uses": ("op_id",),
+}
+#: columns holding device strings
+_DEVICE_COLUMNS = ("allocations", "events", "timeline", "names", "steps")
+
+
+def check_tables(tables: dict[str, pd.DataFrame], path: str) -> dict[str, pd.DataFrame]:
+    """Refuse tables that contradict each other where the analyses rely on it: ``op_id`` is
+    each op's position, op references point at ops, devices are device names."""
+    where = shown(path)
+    ops = tables["ops"]
+    n = len(ops)
+    if not np.array_equal(ops["op_id"].to_numpy(), np.arange(n)):
+        raise ProfileFileError(f"{where}: table 'ops' does not number its ops 0, 1, 2, ...")
+    for name, cols in _OP_REFS.items():
+        for col in cols:
+            v = tables[name][col].dropna().to_numpy(dtype=np.int64)
+            if len(v) and (v.min() < 0 or v.max() >= n):
+                raise ProfileFileError(
+                    f"{where}: table {name!r} column {col!r} names an op that is not in 'ops'"
+                )
+    for name in _DEVICE_COLUMNS:
+        for device in tables[name]["device"].cat.categories:
+            if not is_device_name(device):
+                raise ProfileFileError(
+                    f"{where}: table {name!r} names a device {device!r} that is not a device"
+                )
+    problem = _block_problem(tables)
+    if problem:
+        raise ProfileFileError(f"{where}: {problem}")
+    return tables
+
+
+#: columns holding block ids: each must be an ``alloc_id`` of ``allocations`` (or NA)
+_BLOCK_REFS = {
+    "events": "alloc_id",
+    "versions": "alloc_id",
+    "uses": "alloc_id",
+    "names": "alloc_id",
+}
+
+
+#: columns every row of a real profile fills (the views look their values up)
+_FILLED = {
+    "allocations": ("device", "category"),
+    "versions": ("category",),
+    "events": ("action", "device", "category"),
+    "timeline": ("device", "category"),
+}
+
+
+def _block_problem(tables: dict[str, pd.DataFrame]) -> str | None:
+    """The first contradiction between the blocks and what refers to them (the analyses
+    and views look blocks up by id): a vocabulary value missing, ids repeated, references to unknown blocks, a block
+    without events or whose events are on another device; None if none."""
+    for name, cols in _FILLED.items():
+        for col in cols:
+            if tables[name][col].isna().any():
+                return f"table {name!r} column {col!r} has missing values"
+    allocs = tables["allocations"]
+    ids = allocs["alloc_id"].to_numpy(dtype=np.int64)
+    if len(np.unique(ids)) != len(ids):
+        return "table 'allocations' names a block twice (alloc_id repeats)"
+    for name, col in _BLOCK_REFS.items():
+        refs = tables[name][col].dropna().to_numpy(dtype=np.int64)
+        if not np.isin(refs, ids).all():
+            return f"table {name!r} column {col!r} names a block that is not in 'allocations'"
+    events = tables["events"]
+    ev_ids = events["alloc_id"].to_numpy(dtype=np.int64)
+    if not np.isin(ids, ev_ids).all():
+        return "table 'allocations' holds a block without events"
+    block_device = pd.Series(allocs["device"].astype(object).to_numpy(), index=ids)
+    if len(events) and not np.array_equal(
+        block_device.reindex(ev_ids).to_numpy(), events["device"].astype(object).to_numpy()
+    ):
+        return "table 'events' puts a block on another device than 'allocations' does"
+    timeline = set(tables["timeline"]["device"].astype(object).unique())
+    if not timeline <= set(events["device"].astype(object).unique()):
+        return "table 'timeline' names a device that has no events"
+    return None
+
+
+def decode_utf8(data: bytes) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise Bad("is not UTF-8 text") from None
+
+
+def parse_json(text: str):
+    """``text`` as JSON; raises :class:`Bad` saying what is wrong with it."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise Bad("nests too deeply") from None
+    except ValueError as exc:
+        raise Bad(f"is not JSON ({one_line(exc)})") from None

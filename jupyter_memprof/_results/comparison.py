@@ -1,0 +1,79 @@
+"""Two profiles compared: a result of its own, like a profile.
+
+:class:`Comparison` holds both profiles and their diffs (one per grouping, computed once);
+its views (both timelines on one axis, the diff table, the standalone page) are drawn by
+:mod:`jupyter_memprof._views.compare`. :func:`compare` and :func:`jupyter_memprof.what_if`
+make them.
+"""
+
+from __future__ import annotations
+
+import os
+
+from .._analysis.diff import Diff
+from .._analysis.diff import diff as diff_tables
+from .._views import compare as view
+from .profile import Profile, as_profile
+
+__all__ = ["Comparison", "compare"]
+
+
+class Comparison:
+    """Two profiles compared: ``.diff(by)``, ``.summary``, ``.to_html(path)``, and in a
+    notebook an interactive view (both timelines, the diff table; click a row to highlight
+    it in both)."""
+
+    def __init__(self, a: Profile, b: Profile, *, device: str | None = None):
+        self.a, self.b = a, b
+        self.device = device
+        self._diffs: dict[str, Diff] = {}
+
+    def diff(self, by: str = "category") -> Diff:
+        """:func:`jupyter_memprof.diff` of the two profiles (cached)."""
+        if by not in self._diffs:
+            self._diffs[by] = diff_tables(
+                self.a.tables,
+                self.b.tables,
+                by,
+                device=self.device,
+                labels=(self.a.label, self.b.label),
+            )
+        return self._diffs[by]
+
+    @property
+    def summary(self) -> str:
+        """``peak +6.1 MiB (+48%): activation +5.9 MiB, mostly model.encoder.layers.*``"""
+        return str(self.diff("category").attrs["summary"])
+
+    # -- views -------------------------------------------------------------------------------
+    def build(self) -> view.Built:
+        return view.build(self)
+
+    def to_html(self, path: str | os.PathLike, *, overwrite: bool = False) -> str:
+        """Write the comparison as one standalone interactive HTML file; returns the path.
+
+        Written atomically; an existing file is replaced when it is a page this package
+        wrote, or with ``overwrite=True`` (anything else raises ``FileExistsError`` before
+        the view is built)."""
+        return view.write_html(self, path, overwrite=overwrite)
+
+    def show(self):
+        """The comparison as a notebook widget."""
+        return view.widget(self)
+
+    def _ipython_display_(self) -> None:
+        from IPython.display import display
+
+        display(self.show())
+
+    def __repr__(self) -> str:
+        return self.diff("category").text()
+
+
+def compare(a, b, *, device: str | None = None) -> Comparison:
+    """Compare two profiles (or saved files): both timelines on one time axis, aligned at the
+    start of the profiled code (an estimate against a real capture: one x axis each, records
+    and ms), and one byte scale, with the diff of their peaks; a click on a row highlights
+    that category, module or op in both. ``.to_html(path)`` writes it as
+    one standalone file; in a notebook it shows as a widget."""
+    return Comparison(as_profile(a, "a"), as_profile(b, "b"), device=device)
