@@ -522,12 +522,12 @@ def test_syntax_error_starts_no_profile(shell, run):
 
 # -- when our own part fails, the cell's work is kept -------------------------------------------
 def test_analysis_failure_keeps_the_cells_result(shell, run, monkeypatch):
-    from jupyter_memprof._frontends import capture
+    from jupyter_memprof._frontends import finish
 
     def broken(*args, **kwargs):
         raise RuntimeError("tables out of order")
 
-    monkeypatch.setattr(capture, "analyse", broken)
+    monkeypatch.setattr(finish, "analyse", broken)
     result, out = run("%%memprofile -o p_nota\nkept_nota = torch.empty(1000)\nkept_nota.numel()")
     assert result.success and result.result == 1000
     assert shell.user_ns["kept_nota"].shape == (1000,)

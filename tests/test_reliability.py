@@ -25,7 +25,7 @@ from torch.utils.hooks import RemovableHandle
 
 import jupyter_memprof
 from jupyter_memprof import CaptureError
-from jupyter_memprof._frontends import capture as capture_module
+from jupyter_memprof._frontends import finish as finish_module
 from jupyter_memprof._frontends import session
 from jupyter_memprof._producers.live import ModuleHooks
 from jupyter_memprof._producers.torch_profiler import profiler_running
@@ -351,7 +351,7 @@ def _interrupting_analysis(*args, **kwargs):
 
 
 def test_an_interrupted_analysis_keeps_the_profile_in_the_api(monkeypatch):
-    monkeypatch.setattr(capture_module, "analyse", _interrupting_analysis)
+    monkeypatch.setattr(finish_module, "analyse", _interrupting_analysis)
     with pytest.raises(KeyboardInterrupt):
         with jupyter_memprof.profile(namespace={}) as prof:
             torch.ones(250)
@@ -376,7 +376,7 @@ def test_an_interrupted_analysis_in_the_magic(shell, run, monkeypatch):
     the interrupt replaced the cell's own exception."""
     from jupyter_memprof._frontends.magic import LAST
 
-    monkeypatch.setattr(capture_module, "analyse", _interrupting_analysis)
+    monkeypatch.setattr(finish_module, "analyse", _interrupting_analysis)
     result, out = run("%%memprofile -o p_ki\nkept_ki = torch.empty(1000)\nkept_ki.numel()")
     assert isinstance(result.error_in_exec, KeyboardInterrupt)
     assert shell.user_ns["kept_ki"].shape == (1000,)

@@ -17,15 +17,13 @@ import sys
 import time
 from collections.abc import Iterable
 
-import torch
-
 from .._analysis.allocator import AllocatorConfig, config_from_env, parse_config
-from .._analysis.pipeline import Progress, analyse, paused_gc
+from .._analysis.pipeline import Progress
 from .._devices import resolve_devices
 from .._errors import AllocatorConfigError, CaptureError
 from .._producers.recorder import LATER, Recorder
 from .._results.profile import Profile
-from . import session as _session
+from .finish import fill, register
 from .frames import caller_names
 
 __all__ = ["CaptureError", "build_tables", "profile", "step"]
@@ -155,17 +153,13 @@ class profile(contextlib.AbstractContextManager):  # lower case: reads like a fu
                 prof.meta["stop_error"] = _reason(stop_error)
             if isinstance(failure, (Exception, type(None))):  # not when interrupted stopping
                 try:
-                    tables, meta = build_tables(recorder, self.progress, self.allocator)
+                    _fill(prof, recorder, self.progress, self.allocator)
                 except BaseException as build_error:  # Ctrl-C included: keep the profile
                     if failure is None:
                         failure, self.failed_step = build_error, "building its memory tables"
                     prof.meta["analysis_error"] = _reason(build_error)
                     if not isinstance(build_error, Exception):
                         prof.meta["analysis_interrupted"] = True
-                else:
-                    for key, df in tables.items():
-                        setattr(prof, key, df)
-                    prof.meta.update(meta)
             else:
                 prof.meta["analysis_error"] = _reason(failure)
                 prof.meta["analysis_interrupted"] = True
@@ -185,19 +179,16 @@ class profile(contextlib.AbstractContextManager):  # lower case: reads like a fu
         run again."""
         self._frame = None
         recorder.release()
-        prof.meta.update(
+        register(
+            prof,
             label=self.label,
             wall_s=wall_s,
             stop_s=recorder.stop_s,
             devices=self.devices,
-            torch_version=torch.__version__,
             with_stack=self.with_stack,
             error=error,
             captured_at=self._start_ns,
-            **distributed_meta(),
         )
-        if prof.session_id is None:
-            _session.add(prof)
 
 
 @contextlib.contextmanager
@@ -236,14 +227,6 @@ def _reason(err: BaseException) -> str:
     return f"{type(err).__name__}: {message}" if message else type(err).__name__
 
 
-def distributed_meta() -> dict:
-    """``rank`` and ``world_size`` when ``torch.distributed`` is initialised, else nothing."""
-    dist = torch.distributed
-    if not (dist.is_available() and dist.is_initialized()):
-        return {}
-    return {"rank": dist.get_rank(), "world_size": dist.get_world_size()}
-
-
 #: one progress bar for all the work after the code, in this many steps: the stop (step 0),
 #: reading torch's events (the first :data:`_READING_SHARE` of it, about the share reading
 #: takes on long captures), then the analysis stages
@@ -264,22 +247,29 @@ def _one_bar(progress: Progress):
     return reading, analysing
 
 
+def _fill(
+    prof: Profile,
+    recorder: Recorder,
+    progress: Progress | None = None,
+    allocator: AllocatorConfig | None = None,
+) -> None:
+    """Everything that happens after the profiled code: records, then tables and analysis."""
+    reading, analysing = _one_bar(progress) if progress is not None else (None, None)
+    capture = fill(
+        prof, recorder.capture, allocator=allocator, reading=reading, analysing=analysing
+    )
+    # millions of small records on a long capture: freeing them takes as long as a tenth of
+    # the analysis, so in a notebook it waits for the cell's end like torch's raw result
+    LATER.hand_over(capture)
+
+
 def build_tables(
     recorder: Recorder,
     progress: Progress | None = None,
     allocator: AllocatorConfig | None = None,
 ) -> tuple[dict, dict]:
-    """Everything that happens after the profiled code: records, then tables and analysis."""
-    reading, analysing = _one_bar(progress) if progress is not None else (None, None)
-    with paused_gc():
-        t0 = time.perf_counter()
-        capture = recorder.capture(reading)
-        t1 = time.perf_counter()
-        tables, meta = analyse(capture, progress=analysing, allocator=allocator)
-    meta["capture_s"] = t1 - t0
-    meta["analysis_s"] = time.perf_counter() - t1  # tables and analyses, after reading
-    meta["event_count"] = capture.trace.event_count
-    # millions of small records on a long capture: freeing them takes as long as a tenth of
-    # the analysis, so in a notebook it waits for the cell's end like torch's raw result
-    LATER.hand_over(capture)
-    return tables, meta
+    """The tables and meta of a stopped recorder (what :meth:`profile.finish` puts in its
+    profile), for scripts that drive a :class:`Recorder` themselves."""
+    prof = Profile.empty()
+    _fill(prof, recorder, progress, allocator)
+    return prof.tables, prof.meta

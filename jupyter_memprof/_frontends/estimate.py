@@ -18,7 +18,6 @@ import torch
 
 from .._analysis.allocator import AllocatorConfig, config_from_env, parse_config
 from .._analysis.limit import first_over
-from .._analysis.pipeline import analyse, paused_gc
 from .._devices import parse_device
 from .._errors import AllocatorConfigError, DeviceError, EstimateError
 from .._producers.cuda_kernels import Gpu, parse_gpu
@@ -27,7 +26,7 @@ from .._producers.fake_changes import Prepare
 from .._producers.fake_copy import holds_torch
 from .._results.profile import Profile
 from .._units import parse_bytes
-from . import session as _session
+from .finish import fill, register
 from .frames import caller_names
 
 __all__ = ["estimate"]
@@ -234,18 +233,20 @@ def run_estimate(
             run.run(fn, fargs, fkwargs)
             del fargs, fkwargs
         wall_s = time.perf_counter() - t0
-        with paused_gc():
-            t1 = time.perf_counter()
-            capture = run.capture()
-            t2 = time.perf_counter()
-            tables, meta = analyse(capture, allocator=allocator)
+        prof = Profile.empty()
+        capture = fill(prof, lambda _reading: run.capture(), allocator=allocator)
         not_modelled = dict(sorted(run.recorder.not_modelled.items()))
     finally:
         run.release()
-    prof = Profile(**tables, meta={})
     devices = list(capture.devices)
-    prof.meta.update(meta)
-    prof.meta.update(
+    prof.meta["oom"] = (
+        None
+        if limit is None
+        else first_over(prof.tables, limit, where.device, allocator=allocator, context=context)
+    )
+    return register(
+        prof,
+        remember=remember,
         label=label,
         estimate=True,
         device=where.device,
@@ -255,22 +256,12 @@ def run_estimate(
         kernel_memory_not_modelled=not_modelled,
         clock=CLOCK,
         limit=limit,
-        oom=None
-        if limit is None
-        else first_over(prof.tables, limit, where.device, allocator=allocator, context=context),
         wall_s=wall_s,
-        capture_s=t2 - t1,
-        analysis_s=time.perf_counter() - t2,
-        event_count=capture.trace.event_count,
         devices=devices,
-        torch_version=torch.__version__,
         with_stack=True,
         error=None,
         captured_at=time.time_ns(),
     )
-    if remember:
-        _session.add(prof)
-    return prof
 
 
 # -- the magic's estimate: a cell on fake copies of the notebook's objects -------------------
