@@ -806,11 +806,11 @@ def test_html_option_onto_a_fifo_is_refused_before_the_cell_runs(tmp_path):
     # before: %%memprofile --html onto a FIFO blocked (or, with --force, was said to help)
     from IPython.core.error import UsageError
 
-    from jupyter_memprof._frontends.magic import _check_html_target
+    from jupyter_memprof._frontends.magic_options import check_html_target
 
     path = tmp_path / "report.html"
     os.mkfifo(path)
-    exc = _in_time(lambda: _check_html_target(str(path)))
+    exc = _in_time(lambda: check_html_target(str(path)))
     assert isinstance(exc, UsageError)
     assert str(exc) == f"--html: refusing to write {path}: it is a FIFO, not a regular file"
 

@@ -12,7 +12,7 @@ import pytest
 
 import jupyter_memprof
 from jupyter_memprof._frontends import comm as _comm
-from jupyter_memprof._frontends import magic as _magic
+from jupyter_memprof._frontends import cell_profile as _magic
 from jupyter_memprof._frontends import session as _session
 
 STEP = "x = torch.ones(64)\nfor _ in range({n}):\n    y = x * 2\n"

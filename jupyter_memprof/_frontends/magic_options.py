@@ -1,0 +1,368 @@
+"""The options of ``%%memprofile``, declared once, and read into one checked :class:`Options`.
+
+:data:`OPTIONS` gives each option's flags, value and help; from it come the magic's argument
+decorators (IPython's :mod:`~IPython.core.magic_arguments`, which parses them and writes
+``%memprofile?``) and the split of ``%memprofile [options] STATEMENT`` into its options and
+the statement, kept exactly as typed. :func:`read_options` checks every option before the
+cell runs: whatever is wrong is one :class:`~IPython.core.error.UsageError` line.
+"""
+
+from __future__ import annotations
+
+import builtins
+import keyword
+import os
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from IPython.core import magic_arguments
+from IPython.core.error import UsageError
+
+__all__ = ["OPTIONS", "Option", "Options", "decorate", "read_options", "split_statement"]
+
+MAGIC = "memprofile"
+
+
+@dataclass(frozen=True)
+class Option:
+    """One option: its flags, the name of its value (None: a flag that takes none), whether
+    it may be repeated, and its help."""
+
+    flags: tuple[str, ...]
+    value: str | None
+    help: str
+    repeat: bool = False
+
+    def argument(self):
+        """The :func:`magic_arguments.argument` decorator of this option."""
+        if self.value is None:
+            return magic_arguments.argument(*self.flags, action="store_true", help=self.help)
+        action = "append" if self.repeat else "store"
+        return magic_arguments.argument(
+            *self.flags, action=action, metavar=self.value, help=self.help
+        )
+
+
+OPTIONS: tuple[Option, ...] = (
+    Option(
+        ("-o", "--output"),
+        "VAR",
+        "Store the profile in the notebook variable VAR (it is always in `_memprof`).",
+    ),
+    Option(
+        ("--no-display",),
+        None,
+        "Do not display the profile (nor analysis progress) after the cell.",
+    ),
+    Option(
+        ("--no-stack",),
+        None,
+        "Do not record Python stacks: a cheaper capture, with no `callsite` on ops.",
+    ),
+    Option(
+        ("--device",),
+        "DEV",
+        "Devices whose memory to record: cpu, cuda, cuda:N. Repeat it or give a "
+        "comma-separated list. Default: the CPU and every visible CUDA device.",
+        repeat=True,
+    ),
+    Option(
+        ("--html",),
+        "PATH",
+        "Also write the interactive report to PATH as one standalone HTML file.",
+    ),
+    Option(
+        ("--force",),
+        None,
+        "With --html: replace PATH even when it is not an earlier HTML report (without "
+        "it such a file is left alone).",
+    ),
+    Option(
+        ("--estimate",),
+        None,
+        "Estimate the cell's memory without running it for real: the cell runs on "
+        "fake tensors (no compute, no memory). The notebook names it reads (and that the "
+        "notebook functions it calls read) are bound to fake copies while it runs; "
+        "afterwards every name is bound as before the cell, so names the cell assigns are "
+        "not kept (they would hold fake tensors). With --device cuda[:N] it works without a "
+        "GPU.",
+    ),
+    Option(
+        ("--limit",),
+        "SIZE",
+        "With --estimate: a memory limit such as 24GiB; the profile then says where "
+        "the cell would run out of memory.",
+    ),
+    Option(
+        ("--allocator",),
+        "SETTING",
+        "PYTORCH_CUDA_ALLOC_CONF settings for the model of CUDA's caching allocator "
+        "(reserved memory, segments), e.g. expandable_segments:True; default: the "
+        "environment's.",
+    ),
+    Option(
+        ("--context",),
+        "SIZE",
+        "With --estimate --limit: the memory a CUDA device holds outside PyTorch (CUDA "
+        "context, library handles); default 751MiB (measured on an H100).",
+    ),
+    Option(
+        ("--explain",),
+        None,
+        "Also show the peak explained: its few largest groups (category x module "
+        "family), what each is for and the what_if() changes that could cut it. With "
+        "--estimate, each change is also estimated on the cell (one more estimate each) "
+        "and the biggest saving named.",
+    ),
+    Option(
+        ("--gpu",),
+        "GPU",
+        "With --estimate for CUDA: the GPU whose kernels the estimate follows, a name "
+        "(H100, the default; A100, L4, ...) or a compute capability (sm80).",
+    ),
+    Option(
+        ("--label",),
+        "TEXT",
+        "Name shown in summaries and the Memory profiles panel (default: the -o name, else In[N]).",
+    ),
+)
+
+
+def decorate(fn):
+    """``fn`` with IPython's argument parser for :data:`OPTIONS` (options listed in order)."""
+    for option in reversed(OPTIONS):
+        fn = option.argument()(fn)
+    return magic_arguments.magic_arguments()(fn)
+
+
+def _takes_value() -> dict[str, bool]:
+    return {flag: o.value is not None for o in OPTIONS for flag in o.flags}
+
+
+# -- splitting ``%memprofile [options] STATEMENT`` -------------------------------------------
+def _token_end(text: str, pos: int) -> int:
+    """End of the shell-like word starting at ``pos`` (quotes keep spaces inside)."""
+    quote = None
+    while pos < len(text):
+        ch = text[pos]
+        if quote:
+            if ch == "\\" and quote == '"':
+                pos += 1
+            elif ch == quote:
+                quote = None
+        elif ch in "'\"":
+            quote = ch
+        elif ch.isspace():
+            break
+        pos += 1
+    return pos
+
+
+def split_statement(line: str) -> tuple[str, str]:
+    """Split ``%memprofile`` arguments into the options and the statement after them,
+    keeping the statement exactly as typed. ``--`` ends the options explicitly; a long
+    option may be abbreviated, as the parser allows."""
+    takes_value = _takes_value()
+    long_opts = [o for o in takes_value if o.startswith("--")]
+    pos, expect_value = 0, False
+    while True:
+        while pos < len(line) and line[pos].isspace():
+            pos += 1
+        if pos >= len(line):
+            return line, ""
+        end = _token_end(line, pos)
+        word = line[pos:end]
+        if expect_value:
+            expect_value = False
+        elif word == "--":
+            return line[:pos], line[end:].strip()
+        elif word.startswith("-") and len(word) > 1:
+            if "=" in word:
+                pass
+            elif word in takes_value:
+                expect_value = takes_value[word]
+            elif word.startswith("--"):
+                matches = [o for o in long_opts if o.startswith(word)]
+                expect_value = bool(matches) and all(takes_value[o] for o in matches)
+            # "-oNAME": the value is attached.
+        else:
+            return line[:pos], line[pos:].strip()
+        pos = end
+
+
+# -- reading and checking --------------------------------------------------------------------
+@dataclass
+class Options:
+    """The magic's options, read and checked. ``name`` is how the magic was called
+    (``%%memprofile`` or ``%memprofile``); ``estimate_options`` holds the checked
+    ``device``, ``limit``, ``allocator``, ``context`` and ``gpu`` of an estimate,
+    ``devices`` and ``allocator`` those of a real capture."""
+
+    name: str
+    output: str | None
+    label: str | None
+    html: str | None
+    force: bool
+    no_display: bool
+    no_stack: bool
+    estimate: bool
+    explain: bool
+    devices: str | list[str] | None = None
+    allocator: Any = None
+    estimate_options: dict | None = None
+
+
+def _unquote(value: str | None) -> str | None:
+    """IPython's magic argument splitter keeps quotes: ``--label "step 1"`` -> ``step 1``."""
+    if value is not None and len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+        return value[1:-1]
+    return value
+
+
+def _parse(parser, options: str, name: str):
+    """The options, parsed by IPython's own argument parser; a line it cannot split (an
+    unclosed quote) is one UsageError line, not a ValueError."""
+    try:
+        return parser.parse_argstring(options)
+    except ValueError as err:
+        raise UsageError(f"{name}: cannot read the options {options.strip()!r} ({err})") from None
+
+
+def read_options(shell, parser, options: str, name: str) -> Options:
+    """``options`` read with ``parser`` (the magic's) and every option checked before the
+    cell runs."""
+    args = _parse(parser, options, name)
+    for key in ("label", "html", "limit", "allocator", "context", "gpu"):
+        setattr(args, key, _unquote(getattr(args, key)))
+    _check_output_name(shell, args.output)
+    opts = Options(
+        name=name,
+        output=args.output,
+        label=args.label,
+        html=args.html,
+        force=args.force,
+        no_display=args.no_display,
+        no_stack=args.no_stack,
+        estimate=args.estimate,
+        explain=args.explain,
+    )
+    if args.estimate:
+        opts.estimate_options = _estimate_options(args, name)
+    elif args.limit is not None:
+        raise UsageError("--limit needs --estimate (a limit for an estimated cell)")
+    elif args.context is not None:
+        raise UsageError("--context needs --estimate (with --limit)")
+    elif args.gpu is not None:
+        raise UsageError("--gpu needs --estimate (the GPU an estimate's kernels follow)")
+    else:
+        opts.devices = _devices(args.device)
+        opts.allocator = _allocator_option(args.allocator)
+    if opts.html is not None:
+        # relative to the folder the cell starts in (the cell may change folders)
+        opts.html = os.path.abspath(os.path.expanduser(opts.html))
+        folder = os.path.dirname(opts.html)
+        if not os.path.isdir(folder):
+            raise UsageError(f"--html: the folder {folder!r} does not exist")
+        if not opts.force:
+            check_html_target(opts.html)
+    elif opts.force:
+        raise UsageError("--force needs --html (it lets --html replace a file)")
+    return opts
+
+
+#: names IPython keeps its history and itself under (``_3``, ``_i3``, ``_ii``, ...)
+_HISTORY_NAME = re.compile(r"_+|_i+|_i?\d+")
+
+
+def _check_output_name(shell, name: str | None) -> None:
+    """``-o NAME`` must be a variable of the user's own: not a keyword, a builtin (``print``),
+    nor a name IPython keeps (``In``, ``get_ipython``, ``_``, ``_i3``, dunders)."""
+    if name is None:
+        return
+    if not name.isidentifier() or keyword.iskeyword(name):
+        raise UsageError(f"-o needs a Python variable name, not {name!r}")
+    reserved = (
+        name in getattr(shell, "user_ns_hidden", {})
+        or hasattr(builtins, name)
+        or _HISTORY_NAME.fullmatch(name) is not None
+        or (name.startswith("__") and name.endswith("__"))
+    )
+    if reserved:
+        raise UsageError(
+            f"-o {name}: {name!r} is a name Python or IPython uses itself; choose another name"
+        )
+
+
+def _devices(values: list[str] | None) -> str | list[str] | None:
+    if not values:
+        return None
+    from .._devices import split_devices
+
+    out = split_devices(values)
+    if not out:
+        raise UsageError("--device needs a device: 'cpu', 'cuda' or 'cuda:N'")
+    return out[0] if len(out) == 1 else out
+
+
+def _estimate_options(args, name: str) -> dict:
+    """--device, --limit, --allocator, --context and --gpu of an estimate, checked before
+    anything runs."""
+    from .._devices import split_devices
+    from .._errors import EstimateError
+    from .estimate import check_allocator, check_context, check_device, check_gpu, check_limit
+
+    wanted = split_devices(args.device or [])
+    if len(wanted) > 1:
+        raise UsageError(f"{name} --estimate takes one --device, not {', '.join(wanted)}")
+    try:
+        return {
+            "device": check_device(wanted[0] if wanted else None),
+            "limit": check_limit(args.limit),
+            "allocator": check_allocator(args.allocator),
+            "context": check_context(args.context),
+            "gpu": check_gpu(args.gpu),
+        }
+    except EstimateError as err:
+        raise UsageError(f"{name} --estimate: {err}") from None
+
+
+def _allocator_option(setting):
+    """--allocator of a real capture, checked before anything runs (None: the
+    environment's)."""
+    from .._analysis.allocator import config_from_env, parse_config
+    from .._errors import AllocatorConfigError
+
+    try:
+        return config_from_env(os.environ) if setting is None else parse_config(setting)
+    except AllocatorConfigError as err:
+        raise UsageError(f"--allocator: {err}") from None
+
+
+def html_refusal(path: str, exc: Exception | None = None) -> str:
+    """Why --html will not write ``path``."""
+    from .._io import NotARegularFile
+
+    if isinstance(exc, NotARegularFile):  # a FIFO, a device: --force does not help
+        return f"--html: {exc}"
+    return (
+        f"--html: {path!r} exists and is not a jupyter_memprof HTML report; add --force to "
+        "replace it"
+    )
+
+
+def check_html_target(path: str) -> None:
+    """Refuse, before the cell runs, to replace a file that is not an earlier report."""
+    from .._io import WriteRefused, check_target
+
+    def is_report(target: str) -> bool:  # bokeh is imported only when a file is there
+        from .._views.dashboard_html import is_our_page
+
+        return is_our_page(target)
+
+    try:
+        check_target(os.path.expanduser(path), is_own_kind=is_report)
+    except WriteRefused as exc:
+        raise UsageError(html_refusal(path, exc)) from None
+    except OSError:  # a folder in the way: reported after the cell, its profile kept
+        pass
