@@ -11,8 +11,8 @@ import weakref
 import pytest
 
 import jupyter_memprof
-from jupyter_memprof._frontends import comm as _comm
 from jupyter_memprof._frontends import cell_profile as _magic
+from jupyter_memprof._frontends import comm as _comm
 from jupyter_memprof._frontends import session as _session
 
 STEP = "x = torch.ones(64)\nfor _ in range({n}):\n    y = x * 2\n"
