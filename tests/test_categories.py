@@ -1,5 +1,6 @@
 """Categories, names, lineage and the peak on real training steps."""
 
+import numpy as np
 import pandas as pd
 import pytest
 import scenarios
@@ -354,3 +355,37 @@ def test_the_categories_benchmark_captures_as_profile_does():
     assert results is not None  # torch's raw result, for its MemoryProfile
     exact, _ = profile_scenario(scenarios.mlp_adam)
     assert prof.peak_by("category").to_dict() == exact.peak_by("category").to_dict()
+
+
+def test_each_rule_runs_alone_on_the_tables(mlp):
+    """The category rules are named passes over one set of facts: run alone, the session
+    rule decides exactly the blocks the session names as model state, and the module rules
+    alone put every parameter in its module."""
+    from jupyter_memprof._analysis import categories as cats
+    from jupyter_memprof._analysis import modules as mods
+    from jupyter_memprof._analysis.facts import facts
+
+    prof, ns = mlp
+    f = facts(prof.tables)
+    d = cats.Decisions(f.n)
+    cats.session_rule(f, d)
+    decided = d.cat >= 0
+    reasons = {d.reasons.values[c] for c in d.why[decided]}
+    assert reasons == {"module parameter", "optimizer.state", ".grad of a parameter"}
+    a = prof.allocations
+    by_rule = set(a["alloc_id"][decided])
+    final = (
+        a["reason"]
+        .astype(object)
+        .map(lambda r: isinstance(r, str) and r.startswith(tuple(reasons)))
+    )
+    assert by_rule == set(a["alloc_id"][final.to_numpy(dtype=bool)])
+
+    owners = mods.Owners(f)
+    mods.owner_rule(owners)
+    module, why = owners.columns()
+    weight = int(
+        np.flatnonzero((a["name"] == "model.0.weight").to_numpy(dtype=bool, na_value=False))[0]
+    )
+    assert module[weight] == "model.0" and why[weight] == "holds it as a parameter"
+    assert cats.RULES[0] is cats.unreachable_rule and cats.RULES[-1] is cats.fallback_rule

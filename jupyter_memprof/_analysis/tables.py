@@ -18,7 +18,8 @@ import pandas as pd
 from .._devices import cuda_block_bytes
 from .._records import MemoryRecord, OpRecord, TensorRef, Trace
 from . import schema as S
-from .schema import OpKind, Phase
+from .arrays import BACKWARD, FORWARD, KIND, OPTIMIZER, OTHER, find, levels, runs
+from .schema import OpKind
 
 _NA = pd.NA
 
@@ -98,19 +99,8 @@ _FLOP_NAMES = frozenset(
 
 
 # -- ops -----------------------------------------------------------------------------------
-_KIND = S.codes_of(S.KIND_DTYPE)
-_PHASE = S.codes_of(S.PHASE_DTYPE)
-FORWARD, BACKWARD, OPTIMIZER, OTHER = (
-    _PHASE[p.value] for p in (Phase.FORWARD, Phase.BACKWARD, Phase.OPTIMIZER, Phase.OTHER)
-)
 #: the phase code of ops whose phase needs the other tables (:func:`finish_ops`)
 UNSET = -1
-
-
-def _levels(depth: np.ndarray) -> list[np.ndarray]:
-    """Op positions grouped by depth, shallowest first (the op tree, one level at a time)."""
-    order = np.argsort(depth, kind="stable")
-    return np.split(order, np.flatnonzero(np.diff(depth[order])) + 1)
 
 
 def build_ops(trace: Trace, module_paths: list[str], module_classes: list[str]) -> pd.DataFrame:
@@ -126,7 +116,7 @@ def build_ops(trace: Trace, module_paths: list[str], module_classes: list[str]) 
     r = _read(recs, _OP_RECORD)
     parent = r["parent_id"]
     kind = S.categorical(r["kind"], S.KIND_DTYPE)  # str enums: categorise as strings
-    is_module = kind.codes == _KIND[OpKind.MODULE.value]
+    is_module = kind.codes == KIND[OpKind.MODULE.value]
     names = r["name"]
     mod_idx = r["module_index"]
     ctx = r["module_ctx"]
@@ -188,7 +178,7 @@ def finish_ops(ops: pd.DataFrame, flows: pd.DataFrame, allocations: pd.DataFrame
         return ops
     n = len(ops)
     parent = ops["parent_id"].to_numpy(dtype=np.int64, na_value=-1)
-    levels = _levels(ops["depth"].to_numpy())
+    by_depth = levels(ops["depth"].to_numpy())
     phase = ops["phase"].cat.codes.to_numpy().astype(np.int8)  # UNSET: not known yet
     paths = ops["module"].cat.categories
     module = ops["module"].cat.codes.to_numpy().astype(np.int64)  # -1: none
@@ -206,7 +196,7 @@ def finish_ops(ops: pd.DataFrame, flows: pd.DataFrame, allocations: pd.DataFrame
     bwd = flows["backward_op_id"].to_numpy()
     take = module[bwd] < 0
     module[bwd[take]] = module[fwd[take]]
-    for level in levels[1:]:
+    for level in by_depth[1:]:
         p = parent[level]
         inherit = (phase[level] == UNSET) & (phase[p] != UNSET)
         phase[level[inherit]] = phase[p[inherit]]
@@ -221,7 +211,7 @@ def finish_ops(ops: pd.DataFrame, flows: pd.DataFrame, allocations: pd.DataFrame
         op = op.to_numpy(dtype=np.int64, na_value=0)
         np.add.at(self_bytes, op[ok], allocations["size_bytes"].to_numpy()[ok])
     total = self_bytes.copy()
-    for level in reversed(levels[1:]):
+    for level in reversed(by_depth[1:]):
         np.add.at(total, parent[level], total[level])
     ops = ops.assign(
         phase=pd.Categorical.from_codes(phase, dtype=S.PHASE_DTYPE),
@@ -268,7 +258,7 @@ def build_flows(ops: pd.DataFrame) -> pd.DataFrame:
     if ops.empty:
         return S.empty(S.FLOWS)
     has_seq = ops["seq_nr"].notna().to_numpy()
-    is_bwd = ops["kind"].cat.codes.to_numpy() == _KIND[OpKind.BACKWARD.value]
+    is_bwd = ops["kind"].cat.codes.to_numpy() == KIND[OpKind.BACKWARD.value]
     parent = ops["parent_id"].to_numpy(dtype=np.int64, na_value=-1)
     parent_is_bwd = np.zeros(len(ops), dtype=bool)
     ok = parent >= 0
@@ -359,20 +349,6 @@ def untracked_table(trace: Trace) -> pd.DataFrame:
     return pd.DataFrame(trace.untracked, columns=list(_UNTRACKED)).astype(_UNTRACKED)
 
 
-def _runs(keys: tuple, by: int) -> tuple[np.ndarray, np.ndarray]:
-    """Positions sorted by ``keys`` (the first key first; ties keep their order), and, in
-    that order, a mask of the positions that start a run of equal values of the first
-    ``by`` keys."""
-    order = np.lexsort(keys[::-1])
-    start = np.ones(len(order), dtype=bool)
-    if len(order) > 1:
-        start[1:] = False
-        for k in keys[:by]:
-            ks = k[order]
-            start[1:] |= ks[1:] != ks[:-1]
-    return order, start
-
-
 def allocated_at_start(mem: pd.DataFrame, totals_start: dict | None) -> dict[str, int]:
     """Per CUDA device, the bytes the caching allocator held just before the capture: its
     first recorded event's total less the event's own size (exact: the allocator's own
@@ -427,7 +403,7 @@ def build_allocations(
 
     # the first allocation and the first free of each (allocation_id, device), by that key
     def firsts(rows: np.ndarray) -> np.ndarray:
-        order, first = _runs((aid[rows], dev_code[rows]), by=2)
+        order, first = runs((aid[rows], dev_code[rows]), by=2)
         return rows[order[first]]
 
     a = firsts(np.flatnonzero(size > 0))
@@ -435,7 +411,7 @@ def build_allocations(
     # pair them: one block per key, in key order
     rows = np.concatenate([a, f])
     is_f = np.concatenate([np.zeros(len(a), dtype=bool), np.ones(len(f), dtype=bool)])
-    order, first = _runs((aid[rows], dev_code[rows], is_f), by=2)
+    order, first = runs((aid[rows], dev_code[rows], is_f), by=2)
     rows, is_f = rows[order], is_f[order]
     block = np.cumsum(first) - 1
     nb = int(first.sum())
@@ -667,7 +643,7 @@ def infer_invisible_frees(
         if not len(later):
             continue
         # the first allocation at each address
-        order, first = _runs((ptr[later], alloc_ns[later]), by=1)
+        order, first = runs((ptr[later], alloc_ns[later]), by=1)
         at, first_ns = ptr[later][order[first]], alloc_ns[later][order[first]]
         j = np.minimum(np.searchsorted(at, ptr[rows]), len(at) - 1)
         hit = at[j] == ptr[rows]
@@ -682,16 +658,8 @@ def _first_blocks(allocations: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     tid = allocations["tensor_id"]
     rows = np.flatnonzero(tid.notna().to_numpy())
     t = tid.to_numpy(dtype=np.int64, na_value=0)[rows]
-    order, first = _runs((t,), by=1)
+    order, first = runs((t,), by=1)
     return t[order[first]], rows[order[first]]
-
-
-def _find(keys: np.ndarray, query: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Positions of ``query`` in the sorted unique ``keys``, and whether each was found."""
-    if not len(keys):
-        return np.zeros(len(query), dtype=np.int64), np.zeros(len(query), dtype=bool)
-    j = np.minimum(np.searchsorted(keys, query), len(keys) - 1)
-    return j, keys[j] == query
 
 
 def build_uses(ops: pd.DataFrame, refs: pd.DataFrame, allocations: pd.DataFrame) -> pd.DataFrame:
@@ -713,7 +681,7 @@ def build_uses(ops: pd.DataFrame, refs: pd.DataFrame, allocations: pd.DataFrame)
     tensor = refs["tensor_id"].to_numpy()[keep]
     mutable = refs["mutable"].to_numpy()[keep]
     # one edge per (node, tensor), in order of first appearance, mutated if any op wrote it
-    order, start = _runs((node, tensor), by=2)
+    order, start = runs((node, tensor), by=2)
     starts = np.flatnonzero(start)
     mutated = np.logical_or.reduceat(mutable[order], starts) if len(starts) else np.zeros(0, bool)
     first = order[starts]
@@ -721,7 +689,7 @@ def build_uses(ops: pd.DataFrame, refs: pd.DataFrame, allocations: pd.DataFrame)
     node, tensor, mutated = node[first[seen]], tensor[first[seen]], mutated[seen]
     # the block each tensor lives in; blocks the node allocated itself are its outputs
     t_ids, t_rows = _first_blocks(allocations)
-    j, found = _find(t_ids, tensor)
+    j, found = find(t_ids, tensor)
     alloc = np.full(len(tensor), -1, dtype=np.int64)
     alloc[found] = allocations["alloc_id"].to_numpy()[t_rows[j[found]]]
     alloc_op = allocations["alloc_op_id"].to_numpy(dtype=np.int64, na_value=-1)
@@ -734,7 +702,7 @@ def build_uses(ops: pd.DataFrame, refs: pd.DataFrame, allocations: pd.DataFrame)
     node, tensor, mutated, alloc, found = (x[order] for x in (node, tensor, mutated, alloc, found))
     # the version each node saw: the writes to its tensor before it
     m = mutated.astype(np.int64)
-    order, start = _runs((tensor,), by=1)
+    order, start = runs((tensor,), by=1)
     before = np.cumsum(m[order]) - m[order]
     version = np.empty(len(m), dtype=np.int64)
     version[order] = before - before[start][np.cumsum(start) - 1]
