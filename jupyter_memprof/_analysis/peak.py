@@ -19,16 +19,6 @@ PEAK_COLUMNS = {
 }
 
 
-def peak_per_device(tables: dict[str, pd.DataFrame]) -> pd.DataFrame:
-    """One row per device (in :func:`~jupyter_memprof._devices.device_sort_key` order):
-    peak_bytes, peak_ns and the event position of the peak."""
-    peaks = _peaks(tables["events"])
-    if not peaks:
-        return pd.DataFrame({"device": [], "peak_bytes": [], "peak_ns": [], "event": []})
-    rows = [(dev, *peaks[dev]) for dev in sorted(peaks, key=device_sort_key)]
-    return pd.DataFrame(rows, columns=["device", "peak_bytes", "peak_ns", "event"])
-
-
 def _peaks(events: pd.DataFrame) -> dict[str, tuple[int, int, int]]:
     """For each device: the highest total of live bytes after any event (the first event to
     reach it), its time and the event's position. Creating (or finding preexisting) a block

@@ -21,8 +21,6 @@ from . import schema as S
 from .arrays import BACKWARD, FORWARD, KIND, OPTIMIZER, OTHER, find, levels, runs
 from .schema import OpKind
 
-_NA = pd.NA
-
 
 def _record_dtype(
     kind: type, objects: frozenset = frozenset(), flags: frozenset = frozenset()

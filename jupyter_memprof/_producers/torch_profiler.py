@@ -32,7 +32,7 @@ from .._records import (
 )
 from .._vocab import OpKind
 
-try:  # private API: present in every torch this package supports (>= 2.4)
+try:  # private API: present in every torch this package supports (>= 2.13)
     from torch._C._profiler import (
         RecordScope,
         _ExtraFields_Allocation,
@@ -43,7 +43,7 @@ try:  # private API: present in every torch this package supports (>= 2.4)
     )
 except ImportError as exc:  # pragma: no cover - only on unsupported torch builds
     raise ImportError(
-        f"jupyter_memprof needs torch's profiler event tree (torch >= 2.4); found torch {torch.__version__}"
+        f"jupyter_memprof needs torch's profiler event tree (torch >= 2.13); found torch {torch.__version__}"
     ) from exc
 
 
@@ -54,7 +54,6 @@ _ALLOCATION = _ExtraFields_Allocation
 _PY_CALL = _ExtraFields_PyCall
 _PY_CCALL = _ExtraFields_PyCCall
 _BACKWARD_SCOPE = RecordScope.BACKWARD_FUNCTION
-_USER_SCOPE = RecordScope.USER_SCOPE
 _OP = OpKind.OP
 # Python functions whose own ops (the seed gradient) belong to the backward pass
 _AUTOGRAD_ENTRY_POINTS = frozenset({"backward", "grad", "_engine_run_backward"})

@@ -67,7 +67,6 @@ SUFFIXES = (
     (".json", "timeline"),
     (".html", "html"),
 )
-_PER_DEVICE = ("raw", "timeline")
 
 
 def export_format(path: str | os.PathLike) -> str:
