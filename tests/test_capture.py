@@ -483,7 +483,7 @@ def test_a_preexisting_block_whose_address_is_reused_ends_at_the_exact_reuse_tim
     address ends the old one at its own allocation time, to the nanosecond (Unix-clock times
     are above 2**53: a float64 on the way would round them), also when another
     pre-existing block of the device finds no reuse."""
-    from jupyter_memprof._analysis.tables import infer_invisible_frees
+    from jupyter_memprof._analysis.blocks import infer_invisible_frees
 
     t0 = 1_795_367_596_159_732_873  # an odd time in ns, as the events carry
     has_alloc = np.array([False, False, True])

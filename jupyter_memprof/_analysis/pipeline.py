@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from .._records import Capture
+from . import blocks as B
 from . import tables as T
 from .allocator import AllocatorConfig, model_profile
 from .categories import categorise
@@ -92,7 +93,7 @@ def analyse(
     mem = T.memory_table(trace, devices)
     refs = T.refs_table(trace)
     names_df = T.names_table(names)
-    allocations = T.build_allocations(
+    allocations = B.build_allocations(
         mem,
         T.untracked_table(trace),
         names_df,
@@ -137,7 +138,7 @@ def analyse(
         {"events": events, "allocations": allocations}, allocator
     )
     step(5)
-    baseline = baseline_meta(allocations, events, capture, T.allocated_at_start(mem, totals_start))
+    baseline = baseline_meta(allocations, events, capture, B.allocated_at_start(mem, totals_start))
     tables = {
         "ops": ops,
         "allocations": allocations,
