@@ -57,6 +57,23 @@ def paused_gc() -> Iterator[None]:
             gc.enable()
 
 
+class _Stages:
+    """Each stage's seconds (``timings``), and ``progress(stage, done, total)`` after each."""
+
+    NAMES = ("ops", "allocations", "versions", "categories", "timeline", "segments")
+
+    def __init__(self, progress: Progress | None) -> None:
+        self.progress = progress or (lambda *a: None)
+        self.timings: dict[str, float] = {}
+        self._t = time.perf_counter()
+
+    def done(self, i: int) -> None:
+        now = time.perf_counter()
+        self.timings[self.NAMES[i]] = now - self._t
+        self._t = now
+        self.progress(self.NAMES[i], i + 1, len(self.NAMES))
+
+
 def analyse(
     capture: Capture,
     *,
@@ -68,31 +85,49 @@ def analyse(
     allocator (with the settings ``allocator``, default torch's) gives for the CUDA blocks
     (``segments``; meta ``reserved_peak_bytes`` etc., see :func:`.allocator.model_profile`;
     a recorded reserved peak is kept over the modelled one)."""
-    trace, names, devices, start_ns = (
-        capture.trace,
-        capture.names,
-        capture.devices,
-        capture.start_ns,
+    stages = _Stages(progress)
+    tables, mem = _record_tables(capture, stages)
+    allocations, versions = categorise(tables)
+    tables.update(allocations=allocations, versions=versions)
+    stages.done(3)
+    start_ns = _start_ns(capture.start_ns, tables["ops"], mem)
+    end_ns = _time_tables(tables, mem, capture, start_ns)
+    stages.done(4)
+    segments, allocator_meta = model_profile(tables, allocator)
+    tables["segments"] = segments
+    stages.done(5)
+    totals_start = capture.totals_start or {}
+    baseline = baseline_meta(
+        allocations, tables["events"], capture, B.allocated_at_start(mem, totals_start)
     )
-    module_paths, module_classes = capture.module_paths, capture.module_classes
-    progress = progress or (lambda *a: None)
-    stages = ["ops", "allocations", "versions", "categories", "timeline", "segments"]
-    timings: dict[str, float] = {}
-    t = time.perf_counter()
+    reserved = {  # recorded where torch recorded it, else modelled
+        **allocator_meta.get("reserved_peak_bytes", {}),
+        **baseline.get("reserved_peak_bytes", {}),
+    }
+    order = ("ops", "allocations", "versions", "events", "timeline", "flows", "uses", "names")
+    ordered = {k: tables[k] for k in (*order, "steps", "segments")}
+    return ordered, {
+        "start_ns": start_ns,
+        "end_ns": end_ns,
+        "stage_s": stages.timings,
+        **allocator_meta,
+        **baseline,
+        **({"reserved_peak_bytes": reserved} if reserved else {}),
+    }
 
-    def step(i: int) -> None:
-        nonlocal t
-        now = time.perf_counter()
-        timings[stages[i]] = now - t
-        t = now
-        progress(stages[i], i + 1, len(stages))
 
-    ops = T.build_ops(trace, module_paths, module_classes)
+def _record_tables(
+    capture: Capture, stages: _Stages
+) -> tuple[dict[str, pd.DataFrame], pd.DataFrame]:
+    """The tables the records give (ops, flows, allocations, names, uses, versions; no
+    categories yet), and the allocator events."""
+    trace, devices = capture.trace, capture.devices
+    ops = T.build_ops(trace, capture.module_paths, capture.module_classes)
     flows = T.build_flows(ops)
-    step(0)
+    stages.done(0)
     mem = T.memory_table(trace, devices)
     refs = T.refs_table(trace)
-    names_df = T.names_table(names)
+    names_df = T.names_table(capture.names)
     allocations = B.build_allocations(
         mem,
         T.untracked_table(trace),
@@ -103,10 +138,10 @@ def analyse(
     )
     names_df = T.match_names(names_df, allocations)
     ops = T.finish_ops(ops, flows, allocations)
-    step(1)
+    stages.done(1)
     uses = T.build_uses(ops, refs, allocations)
     versions = T.build_versions(allocations, uses, ops)
-    step(2)
+    stages.done(2)
     tables = {
         "ops": ops,
         "allocations": allocations,
@@ -115,54 +150,39 @@ def analyse(
         "names": names_df,
         "flows": flows,
     }
-    allocations, versions = categorise(tables)
-    step(3)
-    if start_ns is None:
-        firsts = [
-            x
-            for x in (
-                ops["start_ns"].min() if len(ops) else None,
-                mem["time_ns"].min() if len(mem) else None,
-            )
-            if x is not None
-        ]
-        start_ns = int(min(firsts)) if firsts else 0
-    events = build_events(allocations, versions, ops, start_ns)
+    return tables, mem
+
+
+def _start_ns(start_ns: int | None, ops: pd.DataFrame, mem: pd.DataFrame) -> int:
+    """When the capture began: as recorded, else its first op or allocator event."""
+    if start_ns is not None:
+        return start_ns
+    firsts = [
+        x
+        for x in (
+            ops["start_ns"].min() if len(ops) else None,
+            mem["time_ns"].min() if len(mem) else None,
+        )
+        if x is not None
+    ]
+    return int(min(firsts)) if firsts else 0
+
+
+def _time_tables(tables: dict, mem: pd.DataFrame, capture: Capture, start_ns: int) -> int:
+    """Add ``events`` (with the reserved totals), ``timeline`` and ``steps`` to ``tables``;
+    returns the capture's end."""
+    ops = tables["ops"]
+    events = build_events(tables["allocations"], tables["versions"], ops, start_ns)
     totals_start = capture.totals_start or {}
     events = with_reserved(events, mem, {d: t.reserved for d, t in totals_start.items()})
-    timeline = build_timeline(events, versions)
+    timeline = build_timeline(events, tables["versions"])
     end_ns = int(max(ops["end_ns"].max() if len(ops) else start_ns, start_ns))
-    steps = build_steps(ops, events, timeline, start_ns, end_ns)
-    step(4)
-    segments, allocator_meta = model_profile(
-        {"events": events, "allocations": allocations}, allocator
+    tables.update(
+        events=events,
+        timeline=timeline,
+        steps=build_steps(ops, events, timeline, start_ns, end_ns),
     )
-    step(5)
-    baseline = baseline_meta(allocations, events, capture, B.allocated_at_start(mem, totals_start))
-    tables = {
-        "ops": ops,
-        "allocations": allocations,
-        "versions": versions,
-        "events": events,
-        "timeline": timeline,
-        "flows": flows,
-        "uses": uses,
-        "names": names_df,
-        "steps": steps,
-        "segments": segments,
-    }
-    reserved = {  # recorded where torch recorded it, else modelled
-        **allocator_meta.get("reserved_peak_bytes", {}),
-        **baseline.get("reserved_peak_bytes", {}),
-    }
-    return tables, {
-        "start_ns": start_ns,
-        "end_ns": end_ns,
-        "stage_s": timings,
-        **allocator_meta,
-        **baseline,
-        **({"reserved_peak_bytes": reserved} if reserved else {}),
-    }
+    return end_ns
 
 
 def baseline_meta(allocations, events, capture: Capture, allocated_start: dict) -> dict:
