@@ -230,43 +230,8 @@ def build(cmp: ComparisonLike) -> Built:
         "b", "b = " + title(b, tlb, dev_b), tlb, x_b, y_range, hl_b, label_b
     )
 
-    tables, series = {}, {}
-    for by in GROUPINGS:
-        d = cmp.diff(by)
-        tables[by] = _table_columns(d)
-        keys = [str(k) for k in d.index[:HIGHLIGHT_KEYS]]
-        if by == "category":
-            sa, sb = _category_series(tla, keys), _category_series(tlb, keys)
-        else:
-            sa = _key_series(a, by, keys, dev_a, fa)
-            sb = _key_series(b, by, keys, dev_b, fb)
-        series[by] = {k: {"a": sa[k], "b": sb[k]} for k in keys}
-
-    rows = ColumnDataSource(dict(tables["category"]), name="memprof-compare-rows")
-    cols = [
-        TableColumn(field="key", title="key", width=320),
-        TableColumn(field="a", title="a", width=90),
-        TableColumn(field="b", title="b", width=90),
-        TableColumn(field="delta", title="delta", width=90),
-        TableColumn(field="ratio", title="ratio", width=70),
-    ]
-    table = DataTable(
-        source=rows,
-        columns=cols,
-        height=260,
-        sizing_mode="stretch_width",
-        index_position=None,
-        selectable=True,
-        css_classes=["memprof-compare-table"],
-    )
-    by = Select(
-        title="group the peaks by",
-        value="category",
-        options=list(GROUPINGS),
-        width=200,
-        name="memprof-compare-by",
-        css_classes=["memprof-compare-by"],
-    )
+    tables, series = _grouped(cmp, (tla, tlb), (dev_a, dev_b), (fa, fb))
+    rows, table, by = _diff_table(tables)
     status = Div(
         text="Click a row to highlight it in both timelines.",
         css_classes=["memprof-compare-status"],
@@ -306,6 +271,53 @@ def build(cmp: ComparisonLike) -> Built:
         css_classes=["memprof-compare"],
     )
     return Built(layout, rows, by)
+
+
+def _grouped(cmp: ComparisonLike, tls, devs, frames) -> tuple[dict, dict]:
+    """Per grouping: the diff table's columns, and the highlight series of its largest
+    changes in both profiles."""
+    tables, series = {}, {}
+    for by in GROUPINGS:
+        d = cmp.diff(by)
+        tables[by] = _table_columns(d)
+        keys = [str(k) for k in d.index[:HIGHLIGHT_KEYS]]
+        if by == "category":
+            sa, sb = _category_series(tls[0], keys), _category_series(tls[1], keys)
+        else:
+            sa = _key_series(cmp.a, by, keys, devs[0], frames[0])
+            sb = _key_series(cmp.b, by, keys, devs[1], frames[1])
+        series[by] = {k: {"a": sa[k], "b": sb[k]} for k in keys}
+    return tables, series
+
+
+def _diff_table(tables: dict):
+    """The diff table (its rows, the table, the grouping select)."""
+    rows = ColumnDataSource(dict(tables["category"]), name="memprof-compare-rows")
+    cols = [
+        TableColumn(field="key", title="key", width=320),
+        TableColumn(field="a", title="a", width=90),
+        TableColumn(field="b", title="b", width=90),
+        TableColumn(field="delta", title="delta", width=90),
+        TableColumn(field="ratio", title="ratio", width=70),
+    ]
+    table = DataTable(
+        source=rows,
+        columns=cols,
+        height=260,
+        sizing_mode="stretch_width",
+        index_position=None,
+        selectable=True,
+        css_classes=["memprof-compare-table"],
+    )
+    by = Select(
+        title="group the peaks by",
+        value="category",
+        options=list(GROUPINGS),
+        width=200,
+        name="memprof-compare-by",
+        css_classes=["memprof-compare-by"],
+    )
+    return rows, table, by
 
 
 def _clock_note(a, b) -> str:
