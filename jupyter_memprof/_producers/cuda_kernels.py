@@ -12,6 +12,7 @@ choose their CPU kernels. Where CUDA's choice changes the memory, it is made her
   leaves empty and the blocks the real kernel allocates and frees inside itself (same form
   as the CPU rules of :mod:`.fake_recorder`). Each is written down in docs/estimate.md with
   the shapes it was checked on.
+- cuDNN's RNNs and convolutions: :mod:`.cudnn_kernels`; the GPU: :mod:`.gpus`.
 - :data:`NOT_MODELLED` names the ops whose CUDA kernels allocate memory that no rule
   covers (cuDNN's and cuBLAS's workspaces, ...): an estimate lists the ones it ran.
 """
@@ -20,73 +21,12 @@ from __future__ import annotations
 
 import enum
 import math
-import re
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import torch
 
-#: The GPU an estimate for CUDA assumes when none is named.
-DEFAULT_GPU = "H100"
-
-_NAMED_GPUS = {
-    "H100": (9, 0), "H200": (9, 0), "GH200": (9, 0), "H800": (9, 0), "H20": (9, 0),
-    "B200": (10, 0), "GB200": (10, 0), "B100": (10, 0),
-    "A100": (8, 0), "A800": (8, 0), "A30": (8, 0),
-    "A10": (8, 6), "A10G": (8, 6), "A40": (8, 6), "A6000": (8, 6), "RTX3090": (8, 6),
-    "L4": (8, 9), "L40": (8, 9), "L40S": (8, 9), "RTX4090": (8, 9), "RTX6000ADA": (8, 9),
-    "RTX5090": (12, 0), "V100": (7, 0), "T4": (7, 5), "RTX2080TI": (7, 5), "P100": (6, 0),
-}  # fmt: skip
-_SM = re.compile(r"^(?:SM_?)?(\d{1,3})(?:\.(\d))?$")
-
-
-class Gpu(NamedTuple):
-    """The GPU an estimate's kernel choices follow: a name and its compute capability."""
-
-    name: str
-    major: int
-    minor: int
-
-    @property
-    def sm(self) -> int:
-        """Compute capability as one number (9.0 -> 90)."""
-        return self.major * 10 + self.minor
-
-
-def parse_gpu(gpu: Any) -> Gpu:
-    """``None`` (:data:`DEFAULT_GPU`), a name (``"H100"``, ``"a100"``, ``"RTX 4090"``), a
-    compute capability (``"sm90"``, ``"sm_80"``, ``"8.6"``, ``(9, 0)``) -> :class:`Gpu`;
-    anything else raises ValueError with one line."""
-    if gpu is None:
-        gpu = DEFAULT_GPU
-    if isinstance(gpu, Gpu):
-        return gpu
-    if isinstance(gpu, tuple) and len(gpu) == 2 and all(type(x) is int for x in gpu):
-        major, minor = gpu
-        if 1 <= major <= 20 and 0 <= minor <= 9:
-            return Gpu(f"sm{major}{minor}", major, minor)
-    if isinstance(gpu, str):
-        key = re.sub(r"[\s_-]", "", gpu.upper()).removeprefix("NVIDIA")
-        if key in _NAMED_GPUS:
-            return Gpu(key, *_NAMED_GPUS[key])
-        m = _SM.match(gpu.strip().upper())
-        if m:
-            major, minor = _sm_digits(m.group(1), m.group(2))
-            if major >= 1:
-                return Gpu(f"sm{major}{minor}", major, minor)
-    names = ", ".join(sorted(_NAMED_GPUS))
-    raise ValueError(
-        f"unknown gpu {gpu!r}: give a name ({names}) or a compute capability such as "
-        "'sm90' or (9, 0)"
-    )
-
-
-def _sm_digits(whole: str, minor: str | None) -> tuple[int, int]:
-    """``"90"`` -> (9, 0), ``"120"`` -> (12, 0), ``"8", "6"`` -> (8, 6), ``"9"`` -> (9, 0)."""
-    if minor is not None:
-        return int(whole), int(minor)
-    if len(whole) >= 2:
-        return int(whole[:-1]), int(whole[-1])
-    return int(whole), 0
+from .cudnn_kernels import CUDNN_RULES, RnnDims, allow_cudnn_rnn_backward, cudnn_lstm
+from .gpus import CUDNN_PAD, DEFAULT_GPU, ON_CPU, Gpu, Out, ceil_div, nbytes, parse_gpu
 
 
 # -- scaled dot product attention: the backend --------------------------------------------------
@@ -315,14 +255,6 @@ def cuda_sdpa(c: SdpaCall, backend: SdpaBackend) -> torch.Tensor:
 
 
 # -- size rules -----------------------------------------------------------------------------------
-def _nbytes(shape, dtype: torch.dtype) -> int:
-    return math.prod(int(s) for s in shape) * dtype.itemsize
-
-
-def _ceil(a: int, b: int) -> int:
-    return -(-a // b)
-
-
 class _EffBwdKernel(NamedTuple):
     """One kernel of the memory-efficient attention backward (``cutlassB``): block sizes
     I (queries) and J (keys), the largest head dimension it takes, dropout or not."""
@@ -364,8 +296,8 @@ def efficient_backward_workspace(b, h, m, d, kern: _EffBwdKernel) -> int:
     queries and J head-dimension columns, rounded to 4 floats. f32 and register-kept dK/dV
     need no dK/dV accumulators."""
     tile = (16 + 4 * kern.block_i * kern.block_j) // 4
-    per_bh = _ceil(m, kern.block_i) * _ceil(d, kern.block_j) * tile
-    per_bh = _ceil(per_bh, 4) * 4
+    per_bh = ceil_div(m, kern.block_i) * ceil_div(d, kern.block_j) * tile
+    per_bh = ceil_div(per_bh, 4) * 4
     return b * h * per_bh * 4
 
 
@@ -376,7 +308,6 @@ def _transposed_contiguous(t: torch.Tensor) -> bool:
 
 
 #: An output a size rule places on the CPU (CUDA's kernel makes it there).
-ON_CPU = "cpu"
 
 
 def _efficient_forward(a: dict, gpu: Gpu):
@@ -404,7 +335,7 @@ def _efficient_backward(a: dict, gpu: Gpu):
         return None
     temps: list = []
     if not _transposed_contiguous(go):
-        temps.append(_nbytes(go.shape, go.dtype))
+        temps.append(nbytes(go.shape, go.dtype))
     if q.dtype == torch.float32:  # delta = (dO * O).sum(-1).transpose(-2, -1).contiguous()
         temps.append((b * m * h * dv * 4, b * m * h * 4))
     temps.append(b * h * m * 4)  # delta
@@ -422,21 +353,16 @@ def _flash_backward(a: dict, gpu: Gpu):
     q, k, go, out = a["query"], a["key"], a["grad_out"], a["out"]
     b, h, m, d = (int(s) for s in q.shape)
     n, hk = int(k.shape[2]), int(k.shape[1])
-    m128 = _ceil(m, 128) * 128
-    d_round = _ceil(d, 32) * 32 if d <= 192 else 256
+    m128 = ceil_div(m, 128) * 128
+    d_round = ceil_div(d, 32) * 32 if d <= 192 else 256
     temps = []
     for t in (go, out):
         if not _transposed_contiguous(t):
-            temps.append(_nbytes(t.shape, t.dtype))
+            temps.append(nbytes(t.shape, t.dtype))
     temps += [b * h * m128 * 4, b * m128 * h * d_round * 4]
     if hk != h:
         temps += [2 * b * n * h * d * q.element_size()]
     return {}, temps
-
-
-#: Bytes cuDNN adds to a workspace or reserve request (measured: between 53 and 352 on
-#: every shape; 256 rounds to the same 512-byte blocks on all of them).
-_CUDNN_PAD = 256
 
 
 def _cudnn_attention(a: dict, gpu: Gpu):
@@ -452,15 +378,15 @@ def _cudnn_attention_backward(a: dict, gpu: Gpu):
     """cuDNN attention backward (cuDNN 9.19): gradients as the fake kernel makes them;
     inside, the incoming gradient copied to the output's strides when they differ, and one
     workspace of B x H x Lq x (Dqk + 1) floats (a float dQ accumulator and a per-row sum)
-    plus :data:`_CUDNN_PAD` bytes."""
+    plus :data:`CUDNN_PAD` bytes."""
     if gpu.sm != 90:
         return None
     q, go, out = a["query"], a["grad_out"], a["out"]
     b, h, m, d = (int(s) for s in q.shape)
     temps = []
     if go.stride() != out.stride():
-        temps.append(_nbytes(go.shape, go.dtype))
-    temps.append(b * h * m * (d + 1) * 4 + _CUDNN_PAD)
+        temps.append(nbytes(go.shape, go.dtype))
+    temps.append(b * h * m * (d + 1) * 4 + CUDNN_PAD)
     return {}, temps
 
 
@@ -473,6 +399,7 @@ CUDA_SIZE_RULES = {
     torch.ops.aten._scaled_dot_product_flash_attention_backward.default: _flash_backward,
     torch.ops.aten._scaled_dot_product_cudnn_attention.default: _cudnn_attention,
     torch.ops.aten._scaled_dot_product_cudnn_attention_backward.default: _cudnn_attention_backward,
+    **CUDNN_RULES,
 }
 
 #: ops whose CUDA kernels allocate memory that no rule covers, and what it is.
@@ -483,241 +410,20 @@ NOT_MODELLED = {
 }
 
 
-# -- cuDNN's LSTM -------------------------------------------------------------------------------
-#: cuDNN's RNN workspace (bytes a forward or backward call allocates and frees), measured on
-#: an H100 with cuDNN 9.19 (sm90) for (dtype, input size, hidden size, layers, batch, steps,
-#: directions). cuDNN's heuristics choose it; shapes not here are named as not modelled.
-CUDNN_RNN_WORKSPACE = {
-    ("float32", 64, 256, 2, 16, 64, 1): 26018304,
-    ("float32", 32, 96, 2, 6, 24, 1): 18485760,
-    ("float32", 16, 16, 1, 1, 1, 1): 8399360,
-    ("float32", 100, 300, 1, 4, 50, 2): 24173056,
-    ("float32", 128, 128, 3, 8, 17, 1): 28369408,
-    ("float32", 64, 200, 2, 5, 33, 2): 41166848,
-    ("float16", 64, 256, 2, 16, 64, 1): 21398016,
-    ("float16", 32, 96, 2, 6, 24, 1): 17631744,
-    ("float16", 16, 16, 1, 1, 1, 1): 8394240,
-    ("float16", 100, 300, 1, 4, 50, 2): 20971520,
-    ("float16", 128, 128, 3, 8, 17, 1): 26767872,
-    ("float16", 64, 200, 2, 5, 33, 2): 37361152,
-}
-_CUDNN_LSTM = 2  # cudnnRNNMode_t CUDNN_LSTM
-
-
-class RnnDims(NamedTuple):
-    """One cuDNN RNN call: steps, batch, input size, hidden size, layers, directions."""
-
-    steps: int
-    batch: int
-    inp: int
-    hidden: int
-    layers: int
-    dirs: int
-    dtype: torch.dtype
-
-    def workspace(self) -> int | None:
-        key = (str(self.dtype).removeprefix("torch."), self.inp, self.hidden, self.layers,
-               self.batch, self.steps, self.dirs)  # fmt: skip
-        return CUDNN_RNN_WORKSPACE.get(key)
-
-    def reserve(self) -> int:
-        """The reserve space of a training forward (saved for backward): per step and batch
-        element, 6 x hidden per layer and direction (gates, cell and hidden states), less
-        one hidden for each direction of the last layer (its output is ``output``)."""
-        per = self.dirs * (6 * self.layers - 1) * self.hidden
-        return self.steps * self.batch * per * self.dtype.itemsize + _CUDNN_PAD
-
-
-def _rnn_dims(a: dict) -> RnnDims | None:
-    """The call's dimensions where the rules cover it: an LSTM without projections, not
-    packed, f16/f32."""
-    x = a["input"]
-    if a["mode"] != _CUDNN_LSTM or a["proj_size"] or a["batch_sizes"]:
-        return None
-    if x.dim() != 3 or x.dtype not in (torch.float16, torch.float32):
-        return None
-    steps, batch = (x.shape[1], x.shape[0]) if a["batch_first"] else (x.shape[0], x.shape[1])
-    dirs = 2 if a["bidirectional"] else 1
-    return RnnDims(int(steps), int(batch), int(x.shape[2]), int(a["hidden_size"]),
-                   int(a["num_layers"]), dirs, x.dtype)  # fmt: skip
-
-
-def _time_major_copy(a: dict, x: torch.Tensor) -> int:
-    """cuDNN reads (steps, batch, features) contiguous: bytes of the copy made of ``x``
-    (batch-first or not contiguous), 0 when it is read as it is."""
-    t = x.transpose(0, 1) if a["batch_first"] else x
-    return 0 if t.is_contiguous() else _nbytes(x.shape, x.dtype)
-
-
-def _cudnn_rnn(a: dict, gpu: Gpu):
-    """cuDNN's RNN forward: the reserve space (4th output, empty in a fake run) by
-    :meth:`RnnDims.reserve` in training; inside, the input's time-major copy and the
-    workspace (:data:`CUDNN_RNN_WORKSPACE`)."""
-    dims = _rnn_dims(a)
-    if dims is None or gpu.sm != 90:
-        return None
-    ws = dims.workspace()
-    if ws is None:
-        return None
-    outs = {3: dims.reserve()} if a["train"] else {}
-    temps = [n for n in (_time_major_copy(a, a["input"]), ws) if n]
-    return outs, temps
-
-
-def _cudnn_rnn_backward(a: dict, gpu: Gpu):
-    """cuDNN's RNN backward: zeros for the hidden and cell gradients not given, then the
-    data pass (time-major copies of the input and of the output's gradient, dx, dhx, dcx,
-    the workspace), then the weight pass (the input's copy again, the flat weight gradient
-    (4th output, the weights' bytes), the workspace)."""
-    dims = _rnn_dims(a)
-    if dims is None or gpu.sm != 90:
-        return None
-    ws = dims.workspace()
-    if ws is None:
-        return None
-    hx, cx, go = a["hx"], a["cx"], a["grad_output"]
-    temps: list = []
-    if a["grad_hy"] is None:
-        temps.append(_nbytes(hx.shape, hx.dtype))
-    if cx is not None and a["grad_cy"] is None:
-        temps.append(_nbytes(cx.shape, cx.dtype))
-    x_copy = _time_major_copy(a, a["input"])
-    out = a["output"]
-    dy_copy = _time_major_copy(a, go) if go is not None else _nbytes(out.shape, out.dtype)
-    data = tuple(n for n in (x_copy, dy_copy) if n) + (Out(0), Out(1), Out(2), ws)
-    weight = tuple(n for n in (x_copy,) if n) + (Out(3), ws)
-    return {}, [*temps, data, weight]
-
-
-class Out(NamedTuple):
-    """In a size rule's list of blocks: output ``index`` (of the op's outputs, flattened)
-    is allocated at this point; outputs not named are allocated before every block."""
-
-    index: int
-
-
-def cudnn_rnn_backward_meta(input, weight, weight_stride0, weight_buf, hx, cx, output,
-                            grad_output, grad_hy, grad_cy, mode, hidden_size, proj_size,
-                            num_layers, batch_first, dropout, train, bidirectional,
-                            batch_sizes, dropout_state, reserve, output_mask):  # fmt: skip
-    """A fake (meta) ``aten::_cudnn_rnn_backward``: dx, dhx, dcx shaped as the input and
-    the states (the real kernel makes them whatever ``output_mask`` says); the weight
-    gradients are views of one flat buffer, as cuDNN's are."""
-    dx = input.new_empty(input.shape)
-    dhx = hx.new_empty(hx.shape)
-    dcx = cx.new_empty(cx.shape) if cx is not None else None
-    dw = []
-    if output_mask[3]:
-        flat = input.new_empty(sum(w.numel() for w in weight))
-        offset = 0
-        for w in weight:
-            dw.append(flat[offset : offset + w.numel()].view(w.shape))
-            offset += w.numel()
-    return dx, dhx, dcx, dw
-
-
-_LIBRARY: list = []
-
-
-def allow_cudnn_rnn_backward() -> None:
-    """Give ``aten::_cudnn_rnn_backward`` its fake (meta) kernel, once per process (torch
-    has none; a CPU-only torch never runs the real one)."""
-    if _LIBRARY:
-        return
-    lib = torch.library.Library("aten", "IMPL")
-    lib.impl("_cudnn_rnn_backward", cudnn_rnn_backward_meta, "Meta")
-    _LIBRARY.append(lib)
-
-
-def cudnn_lstm(args: tuple, kwargs: dict):
-    """``torch.lstm`` (``nn.LSTM``'s ``_VF.lstm``) as CUDA runs it with cuDNN: one
-    ``aten::_cudnn_rnn`` over every layer, its backward ``aten::_cudnn_rnn_backward``. The
-    weights are taken as flattened (``nn.LSTM`` on a GPU keeps them in one buffer), so no
-    weight buffer is made. ``None`` where cuDNN would not take the call."""
-    names = ("input", "hx", "params", "has_biases", "num_layers", "dropout", "train",
-             "bidirectional", "batch_first")  # fmt: skip
-    a = {**dict(zip(names, args)), **kwargs}
-    x, hx, params = a.get("input"), a.get("hx"), a.get("params")
-    if not (isinstance(x, torch.Tensor) and isinstance(hx, (list, tuple)) and len(hx) == 2):
-        return None
-    if not torch.backends.cudnn.enabled or x.dtype not in (torch.float16, torch.float32,
-                                                           torch.float64):  # fmt: skip
-        return None
-    h0, c0 = hx
-    hidden, proj = int(c0.shape[2]), 0
-    if h0.shape[2] != c0.shape[2]:
-        proj = int(h0.shape[2])
-    allow_cudnn_rnn_backward()
-    out = torch.ops.aten._cudnn_rnn(
-        x, list(params), 4 if a["has_biases"] else 2, params[0].detach(), h0, c0,
-        _CUDNN_LSTM, hidden, proj, int(a["num_layers"]), bool(a["batch_first"]),
-        float(a["dropout"]), bool(a["train"]), bool(a["bidirectional"]), [], None,
-    )  # fmt: skip
-    return out[0], out[1], out[2]
-
-
-CUDA_SIZE_RULES[torch.ops.aten._cudnn_rnn.default] = _cudnn_rnn
-CUDA_SIZE_RULES[torch.ops.aten._cudnn_rnn_backward.default] = _cudnn_rnn_backward
-
-
-# -- cuDNN's convolution ------------------------------------------------------------------------
-#: cuDNN's convolution workspaces (forward, backward data, backward weight), measured on an
-#: H100 with cuDNN 9.19 and ``torch.backends.cudnn.benchmark = False`` (its heuristics pick
-#: the algorithm, and the algorithm its workspace: no closed rule), for 2-D convolutions
-#: keyed by (dtype, N, C, H, W, out channels, kernel, stride, padding), dilation 1, groups 1.
-CUDNN_CONV_WORKSPACE = {
-    ("float32", 16, 3, 32, 32, 16, 3, 1, 1): (0, 1313280, 1325568),
-    ("float32", 16, 16, 16, 16, 32, 3, 1, 1): (0, 0, 1666560),
-    ("float32", 8, 64, 56, 56, 64, 3, 1, 1): (6570496, 12993024, 15057920),
-    ("float32", 4, 3, 224, 224, 64, 7, 2, 3): (15291392, 0, 18816512),
-    ("float32", 32, 128, 14, 14, 256, 1, 1, 0): (512, 0, 4734976),
-    ("float16", 16, 3, 32, 32, 16, 3, 1, 1): (0, 788992, 1034752),
-    ("float16", 16, 16, 16, 16, 32, 3, 1, 1): (402944, 402944, 402944),
-    ("float16", 8, 64, 56, 56, 64, 3, 1, 1): (7143424, 6496768, 8414208),
-    ("float16", 4, 3, 224, 224, 64, 7, 2, 3): (8053760, 9887744, 12594688),
-    ("float16", 32, 128, 14, 14, 256, 1, 1, 0): (0, 0, 4817408),
-}
-
-
-def _conv_key(x: torch.Tensor, w: torch.Tensor, a: dict) -> tuple | None:
-    """The table key of a plain 2-D convolution (square kernel, stride and padding, no
-    dilation, groups or transposition), or None."""
-    stride, padding, dilation = list(a["stride"]), list(a["padding"]), list(a["dilation"])
-    if x.dim() != 4 or a["transposed"] or int(a["groups"]) != 1 or set(dilation) != {1}:
-        return None
-    kh, kw = int(w.shape[2]), int(w.shape[3])
-    if kh != kw or len(set(stride)) != 1 or len(set(padding)) != 1:
-        return None
-    n, c, h, wd = (int(s) for s in x.shape)
-    return (str(x.dtype).removeprefix("torch."), n, c, h, wd, int(w.shape[0]), kh,
-            int(stride[0]), int(padding[0]))  # fmt: skip
-
-
-def _convolution(a: dict, gpu: Gpu):
-    """cuDNN's convolution forward: its workspace (:data:`CUDNN_CONV_WORKSPACE`) inside."""
-    key = _conv_key(a["input"], a["weight"], a) if gpu.sm == 90 else None
-    ws = CUDNN_CONV_WORKSPACE.get(key) if key else None
-    if ws is None:
-        return None
-    return {}, [ws[0]] if ws[0] else []
-
-
-def _convolution_backward(a: dict, gpu: Gpu):
-    """cuDNN's convolution backward: the input's gradient, then the data pass's workspace;
-    the weight's gradient, then the weight pass's workspace; then the bias's gradient."""
-    key = _conv_key(a["input"], a["weight"], a) if gpu.sm == 90 else None
-    ws = CUDNN_CONV_WORKSPACE.get(key) if key else None
-    if ws is None:
-        return None
-    mask = list(a["output_mask"])
-    temps: list = []
-    for i, n in ((0, ws[1]), (1, ws[2])):
-        if mask[i]:
-            temps.append((Out(i), n) if n else Out(i))
-    if mask[2]:
-        temps.append(Out(2))
-    return {}, temps
-
-
-CUDA_SIZE_RULES[torch.ops.aten.convolution.default] = _convolution
-CUDA_SIZE_RULES[torch.ops.aten.convolution_backward.default] = _convolution_backward
+__all__ = [
+    "CUDA_SIZE_RULES",
+    "DEFAULT_GPU",
+    "NOT_MODELLED",
+    "ON_CPU",
+    "Gpu",
+    "Out",
+    "RnnDims",
+    "SdpaBackend",
+    "SdpaCall",
+    "allow_cudnn_rnn_backward",
+    "bind_sdpa",
+    "cuda_sdpa",
+    "cudnn_lstm",
+    "parse_gpu",
+    "sdpa_backend",
+]
