@@ -136,9 +136,9 @@ def test_the_encoder_layer_takes_the_efficient_kernel_and_fused_dropout():
 
 
 def ck_originals() -> dict:
-    from jupyter_memprof._producers import fake_recorder
+    from jupyter_memprof._producers import fake_modes
 
-    return {"dropout": fake_recorder._DROPOUT, "sdpa": fake_recorder._SDPA}
+    return {"dropout": fake_modes._DROPOUT, "sdpa": fake_modes._SDPA}
 
 
 # -- attention kernels' memory, against the H100 ----------------------------------------------

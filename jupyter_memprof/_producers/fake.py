@@ -28,13 +28,8 @@ from .._errors import DeviceError
 from .._records import Capture, Trace
 from .cuda_kernels import Gpu
 from .fake_copy import FakeCopier
-from .fake_recorder import (
-    FakeRecorder,
-    PythonMode,
-    RecordingMode,
-    cuda_functions,
-    cudnn_rnn_error,
-)
+from .fake_modes import PythonMode, RecordingMode, cuda_functions
+from .fake_recorder import FakeRecorder, cudnn_rnn_error
 from .live import SessionNames, held_rows
 from .recorder import _cell_namer, exclusive
 from .torch_profiler import FrameNamer
