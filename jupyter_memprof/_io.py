@@ -175,10 +175,7 @@ def atomic_write(
     is_own_kind: Callable[[str], bool] | None = None,
 ) -> str:
     """Call ``write(tmp_path)`` and rename the result to ``path``; returns the absolute path."""
-    path = _target(path)
-    if os.path.isdir(path):
-        raise IsADirectoryError(f"cannot write {path}: it is a folder")
-    _check_replace(path, what, overwrite, is_own_kind)
+    path = check_target(path, what=what, overwrite=overwrite, is_own_kind=is_own_kind)
     tmp = _new_file(path)
     try:
         write(tmp)

@@ -11,19 +11,18 @@ what failed, and the user's own exception is never replaced.
 from __future__ import annotations
 
 import contextlib
-import os
 import signal
 import sys
 import time
 from collections.abc import Iterable
 
-from .._analysis.allocator import AllocatorConfig, config_from_env, parse_config
+from .._analysis.allocator import AllocatorConfig
 from .._analysis.pipeline import Progress
 from .._devices import resolve_devices
 from .._errors import AllocatorConfigError, CaptureError
 from .._producers.recorder import LATER, Recorder
 from .._results.profile import Profile
-from .finish import fill, register
+from .finish import allocator_config, fill, register
 from .frames import caller_names
 
 __all__ = ["CaptureError", "build_tables", "profile", "step"]
@@ -81,9 +80,7 @@ class profile(contextlib.AbstractContextManager):  # lower case: reads like a fu
     ) -> None:
         self.devices = resolve_devices(device)
         try:
-            self.allocator = (
-                config_from_env(os.environ) if allocator is None else parse_config(allocator)
-            )
+            self.allocator = allocator_config(allocator)
         except AllocatorConfigError as err:
             raise CaptureError(str(err)) from None
         self.with_stack = with_stack

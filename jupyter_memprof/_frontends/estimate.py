@@ -7,7 +7,6 @@ the same tables as a real capture, analysed by the same pipeline.
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 import types
@@ -16,7 +15,7 @@ from typing import Any
 
 import torch
 
-from .._analysis.allocator import AllocatorConfig, config_from_env, parse_config
+from .._analysis.allocator import AllocatorConfig
 from .._analysis.limit import first_over
 from .._devices import parse_device
 from .._errors import AllocatorConfigError, DeviceError, EstimateError
@@ -26,7 +25,7 @@ from .._producers.fake_changes import Prepare
 from .._producers.fake_copy import holds_torch
 from .._results.profile import Profile
 from .._units import parse_bytes
-from .finish import fill, register
+from .finish import allocator_config, fill, register
 from .frames import caller_names
 
 __all__ = ["estimate"]
@@ -56,14 +55,20 @@ def check_gpu(gpu: Any) -> Gpu:
         raise EstimateError(str(err)) from None
 
 
-def check_limit(limit: Any) -> int | None:
-    if limit is None:
+def _bytes(name: str, value: Any) -> int | None:
+    """A size option (``24GiB``, an int) in bytes, None when not given; EstimateError
+    (one line) for anything else."""
+    if value is None:
         return None
     try:
-        n = parse_bytes(limit)
+        return parse_bytes(value)
     except ValueError as err:
-        raise EstimateError(f"limit: {err}") from None
-    if n <= 0:
+        raise EstimateError(f"{name}: {err}") from None
+
+
+def check_limit(limit: Any) -> int | None:
+    n = _bytes("limit", limit)
+    if n is not None and n <= 0:
         raise EstimateError(f"limit must be more than 0 bytes, not {limit!r}")
     return n
 
@@ -72,21 +77,14 @@ def check_allocator(allocator: Any) -> AllocatorConfig:
     """The caching allocator's settings: ``allocator`` (a ``PYTORCH_CUDA_ALLOC_CONF`` text)
     when given, else the environment's; a bad one raises :class:`EstimateError` (one line)."""
     try:
-        if allocator is None:
-            return config_from_env(os.environ)
-        return parse_config(allocator)
+        return allocator_config(allocator)
     except AllocatorConfigError as err:
         raise EstimateError(str(err)) from None
 
 
 def check_context(context: Any) -> int | None:
     """The bytes a CUDA device holds outside PyTorch (None: the documented default)."""
-    if context is None:
-        return None
-    try:
-        return parse_bytes(context)
-    except ValueError as err:
-        raise EstimateError(f"context: {err}") from None
+    return _bytes("context", context)
 
 
 def estimate(

@@ -9,22 +9,30 @@ profile's meta says about its run and puts the profile in the session's list (th
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from typing import Any
 
 import torch
 
-from .._analysis.allocator import AllocatorConfig
+from .._analysis.allocator import AllocatorConfig, config_from_env, parse_config
 from .._analysis.pipeline import Progress, analyse, paused_gc
 from .._records import Capture
 from .._results.profile import Profile
 from . import session as _session
 
-__all__ = ["distributed_meta", "fill", "register"]
+__all__ = ["allocator_config", "distributed_meta", "fill", "register"]
 
 #: reads the producer's records; given a ``reading(fraction)`` callback, or None
 Produce = Callable[[Callable[[float], None] | None], Capture]
+
+
+def allocator_config(setting: str | AllocatorConfig | None) -> AllocatorConfig:
+    """The caching allocator's settings a run is modelled with: ``setting`` (a
+    ``PYTORCH_CUDA_ALLOC_CONF`` text) when given, else the environment's, as torch reads it.
+    A bad one raises :class:`~jupyter_memprof._errors.AllocatorConfigError` (one line)."""
+    return config_from_env(os.environ) if setting is None else parse_config(setting)
 
 
 def fill(

@@ -330,11 +330,11 @@ def _estimate_options(args, name: str) -> dict:
 def _allocator_option(setting):
     """--allocator of a real capture, checked before anything runs (None: the
     environment's)."""
-    from .._analysis.allocator import config_from_env, parse_config
     from .._errors import AllocatorConfigError
+    from .finish import allocator_config
 
     try:
-        return config_from_env(os.environ) if setting is None else parse_config(setting)
+        return allocator_config(setting)
     except AllocatorConfigError as err:
         raise UsageError(f"--allocator: {err}") from None
 
