@@ -309,7 +309,7 @@ def estimate_cell(
     remember: bool = True,
     gpu: Gpu | None = None,
 ) -> Profile:
-    """Run a compiled cell (``magic._Code``) on fake copies of the tensors, modules and
+    """Run a compiled cell (:class:`.cell.Code`) on fake copies of the tensors, modules and
     optimizers it reads from the notebook (``prepare`` and ``remember``: as for
     :func:`run_estimate`).
 
