@@ -307,3 +307,10 @@ def leaks(tables: dict[str, pd.DataFrame]) -> pd.DataFrame:
     )
     df["category"] = pd.Categorical(df["category"], dtype=S.CATEGORY_DTYPE)
     return S.conform(df, S.LEAKS, name="leaks")
+
+
+def step_boundaries(steps: pd.DataFrame, device: str) -> np.ndarray:
+    """Where one step of the ``steps`` table ends and the next begins on ``device``: the end
+    (``end_ns``) of every step but the last, as int64 nanoseconds."""
+    ends = steps[(steps["device"].astype(object) == device).to_numpy()]["end_ns"].to_numpy()
+    return ends[:-1].astype(np.int64)

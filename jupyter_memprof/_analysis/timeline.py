@@ -233,3 +233,25 @@ def totals(events: pd.DataFrame, versions: pd.DataFrame) -> pd.DataFrame:
     )
     d["bytes"] = d.groupby("device", sort=False)["delta"].cumsum()
     return d.drop(columns="delta")
+
+
+def live_by_category(timeline: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """The states of one device's rows of a ``timeline`` table, in wide form: the distinct
+    times of its rows (int64 ns, sorted) and, at each, the live bytes of every category of
+    :data:`.schema.CATEGORY_DTYPE`, in that order (float64; each category's last row at or
+    before that time, 0 before its first). Rows without a category are left out."""
+    cats = S.CATEGORY_DTYPE.categories
+    col = pd.Categorical(timeline["category"], dtype=S.CATEGORY_DTYPE).codes.astype(np.int64)
+    ok = col >= 0
+    col = col[ok]
+    times, row = np.unique(timeline["time_ns"].to_numpy(dtype=np.int64)[ok], return_inverse=True)
+    row = row.reshape(-1)
+    wide = np.full((len(times), len(cats)), np.nan)
+    if len(col):
+        key = row * len(cats) + col
+        last = len(key) - 1 - np.unique(key[::-1], return_index=True)[1]  # last row per key
+        wide[row[last], col[last]] = timeline["bytes"].to_numpy(dtype="float64")[ok][last]
+        have = ~np.isnan(wide)
+        src = np.maximum.accumulate(np.where(have, np.arange(len(times))[:, None], 0), axis=0)
+        wide = wide[src, np.arange(len(cats))]
+    return times, np.nan_to_num(wide, nan=0.0)

@@ -42,7 +42,7 @@ from .._io import atomic_write, check_target
 from .._units import format_bytes
 from . import dashboard_data as dd
 from . import dashboard_js
-from .dashboard import _bytes_axis
+from .dashboard_kit import bytes_axis as _bytes_axis
 from .protocols import ComparisonLike
 
 #: Keys per grouping that get a highlight series (the largest changes).

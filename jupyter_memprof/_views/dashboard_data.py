@@ -30,174 +30,34 @@ import pandas as pd
 
 from .._analysis import lineage as _lineage
 from .._analysis.allocator import reserved_timeline
-from .._analysis.peak import PeakPoint, peak_point
+from .._analysis.peak import PeakPoint
 from .._analysis.schema import Category, Phase, Relation
+from .._analysis.timeline import live_by_category
 from .._units import format_bytes, format_time
+from . import peaks as _peaks
+from .dashboard_columns import (
+    CATEGORY_COLORS,
+    PHASE_COLORS,
+    SUMMARY_CATEGORY_COLOR,
+    Window,
+    as_text,
+    codes_in,
+    formatted,
+    int_ids,
+    is_value,
+    lookup,
+    op_positions,
+    rows_of,
+    time_texts,
+    window,  # noqa: F401 (read here by the dashboard and its tests)
+)
+
+#: :func:`.dashboard_columns.time_texts` under the name it had here
+_time_texts = time_texts
 
 TIMELINE_POINTS = 4000
 ALLOC_BUDGET = 2000
 OP_BUDGET = 4000
-
-# One fixed colour per category (colour-blind-friendly enough, and the same in every view).
-CATEGORY_COLORS: dict[str, str] = {
-    Category.PARAMETER.value: "#2ca02c",
-    Category.OPTIMIZER_STATE.value: "#e6a817",
-    Category.INPUT.value: "#5b5b5b",
-    Category.TEMPORARY.value: "#9467bd",
-    Category.ACTIVATION.value: "#d62728",
-    Category.GRADIENT.value: "#1f77b4",
-    Category.AUTOGRAD_DETAIL.value: "#17becf",
-    Category.UNKNOWN.value: "#b0b0b0",
-}
-PHASE_COLORS: dict[str, str] = {
-    Phase.FORWARD.value: "#4c72b0",
-    Phase.BACKWARD.value: "#dd8452",
-    Phase.OPTIMIZER.value: "#55a868",
-    Phase.OTHER.value: "#9a9a9a",
-}
-SUMMARY_CATEGORY_COLOR = "#dddddd"
-
-
-def _str(values, missing: str = "") -> np.ndarray:
-    """A column as text (NA -> ``missing``): a numpy array of ``str``, which Bokeh sends as
-    one plain list (no per-element encoding). Each distinct value is converted once."""
-    codes, uniques = pd.factorize(pd.Series(values, dtype=None if _is_col(values) else object))
-    lut = np.append(np.asarray(uniques, dtype=object).astype(str), missing)
-    return lut[codes]  # NA (code -1) picks the trailing ``missing``
-
-
-def _is_col(values) -> bool:
-    return isinstance(values, (pd.Series, pd.Index, np.ndarray, pd.api.extensions.ExtensionArray))
-
-
-def _formatted(values, fmt) -> np.ndarray:
-    """``fmt(v)`` for each number of ``values`` (text), each distinct value formatted once."""
-    arr = np.asarray(values)
-    if not len(arr):
-        return np.zeros(0, dtype=str)
-    uniques, codes = np.unique(arr, return_inverse=True)
-    if len(uniques) * 2 > len(arr):  # mostly distinct: no point in sharing
-        return np.array([fmt(v) for v in arr.tolist()], dtype=str)
-    return np.array([fmt(v) for v in uniques.tolist()], dtype=str)[codes.reshape(-1)]
-
-
-def _time_texts(ms, *, records: bool, span: bool = False) -> np.ndarray:
-    """:func:`jupyter_memprof._units.format_time` of each value (ms on a profile's clock).
-
-    Thousands of op times are formatted for every dashboard: a capture's (``format_ms``) are
-    done here a unit at a time over the whole array, with the same float operations as
-    ``format_ms`` (tests/test_dashboard.py compares the two)."""
-    if records:
-        return _formatted(ms, lambda v: format_time(v, records=True, span=span))
-    ms = np.asarray(ms, dtype=np.float64)
-    out = np.full(len(ms), "", dtype=object)
-    a = np.abs(ms)
-    sign = np.where(ms < 0, "-", "")
-    left = np.isfinite(ms)
-    # (unit, scaled value, decimals, below): the first unit whose rounded value fits
-    for unit, x, digits, below in (
-        ("µs", np.where(a < 1, a * 1000, np.inf), 1, 10000),
-        ("ms", np.where(a < 1000, a, np.inf), 3, 1000000),
-        ("s", a / 1000, 3, np.inf),
-    ):
-        scale = 10**digits
-        k = np.floor(x * scale + 0.5)
-        take = np.flatnonzero(left & (k < below))
-        left[take] = False
-        whole, part = np.divmod(k[take].astype(np.int64), scale)
-        fmt = f"%s%d.%0{digits}d {unit}"
-        out[take] = [fmt % t for t in zip(sign[take].tolist(), whole.tolist(), part.tolist())]
-    return out.astype(str)
-
-
-def _is(col: pd.Series, value) -> np.ndarray:
-    """``col == value`` as a boolean array (a categorical column compares its codes)."""
-    if isinstance(col.dtype, pd.CategoricalDtype):
-        cats = col.cat.categories
-        if value not in cats:
-            return np.zeros(len(col), dtype=bool)
-        return col.cat.codes.to_numpy() == cats.get_loc(value)
-    return (col.astype("object") == value).to_numpy(dtype=bool)
-
-
-def _codes_in(col: pd.Series, categories: list[str]) -> np.ndarray:
-    """Each value's place in ``categories`` (int64; -1 for NA or a value not among them); a
-    categorical column of those categories gives its codes as they are."""
-    if isinstance(col.dtype, pd.CategoricalDtype) and list(col.cat.categories) == categories:
-        return col.cat.codes.to_numpy(dtype=np.int64)
-    return np.asarray(pd.Categorical(col.astype(object), categories).codes, dtype=np.int64)
-
-
-def _ids(values) -> np.ndarray:
-    """Nullable integer ids -> int64 with -1 for NA."""
-    if isinstance(values, np.ndarray) and values.dtype.kind in "iu":
-        return values.astype(np.int64, copy=False)
-    return pd.array(values, dtype="Int64").to_numpy(dtype=np.int64, na_value=-1)
-
-
-def op_positions(prof, op_ids) -> np.ndarray:
-    """Row of each op id in ``prof.ops`` (int64), -1 for NA or an id it does not have."""
-    return _rows(prof.ops["op_id"].to_numpy(dtype=np.int64), np.asarray(op_ids, dtype=np.int64))
-
-
-def _rows(all_ids: np.ndarray, q: np.ndarray) -> np.ndarray:
-    """Row of each id of ``q`` in ``all_ids`` (an ops table's op_id column), -1 for NA (-1)
-    or an id it does not have."""
-    n = len(all_ids)
-    if not n or not len(q):
-        return np.full(len(q), -1, dtype=np.int64)
-    if all_ids[0] == 0 and all_ids[-1] == n - 1 and np.array_equal(all_ids, np.arange(n)):
-        return np.where((q >= 0) & (q < n), q, -1)  # ids are rows: the tables' usual layout
-    order = np.argsort(all_ids, kind="stable")
-    at = order[np.searchsorted(all_ids, q, sorter=order).clip(0, n - 1)]
-    return np.where((q >= 0) & (all_ids[at] == q), at, -1)
-
-
-def _lookup(text: np.ndarray, mapping: dict[str, str], default: str) -> np.ndarray:
-    """``mapping.get(t, default)`` for each string of ``text``."""
-    if not len(text):
-        return np.zeros(0, dtype=str)
-    uniques, codes = np.unique(text, return_inverse=True)
-    return np.array([mapping.get(u, default) for u in uniques.tolist()], dtype=str)[
-        codes.reshape(-1)
-    ]
-
-
-# ----------------------------------------------------------------------------------------
-# the time window the views share
-# ----------------------------------------------------------------------------------------
-@dataclass
-class Window:
-    """The time window every view shows: absolute ns (the profiler's clock) of its start and
-    end. Times on screen are milliseconds since ``start_ns``, the capture's start."""
-
-    start_ns: int
-    end_ns: int
-
-    def ms(self, ns) -> np.ndarray:
-        """Absolute ns (array-like, NA allowed) -> ms since the capture started (NaN for NA).
-
-        The subtraction happens in integers: absolute ns do not fit a float64 exactly."""
-        if isinstance(ns, np.ndarray) and ns.dtype.kind in "iu":  # no NA: plain int64
-            return (ns.astype(np.int64) - self.start_ns).astype("float64") / 1e6
-        if isinstance(ns, (pd.Series, pd.Index, np.ndarray, pd.api.extensions.ExtensionArray)):
-            arr = pd.Series(ns).astype("Int64").array
-        else:  # a list may mix ints and None: build the nullable array directly (exact)
-            arr = pd.array(list(ns), dtype="Int64")
-        rel = arr - self.start_ns
-        return rel.to_numpy(dtype="float64", na_value=np.nan) / 1e6
-
-    @property
-    def end_ms(self) -> float:
-        return (self.end_ns - self.start_ns) / 1e6
-
-
-def window(prof) -> Window:
-    """From the capture's start to its end (:attr:`Profile.start_ns`, :attr:`Profile.end_ns`)."""
-    start = prof.start_ns
-    start = 0 if start is None else start
-    end = prof.end_ns
-    return Window(start, start if end is None else max(end, start))
 
 
 # ----------------------------------------------------------------------------------------
@@ -243,30 +103,15 @@ def timeline(
     """The stacked category timeline of one device, thinned to ``budget`` points.
 
     Wide form: one row per state change (``time_ns`` of the timeline table), one column of live
-    bytes per category, carried forward from the long-form ``prof.timeline``. A first point at
-    the capture start and a last point at its end make the areas span the whole capture.
+    bytes per category (:func:`jupyter_memprof._analysis.timeline.live_by_category`). A first
+    point at the capture start and a last point at its end make the areas span the whole
+    capture.
     ``peak``: :func:`peak_or_none` of the device when the caller has it already.
     """
-    tl = prof.timeline[_is(prof.timeline["device"], device)]
-    tl = tl[tl["category"].notna().to_numpy()]
-    cats_all = Category.values()
-    # the long form's last value per (time, category), carried forward: a pivot in numpy
-    times, row = np.unique(tl["time_ns"].to_numpy(dtype=np.int64), return_inverse=True)
-    row = row.reshape(-1)
-    col = _codes_in(tl["category"], cats_all)
-    ok = col >= 0
-    wide = np.full((len(times), len(cats_all)), np.nan)
-    if ok.any():
-        key = (row * len(cats_all) + col)[ok]
-        last = len(key) - 1 - np.unique(key[::-1], return_index=True)[1]  # last row per key
-        wide[row[ok][last], col[ok][last]] = tl["bytes"].to_numpy(dtype="float64")[ok][last]
-        have = ~np.isnan(wide)
-        src = np.maximum.accumulate(np.where(have, np.arange(len(times))[:, None], 0), axis=0)
-        wide = wide[src, np.arange(len(cats_all))]
-    wide = np.nan_to_num(wide, nan=0.0)
-    present = np.bincount(col[ok], minlength=len(cats_all)) > 0
-    shown = [j for j in range(len(cats_all)) if present[j] and (wide[:, j] != 0).any()]
-    cats = [cats_all[j] for j in shown]
+    tl = prof.timeline[is_value(prof.timeline["device"], device)]
+    times, wide = live_by_category(tl)
+    shown = [j for j in range(wide.shape[1]) if (wide[:, j] != 0).any()]
+    cats = [Category.values()[j] for j in shown]
     values = wide[:, shown]
     total = values.sum(axis=1) if len(cats) else np.zeros(len(times))
     points_in = len(times)
@@ -275,9 +120,9 @@ def timeline(
     op_at = np.full(len(times), -1, dtype=np.int64)
     ev = prof.events
     if len(times) and "op_id" in ev.columns and len(ev):
-        mine = _is(ev["device"], device)
+        mine = is_value(ev["device"], device)
         et = ev["time_ns"].to_numpy(dtype=np.int64)[mine]
-        eo = _ids(ev["op_id"])[mine]
+        eo = int_ids(ev["op_id"])[mine]
         et, eo = et[eo >= 0], eo[eo >= 0]
         if len(et):
             order = np.argsort(et, kind="stable")
@@ -324,7 +169,7 @@ def _op_text(prof, column: str, pos: np.ndarray) -> np.ndarray:
     out = np.zeros(len(pos), dtype=str)
     have = pos >= 0
     if have.any():
-        text = _str(prof.ops[column].take(pos[have]))
+        text = as_text(prof.ops[column].take(pos[have]))
         out = out.astype(text.dtype)
         out[have] = text
     return out
@@ -355,7 +200,7 @@ class Ops:
 def _parent_positions(o: pd.DataFrame) -> np.ndarray:
     """For each row of an ops table, the row of its parent op; -1 for roots / unknown."""
     parents = o["parent_id"].to_numpy(dtype=np.int64, na_value=-1)
-    return _rows(o["op_id"].to_numpy(dtype=np.int64), parents)
+    return rows_of(o["op_id"].to_numpy(dtype=np.int64), parents)
 
 
 def _keep_with_ancestors(keep: np.ndarray, rows: np.ndarray, parent_pos: np.ndarray) -> None:
@@ -421,27 +266,27 @@ def select_ops(prof, win: Window, must: set[int], budget: int = OP_BUDGET) -> Op
     total_b = o["total_alloc_bytes"].to_numpy()[pos]
     cols = {
         "op_id": op_ids[pos],
-        "name": _str(o["name"].take(pos)),
-        "kind": _str(o["kind"].take(pos)),
-        "phase": _str(o["phase"].take(pos), "other"),
-        "module": _str(o["module"].take(pos)),
-        "callsite": _str(o["callsite"].take(pos)),
+        "name": as_text(o["name"].take(pos)),
+        "kind": as_text(o["kind"].take(pos)),
+        "phase": as_text(o["phase"].take(pos), "other"),
+        "module": as_text(o["module"].take(pos)),
+        "callsite": as_text(o["callsite"].take(pos)),
         "thread": o["thread"].to_numpy(dtype="int64")[pos],
         "left": left,
         "right": right,
         "dur": right - left,
-        "dur_txt": _time_texts(right - left, records=est, span=True),
-        "start_txt": _time_texts(left, records=est),
+        "dur_txt": time_texts(right - left, records=est, span=True),
+        "start_txt": time_texts(left, records=est),
         "top": depth + 0.05,
         "bottom": depth + 0.95,
         "cy": depth + 0.5,
         "cx": (left + right) / 2,
         "self_b": self_b.astype("float64"),
         "total_b": total_b.astype("float64"),
-        "self_txt": _formatted(self_b, format_bytes),
-        "total_txt": _formatted(total_b, format_bytes),
+        "self_txt": formatted(self_b, format_bytes),
+        "total_txt": formatted(total_b, format_bytes),
     }
-    cols["color"] = _lookup(cols["phase"], PHASE_COLORS, PHASE_COLORS["other"])
+    cols["color"] = lookup(cols["phase"], PHASE_COLORS, PHASE_COLORS["other"])
     row_of = dict(zip(cols["op_id"].tolist(), range(len(pos))))
     return Ops(cols, row_of, n, n - len(pos), int(depth.max()) if len(depth) else 0)
 
@@ -453,9 +298,9 @@ def nearest_shown(op_ids, prof, ops: Ops) -> np.ndarray:
     parent_pos = _parent_positions(o)
     shown_row = np.full(len(all_ids), -1, dtype=np.int64)  # by position in prof.ops
     shown = np.asarray(ops.columns["op_id"], dtype=np.int64)
-    shown_row[_rows(all_ids, shown)] = np.arange(len(shown))
+    shown_row[rows_of(all_ids, shown)] = np.arange(len(shown))
     out = np.full(len(op_ids), -1, dtype=np.int64)
-    pos = _rows(all_ids, _ids(op_ids))
+    pos = rows_of(all_ids, int_ids(op_ids))
     todo = np.flatnonzero(pos >= 0)  # walk up from each op until a shown one
     pos = pos[todo]
     for _ in range(256):  # deeper than any op tree
@@ -490,7 +335,7 @@ def peak_or_none(prof, device: str) -> PeakPoint | None:
     """The peak of ``device`` (what ``prof.peak(device)`` reports, without the blocks'
     details), or None where the peak analysis cannot answer (no events)."""
     try:
-        return peak_point(prof.tables, device)
+        return _peaks.peak_point(prof, device)
     except Exception:  # no peak on this device (no events)
         return None
 
@@ -516,7 +361,7 @@ def select_allocations(
     a = prof.allocations
     chosen = np.ones(len(a), dtype=bool)
     if device is not None:
-        chosen &= _is(a["device"], device)
+        chosen &= is_value(a["device"], device)
     if categories is not None:
         chosen &= a["category"].astype("object").isin(list(categories)).to_numpy(dtype=bool)
     rows = np.flatnonzero(chosen)
@@ -577,7 +422,7 @@ def allocation_columns(prof, sel: Allocations, ops: Ops, win: Window) -> dict[st
     a = sel.table
     n = len(a)
     alloc_ids = a["alloc_id"].to_numpy(dtype=np.int64)
-    op_ids = _ids(a["alloc_op_id"])
+    op_ids = int_ids(a["alloc_op_id"])
     at = op_positions(prof, op_ids)
     op_name = _op_text(prof, "name", at)
     op_module = _op_text(prof, "module", at)
@@ -587,7 +432,7 @@ def allocation_columns(prof, sel: Allocations, ops: Ops, win: Window) -> dict[st
         own = a["module"]
         has = own.notna().to_numpy(dtype=bool)
         if has.any():
-            own_text = _str(own[has])
+            own_text = as_text(own[has])
             op_module = op_module.astype(np.result_type(op_module, own_text))
             op_module[has] = own_text
     t_alloc = win.ms(a["alloc_ns"])
@@ -607,10 +452,10 @@ def allocation_columns(prof, sel: Allocations, ops: Ops, win: Window) -> dict[st
     lifetime[only_free] = [f"until {format_time(v, records=est)}" for v in t_free[only_free]]
     lifetime[~no_alloc & no_free] = "still alive"
     both = ~no_alloc & ~no_free
-    lifetime[both] = _time_texts(t_free[both] - t_alloc[both], records=est, span=True)
+    lifetime[both] = time_texts(t_free[both] - t_alloc[both], records=est, span=True)
 
-    cat = _str(a["category"], "unknown")
-    names = _str(a["name"]).astype(object)
+    cat = as_text(a["category"], "unknown")
+    names = as_text(a["name"]).astype(object)
     unnamed = names == ""
     size = a["size_bytes"].to_numpy()
     names[unnamed] = _block_names(op_name[unnamed], size[unnamed], alloc_ids[unnamed])
@@ -628,12 +473,12 @@ def allocation_columns(prof, sel: Allocations, ops: Ops, win: Window) -> dict[st
         "alloc_id": np.concatenate([alloc_ids, none]),
         "name": text(names, [f"({int(c):,} smaller blocks, summarised)" for c in s["count"]]),
         "category": text(cat, np.array([str(c) for c in s["category"]], dtype=object)),
-        "reason": text(_str(a["reason"]), blank),
+        "reason": text(as_text(a["reason"]), blank),
         "size": np.concatenate([size.astype("float64"), s_size.astype("float64")]),
         "size_txt": text(
-            _formatted(size, format_bytes), np.array([format_bytes(v) for v in s_size], object)
+            formatted(size, format_bytes), np.array([format_bytes(v) for v in s_size], object)
         ),
-        "device": text(_str(a["device"]), np.array([str(d) for d in s["device"]], dtype=object)),
+        "device": text(as_text(a["device"]), np.array([str(d) for d in s["device"]], dtype=object)),
         "op": text(op_name, blank),
         "module": text(op_module, blank),
         "lifetime": text(lifetime, blank),
@@ -645,7 +490,7 @@ def allocation_columns(prof, sel: Allocations, ops: Ops, win: Window) -> dict[st
         "thread": np.concatenate([thread, none]),
         "op_row": np.concatenate([nearest_shown(a["alloc_op_id"], prof, ops), none]),
         "color": text(
-            _lookup(cat, CATEGORY_COLORS, CATEGORY_COLORS["unknown"]),
+            lookup(cat, CATEGORY_COLORS, CATEGORY_COLORS["unknown"]),
             np.full(m, SUMMARY_CATEGORY_COLOR, dtype=object),
         ),
         "summary": [False] * n + [True] * m,
@@ -677,7 +522,7 @@ def _step_phases(prof, lin: _lineage.LineageSteps) -> np.ndarray:
     out = np.full(len(lin), -1, dtype=np.int64)
     has = lin.op_id >= 0
     if has.any():
-        out[has] = _codes_in(prof.ops["phase"], _PHASES)[lin.op_id[has]]
+        out[has] = codes_in(prof.ops["phase"], _PHASES)[lin.op_id[has]]
     return out
 
 
@@ -705,7 +550,7 @@ def must_show_ops(prof, sel: Allocations, lin: _lineage.LineageSteps, limit: int
     a = sel.table
     ranks = np.arange(len(a), dtype=np.int64)
     rank = [ranks, ranks]
-    op_ids = [_ids(a["alloc_op_id"]), _ids(a["free_op_id"])]
+    op_ids = [int_ids(a["alloc_op_id"]), int_ids(a["free_op_id"])]
     if len(lin):
         hl = _highlighted(lin.relation, _step_phases(prof, lin))
         rank.append(_block_rows(a["alloc_id"].to_numpy(dtype=np.int64), lin)[hl])

@@ -1,7 +1,8 @@
 """The headline numbers of a profile, as a dict, as text and as (escaped) HTML.
 
-The summary reads the tables and :meth:`Profile.peak`; it computes nothing of its own beyond
-sums and counts. For every device with memory activity it gives the peak (bytes, when it
+The summary reads the tables and the peak of each device (:mod:`.peaks`: what
+:meth:`Profile.peak` reports, computed once for the summary's text, its HTML and the dashboard);
+it computes nothing of its own beyond sums and counts. For every device with memory activity it gives the peak (bytes, when it
 happened, measured from the start of the capture) and the categories of the blocks live at
 that peak, largest first.
 """
@@ -14,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from .._units import format_bytes, format_seconds
+from .peaks import peak_point
 
 if TYPE_CHECKING:
     from .protocols import ProfileLike
@@ -72,22 +74,16 @@ def summary(prof: ProfileLike) -> dict[str, Any]:
     for device in prof.devices:
         if device not in active:  # only what was live before: no activity to show
             continue
-        blocks = prof.peak(device)
-        peak_ns = blocks.attrs.get("peak_ns")
-        top: dict[str, int] = {}
-        if len(blocks):
-            by_category = blocks.groupby("category", observed=True)["size_bytes"].sum()
-            for cat, nbytes in by_category.sort_values(ascending=False, kind="stable").items():
-                if nbytes > 0:
-                    top[str(cat)] = int(nbytes)
+        point = peak_point(prof, device)  # computed once for every view of the profile
+        peak_ns = point.peak_ns
         offset = None
         if peak_ns is not None and start_ns is not None:
             offset = max(int(peak_ns) - start_ns, 0) / 1e9
         peaks[device] = {
-            "bytes": int(blocks.attrs.get("peak_bytes", 0) or 0),
+            "bytes": int(point.peak_bytes or 0),
             "time_ns": None if peak_ns is None else int(peak_ns),
             "offset_s": None if meta.get("estimate") else offset,
-            "top_categories": top,
+            "top_categories": _top_categories(prof.allocations, point.alloc_ids),
         }
         if meta.get("estimate") and offset is not None:
             peaks[device]["position"] = round(offset * 1e3)  # the fake clock: 1 ms per record
@@ -121,6 +117,15 @@ def summary(prof: ProfileLike) -> dict[str, Any]:
         "note": _estimate_note(meta),
         "growth": _growth(prof),
     }
+
+
+def _top_categories(allocations: pd.DataFrame, alloc_ids) -> dict[str, int]:
+    """Bytes of the blocks ``alloc_ids`` (those live at a peak) per category, largest first,
+    categories with no bytes left out."""
+    blocks = allocations[allocations["alloc_id"].isin(alloc_ids).to_numpy(dtype=bool)]
+    by_category = blocks.groupby("category", observed=True)["size_bytes"].sum()
+    ordered = by_category.sort_values(ascending=False, kind="stable")
+    return {str(cat): int(nbytes) for cat, nbytes in ordered.items() if nbytes > 0}
 
 
 def _baseline(meta: dict) -> dict[str, dict[str, int]]:
