@@ -230,8 +230,8 @@ def test_to_html_overwrite_replaces_a_foreign_file_only_when_asked(pair, tmp_pat
 
 
 def test_the_table_formats_deltas_and_ratios_like_diff(pair):
-    # one formatter for both (jupyter_memprof._analysis.diff): the view's table and str(diff)
-    from jupyter_memprof._analysis.diff import _formatted
+    # one formatter for both (jupyter_memprof._views.text): the view's table and str(diff)
+    from jupyter_memprof._views.text import formatted_diff as _formatted
 
     a, b = pair
     c = jupyter_memprof.compare(a, b)

@@ -694,9 +694,9 @@ _TIME_UNIT = __import__("re").compile(r"\d\s*(ms|µs|s)\b")
 def test_an_estimates_dashboard_and_lineage_show_positions_not_ms(mlp_estimate, mlp_real):
     from bokeh.models import CustomJS
 
-    from jupyter_memprof._analysis.lineage import lineage_text
     from jupyter_memprof._views import dashboard_data as dd
     from jupyter_memprof._views.dashboard import build
+    from jupyter_memprof._views.text import lineage_text
 
     def texts(prof, built):
         o, a = built.ops.data, built.allocs.data

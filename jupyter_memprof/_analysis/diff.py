@@ -6,17 +6,13 @@ their bytes per key and returns one row per key: ``a``, ``b``, ``delta`` (b - a)
 ``ratio`` (b / a; ``inf`` for keys only ``b`` has, 0 for keys only ``a`` has), largest
 change first. Keys present in neither peak do not appear.
 
-The result is a :class:`Diff`, an ordinary DataFrame that prints for people (sizes with
-units, a headline first). The headline names the change of the peak and its biggest
+The result is an ordinary DataFrame; ``jupyter_memprof.diff`` gives it as a ``Diff``, which
+prints for people (sizes with units, a headline first: :mod:`jupyter_memprof._views.text`). The headline names the change of the peak and its biggest
 cause: the category that moved most in the peak's direction and, inside it, the module, or
 the family of numbered modules (``model.encoder.layers.*``), that holds most of that change.
 """
 
 from __future__ import annotations
-
-import html
-import math
-import re
 
 import numpy as np
 import pandas as pd
@@ -29,33 +25,6 @@ NONE = "(none)"
 
 #: A module (or family) is named as the main cause when it holds this share of the change.
 MOSTLY = 0.5
-
-
-class Diff(pd.DataFrame):
-    """The result of :func:`diff`: a DataFrame indexed by the key, with integer columns
-    ``a``, ``b``, ``delta`` and a float ``ratio``. ``.attrs``: ``by``, ``peak_a``,
-    ``peak_b``, ``device_a``, ``device_b``, ``label_a``, ``label_b``, ``summary``.
-
-    It prints sizes with units; derived frames (``d.head()``, ``d.loc[...]``) are plain
-    DataFrames with the same numbers.
-    """
-
-    @property
-    def _constructor(self):
-        return pd.DataFrame
-
-    def text(self, rows: int | None = 30) -> str:
-        """The table for a terminal: the headline, then one line per key."""
-        return diff_text(self, rows)
-
-    def __repr__(self) -> str:
-        return self.text()
-
-    def _repr_html_(self) -> str:
-        shown = _formatted(self, 50)
-        head = html.escape(str(self.attrs.get("summary", "")))
-        labels = html.escape(_labels_line(self))
-        return f"<div><p><b>{head}</b><br>{labels}</p>{shown.to_html(escape=True)}</div>"
 
 
 def _ratio(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -124,7 +93,7 @@ def diff(
     *,
     device: str | None = None,
     labels: tuple[str, str] = ("a", "b"),
-) -> Diff:
+) -> pd.DataFrame:
     """Bytes live at the peak of ``a`` and of ``b``, per ``by`` key, and how they changed.
 
     ``device`` picks the device in both (default: each profile's device with the highest
@@ -142,7 +111,7 @@ def diff(
         index=pd.Index([str(k) for k in keys], dtype=object, name=by),
     )
     order = np.lexsort((out.index.to_numpy(dtype=str), -np.abs(out["delta"].to_numpy())))
-    out = Diff(out.iloc[order])
+    out = out.iloc[order]
     out.attrs.update(
         by=by,
         peak_a=int(pa.attrs.get("peak_bytes") or 0),
@@ -161,63 +130,3 @@ def signed_bytes(n: int) -> str:
     """A change in bytes with its sign: ``'+5.9 MiB'``, ``'-1.0 KiB'``, ``'0 B'`` (the diff
     table, its summary line and the compare view all print deltas with it)."""
     return ("+" if n > 0 else "") + format_bytes(n) if n else "0 B"
-
-
-def ratio_text(r: float) -> str:
-    """``b / a`` for people: ``'1.50x'``, ``'new'`` (only b has it), ``'gone'`` (only a), ``''``
-    for NaN (neither)."""
-    if r is None or math.isnan(r):
-        return ""
-    if math.isinf(r):
-        return "new"
-    if r == 0:
-        return "gone"
-    return f"{r:.2f}x"
-
-
-def _formatted(d: pd.DataFrame, rows: int | None) -> pd.DataFrame:
-    shown = d if rows is None else d.head(rows)
-    return pd.DataFrame(
-        {
-            "a": [format_bytes(v) for v in shown["a"]],
-            "b": [format_bytes(v) for v in shown["b"]],
-            "delta": [signed_bytes(int(v)) for v in shown["delta"]],
-            "ratio": [ratio_text(v) for v in shown["ratio"]],
-        },
-        index=shown.index,
-    )
-
-
-def _labels_line(d: pd.DataFrame) -> str:
-    at = d.attrs
-    return (
-        f"a = {at.get('label_a', 'a')} (peak {format_bytes(at.get('peak_a', 0))}), "
-        f"b = {at.get('label_b', 'b')} (peak {format_bytes(at.get('peak_b', 0))})"
-    )
-
-
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-
-
-def diff_text(d: pd.DataFrame, rows: int | None = 30) -> str:
-    """A :class:`Diff` for a terminal: headline, the two profiles, then aligned rows."""
-    lines = [str(d.attrs.get("summary", "")), _labels_line(d)]
-    if d.empty:
-        return "\n".join([*lines, "(nothing live at either peak)"])
-    shown = _formatted(d, rows)
-    keys = [_CONTROL.sub("?", str(k)) for k in shown.index]
-    head = [str(d.index.name or "key"), "a", "b", "delta", "ratio"]
-    cols = [keys, *(shown[c].tolist() for c in ("a", "b", "delta", "ratio"))]
-    widths = [max(len(h), *(len(v) for v in col)) for h, col in zip(head, cols)]
-    width0 = min(widths[0], 60)
-
-    def fmt(values: list[str]) -> str:
-        first = values[0] if len(values[0]) <= width0 else values[0][: width0 - 1] + "…"
-        rest = [v.rjust(w) for v, w in zip(values[1:], widths[1:])]
-        return "  ".join([first.ljust(width0), *rest]).rstrip()
-
-    lines.append(fmt(head))
-    lines += [fmt([c[i] for c in cols]) for i in range(len(keys))]
-    if rows is not None and len(d) > rows:
-        lines.append(f"... {len(d) - rows} more rows")
-    return "\n".join(lines)

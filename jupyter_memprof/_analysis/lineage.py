@@ -17,7 +17,6 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from .._units import format_bytes, format_time
 from . import schema as S
 from .schema import Category, Phase, Relation
 
@@ -281,38 +280,3 @@ def lineage(tables: dict[str, pd.DataFrame], alloc_id: int) -> pd.DataFrame:
     alloc_id = check_block(tables, alloc_id)
     out = all_lineages(tables, [alloc_id]).drop(columns="alloc_id")
     return S.conform(out, S.LINEAGE, name="lineage")
-
-
-def lineage_text(
-    tables: dict[str, pd.DataFrame], alloc_id: int, start_ns: int, *, records: bool = False
-) -> str:
-    """A readable account of one block for a terminal; times in ms since ``start_ns`` (the
-    capture's start, :attr:`Profile.start_ns`). ``records``: the tables are an estimate's,
-    whose times count records of the fake run, shown as positions ("record #12"), not ms."""
-    alloc_id = check_block(tables, alloc_id)
-    a = tables["allocations"].set_index("alloc_id").loc[alloc_id]
-    t0 = start_ns
-    label = a["name"] if pd.notna(a["name"]) else f"block {alloc_id}"
-    head = f"{label}: {format_bytes(int(a['size_bytes']))} on {a['device']}, {a['category']} ({a['reason']})"
-    lines = [head]
-    for r in lineage(tables, alloc_id).itertuples(index=False):
-        if pd.isna(r.time_ns):
-            when = "  before capture"
-        elif records:
-            when = format_time((r.time_ns - t0) / 1e6, records=True).rjust(14)
-        else:
-            when = f"{(r.time_ns - t0) / 1e6:9.3f} ms"
-        op = r.op_name if isinstance(r.op_name, str) else "-"
-        where = " ".join(
-            x
-            for x in (
-                f"[{r.module}]" if isinstance(r.module, str) else "",
-                r.callsite if isinstance(r.callsite, str) else "",
-            )
-            if x
-        )
-        v = "" if pd.isna(r.version) else f" v{r.version}"
-        lines.append(
-            f"  {when}  {r.relation:<18} {op}{v} ({r.phase if isinstance(r.phase, str) else '-'}) {where}".rstrip()
-        )
-    return "\n".join(lines)

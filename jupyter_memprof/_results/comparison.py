@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import os
 
-from .._analysis.diff import Diff
 from .._analysis.diff import diff as diff_tables
 from .._views import compare as view
-from .profile import Profile, as_profile
+from .profile import Diff, Profile, as_profile
 
 __all__ = ["Comparison", "compare"]
 
@@ -31,12 +30,14 @@ class Comparison:
     def diff(self, by: str = "category") -> Diff:
         """:func:`jupyter_memprof.diff` of the two profiles (cached)."""
         if by not in self._diffs:
-            self._diffs[by] = diff_tables(
-                self.a.tables,
-                self.b.tables,
-                by,
-                device=self.device,
-                labels=(self.a.label, self.b.label),
+            self._diffs[by] = Diff.of(
+                diff_tables(
+                    self.a.tables,
+                    self.b.tables,
+                    by,
+                    device=self.device,
+                    labels=(self.a.label, self.b.label),
+                )
             )
         return self._diffs[by]
 

@@ -120,7 +120,7 @@ class Profile:
 
     def lineage_text(self, alloc_id: int) -> str:
         """:meth:`lineage` as readable text for a terminal."""
-        from .._analysis.lineage import lineage_text
+        from .._views.text import lineage_text
 
         start = self.start_ns
         return lineage_text(
@@ -314,4 +314,39 @@ def diff(
     from .._analysis.diff import diff as _diff
 
     pa, pb = as_profile(a, "a"), as_profile(b, "b")
-    return _diff(pa.tables, pb.tables, by, device=device, labels=(pa.label, pb.label))
+    return Diff.of(_diff(pa.tables, pb.tables, by, device=device, labels=(pa.label, pb.label)))
+
+
+class Diff(pd.DataFrame):
+    """The result of :func:`diff`: a DataFrame indexed by the key, with integer columns
+    ``a``, ``b``, ``delta`` and a float ``ratio``. ``.attrs``: ``by``, ``peak_a``,
+    ``peak_b``, ``device_a``, ``device_b``, ``label_a``, ``label_b``, ``summary``.
+
+    It prints sizes with units (:mod:`jupyter_memprof._views.text`); derived frames (``d.head()``,
+    ``d.loc[...]``) are plain DataFrames with the same numbers.
+    """
+
+    @property
+    def _constructor(self):
+        return pd.DataFrame
+
+    @classmethod
+    def of(cls, table: pd.DataFrame) -> Diff:
+        """The table :func:`jupyter_memprof._analysis.diff.diff` gives, with its attrs."""
+        out = cls(table)
+        out.attrs.update(table.attrs)
+        return out
+
+    def text(self, rows: int | None = 30) -> str:
+        """The table for a terminal: the headline, then one line per key."""
+        from .._views.text import diff_text
+
+        return diff_text(self, rows)
+
+    def __repr__(self) -> str:
+        return self.text()
+
+    def _repr_html_(self) -> str:
+        from .._views.text import diff_html
+
+        return diff_html(self)

@@ -37,13 +37,14 @@ from bokeh.models import (
 )
 from bokeh.plotting import figure
 
-from .._analysis.diff import ratio_text, signed_bytes
+from .._analysis.diff import signed_bytes
 from .._io import atomic_write, check_target
 from .._units import format_bytes
 from . import dashboard_data as dd
 from . import dashboard_js
 from .dashboard_kit import bytes_axis as _bytes_axis
 from .protocols import ComparisonLike
+from .text import ratio_text
 
 #: Keys per grouping that get a highlight series (the largest changes).
 HIGHLIGHT_KEYS = 40
