@@ -1,7 +1,7 @@
 """What the dashboard draws: the tables cut down to a level of detail a browser can hold.
 
-Nothing here is analysis: every number comes from the profile's tables, from
-:func:`jupyter_memprof._analysis.peak.peak_point` (what :meth:`Profile.peak` reports) and from
+Nothing here is analysis: every number comes from the profile's tables, from each device's
+peak (:mod:`.peaks`: what :meth:`Profile.peak` reports, computed once per profile) and from
 :func:`jupyter_memprof._analysis.lineage.lineage_steps` (what :meth:`Profile.lineage` lists).
 This module only chooses *which* rows to show, converts times to milliseconds since the
 capture started, and lays the rows out as flat columns for Bokeh's ColumnDataSources.
