@@ -8,7 +8,7 @@ import collections
 import pytest
 
 from jupyter_memprof._analysis import peak as _peak
-from jupyter_memprof._frontends import magic as _magic
+from jupyter_memprof._frontends import cell_profile as _cell
 from jupyter_memprof._units import format_bytes
 from jupyter_memprof._views import dashboard_select, peaks
 
@@ -22,7 +22,7 @@ STEP = (
 @pytest.fixture
 def in_kernel(monkeypatch):
     """Let the magic display its dashboard under the cell, as it does in a kernel."""
-    monkeypatch.setattr(_magic, "in_kernel", lambda shell: True)
+    monkeypatch.setattr(_cell, "in_kernel", lambda shell: True)
 
 
 @pytest.fixture
