@@ -93,6 +93,7 @@ _ids = itertools.count(1)
 
 
 def _header_html(prof) -> str:
+    """The summary above the views (a short header of counts when it cannot be made)."""
     try:
         from .summary import summary_html
 

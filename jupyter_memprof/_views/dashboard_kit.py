@@ -149,6 +149,7 @@ def title_text(text: str, note: str = "") -> str:
 
 
 def title(text: str) -> Div:
+    """A section heading (HTML from :func:`title_text`) as wide as its panel."""
     return Div(text=text, sizing_mode="stretch_width")
 
 
@@ -182,6 +183,7 @@ def bytes_axis(axis) -> None:
 
 
 def bytes_ticks() -> tuple[AdaptiveTicker, CustomJSTickFormatter]:
+    """A ticker at round binary steps and its formatter (binary units, in the browser)."""
     return (
         AdaptiveTicker(base=2, mantissas=[1], min_interval=1, desired_num_ticks=6),
         CustomJSTickFormatter(code=js.bytes_tick()),

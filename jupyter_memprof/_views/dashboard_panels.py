@@ -150,6 +150,7 @@ class Shared:
 
     @property
     def x_label(self) -> str:
+        """The time axis' label: ms, or an estimate's positions in its run."""
         if self.shape.estimate:  # a fake run has no wall time: one "ms" per record
             return "position in the run (op sequence): an estimate"
         return "ms since capture start"
@@ -214,6 +215,7 @@ def build_layout(shape: Shape, v: dict, *, header: bool) -> Built:
 # 1. timeline per device, overview, time filter
 # --------------------------------------------------------------------------------------------
 def _timeline_panel(sh: Shared):
+    """The timeline of each device, the overview with its range tool, the time filter."""
     kit, v = sh.kit, sh.v
     range_tool = RangeTool(x_range=sh.x_range)
     range_tool.overlay.fill_color = "#4c72b0"
@@ -444,6 +446,7 @@ def _limit_marks(sh: Shared, chart: Chart, p) -> None:
 # 2-3. op tree with forward -> backward links, and the op table
 # --------------------------------------------------------------------------------------------
 def _op_panel(sh: Shared):
+    """The op tree (ops by time and depth, forward -> backward links) and the op table."""
     kit, v = sh.kit, sh.v
     wheel = WheelZoomTool(dimensions="width")
     tree = kit.plot(
@@ -531,6 +534,7 @@ def _op_panel(sh: Shared):
 # 4. allocations: table and lifetimes
 # --------------------------------------------------------------------------------------------
 def _allocation_panel(sh: Shared):
+    """The listed blocks as a table and their lifetimes as bars."""
     table = data_table(
         sh.kit,
         sh.allocs,
@@ -596,6 +600,7 @@ def _allocation_panel(sh: Shared):
 # 5. lineage of the clicked block
 # --------------------------------------------------------------------------------------------
 def _lineage_panel(sh: Shared):
+    """The lineage of the clicked block (filled in the browser)."""
     table = data_table(
         sh.kit,
         sh.lin_view,

@@ -68,6 +68,7 @@ def ratio_text(r: float) -> str:
 
 
 def formatted_diff(d: pd.DataFrame, rows: int | None) -> pd.DataFrame:
+    """The first ``rows`` rows of a diff (all with None) as text: sizes, signed changes, ratios."""
     shown = d if rows is None else d.head(rows)
     return pd.DataFrame(
         {
@@ -81,6 +82,7 @@ def formatted_diff(d: pd.DataFrame, rows: int | None) -> pd.DataFrame:
 
 
 def labels_line(d: pd.DataFrame) -> str:
+    """``a = bs32 (peak 1.0 GiB), b = bs64 (peak 1.9 GiB)``: which profile is which."""
     at = d.attrs
     return (
         f"a = {at.get('label_a', 'a')} (peak {format_bytes(at.get('peak_a', 0))}), "
