@@ -1,13 +1,19 @@
 """One peak per device per cell: the summary's text, its HTML and the dashboard under a
-``%%memprofile`` cell read each device's peak from one computation (``_views/peaks.py``)."""
+``%%memprofile`` cell read each device's peak from one computation (``_views/peaks.py``);
+and what the dashboard draws from the analysis (the timelines' wide form, step boundaries)."""
 
 from __future__ import annotations
 
 import collections
 
+import pandas as pd
 import pytest
+import torch
 
+import jupyter_memprof
 from jupyter_memprof._analysis import peak as _peak
+from jupyter_memprof._analysis.steps import step_boundaries
+from jupyter_memprof._analysis.timeline import live_by_category
 from jupyter_memprof._frontends import cell_profile as _cell
 from jupyter_memprof._units import format_bytes
 from jupyter_memprof._views import dashboard_select, peaks
@@ -79,3 +85,28 @@ def test_an_estimate_cell_computes_the_peak_of_each_of_its_devices_once(
     assert prof.devices == ["cpu", "cuda:0"]
     assert counted == {"cpu": 1, "cuda:0": 1}
     assert dashboard_select._last[0].profile() is prof  # the dashboard was shown
+
+
+# -- what the dashboard drew from the tables is the analysis' -------------------------------------
+def test_the_wide_timeline_is_the_state_the_peak_analysis_sees():
+    """``live_by_category`` (the timelines' wide form, once in the dashboard's code): at
+    every time the categories add up to the live bytes, so its highest total is the peak."""
+    with jupyter_memprof.profile() as prof:
+        big = torch.ones(256, 256)  # 256 KiB
+        small = torch.ones(1024)  # 4 KiB
+        del big
+        after = torch.ones(512)  # 2 KiB, with small still alive
+    times, wide = live_by_category(prof.timeline)
+    assert wide.shape == (len(times), 8) and (times[1:] > times[:-1]).all()
+    peak = prof.peak("cpu").attrs
+    top = int(wide.sum(axis=1).argmax())
+    assert wide.sum(axis=1)[top] == peak["peak_bytes"] == 256 * 256 * 4 + 1024 * 4
+    assert times[top] == peak["peak_ns"]
+    assert wide.sum(axis=1)[-1] == 1024 * 4 + 512 * 4  # small and after, at the end
+    del small, after
+
+
+def test_step_boundaries_are_the_ends_of_all_steps_but_the_last():
+    steps = pd.DataFrame({"device": ["cpu", "cuda:0", "cpu", "cpu"], "end_ns": [10, 11, 20, 30]})
+    assert step_boundaries(steps, "cpu").tolist() == [10, 20]
+    assert step_boundaries(steps, "cuda:0").tolist() == []
