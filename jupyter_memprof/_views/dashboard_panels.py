@@ -65,18 +65,6 @@ from .dashboard_kit import (
 _OVERVIEW_COLORS = ("#222222", "#8c564b", "#e377c2", "#7f7f7f")
 
 
-# the lineage table's columns: the contract's lineage columns, as text
-LINEAGE_VIEW_COLUMNS = (
-    "t_txt",
-    "op_name",
-    "relation",
-    "version",
-    "category",
-    "phase",
-    "module",
-    "callsite",
-)
-
 _OP_HINT = (
     "Click an op (or a row of the op table) to see its forward/backward partner and the "
     "blocks it allocated."
@@ -86,6 +74,42 @@ _FILTER_HINT = (
     "Drag across a timeline to pick a time range: the ops and blocks are filtered to it. "
     "Scroll to zoom; drag the overview's box to pan."
 )
+
+
+#: The tables' columns: (field, title, width in pixels).
+_OP_TABLE = (
+    ("name", "op", 300),
+    ("kind", "kind", 70),
+    ("phase", "phase", 70),
+    ("module", "module", 150),
+    ("callsite", "callsite", 200),
+    ("start_txt", "start", 80),
+    ("dur_txt", "duration", 80),
+    ("self_txt", "self alloc", 85),
+    ("total_txt", "total alloc", 85),
+)
+_ALLOC_TABLE = (
+    ("name", "name", 300),
+    ("category", "category", 110),
+    ("size_txt", "size", 80),
+    ("device", "device", 55),
+    ("op", "op", 170),
+    ("module", "module", 120),
+    ("lifetime", "lifetime", 90),
+    ("at_peak", "at peak", 55),
+)
+_LINEAGE_TABLE = (
+    ("t_txt", "time", 80),
+    ("op_name", "op", 230),
+    ("relation", "relation", 120),
+    ("version", "version", 50),
+    ("category", "category", 100),
+    ("phase", "phase", 70),
+    ("module", "module", 120),
+    ("callsite", "callsite", 200),
+)
+#: The lineage table's fields: the contract's lineage columns, as text.
+LINEAGE_VIEW_COLUMNS = tuple(field for field, _, _ in _LINEAGE_TABLE)
 
 
 @dataclass
@@ -500,17 +524,7 @@ def _op_panel(sh: Shared):
     op_table = data_table(
         sh.kit,
         sh.ops,
-        [
-            ("name", "op", 300),
-            ("kind", "kind", 70),
-            ("phase", "phase", 70),
-            ("module", "module", 150),
-            ("callsite", "callsite", 200),
-            ("start_txt", "start", 80),
-            ("dur_txt", "duration", 80),
-            ("self_txt", "self alloc", 85),
-            ("total_txt", "total alloc", 85),
-        ],
+        _OP_TABLE,
         height=220,
         view=CDSView(filter=sh.op_filter),
         scroll_to_selection=True,
@@ -538,16 +552,7 @@ def _allocation_panel(sh: Shared):
     table = data_table(
         sh.kit,
         sh.allocs,
-        [
-            ("name", "name", 300),
-            ("category", "category", 110),
-            ("size_txt", "size", 80),
-            ("device", "device", 55),
-            ("op", "op", 170),
-            ("module", "module", 120),
-            ("lifetime", "lifetime", 90),
-            ("at_peak", "at peak", 55),
-        ],
+        _ALLOC_TABLE,
         view=CDSView(filter=sh.alloc_filter),
         scroll_to_selection=True,
         name="memprof-allocations-table",
@@ -604,16 +609,7 @@ def _lineage_panel(sh: Shared):
     table = data_table(
         sh.kit,
         sh.lin_view,
-        [
-            ("t_txt", "time", 80),
-            ("op_name", "op", 230),
-            ("relation", "relation", 120),
-            ("version", "version", 50),
-            ("category", "category", 100),
-            ("phase", "phase", 70),
-            ("module", "module", 120),
-            ("callsite", "callsite", 200),
-        ],
+        _LINEAGE_TABLE,
         selectable=False,
         name="memprof-lineage-table",
     )
