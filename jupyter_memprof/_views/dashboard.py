@@ -61,7 +61,7 @@ from .dashboard_select import (
     TINY_BYTES,
     TINY_SHARE,
     Shown,
-    _last,  # noqa: F401 (the reused selection, as it was here)
+    _last,  # noqa: F401 (the reused selection's record)
     cds_data,
     forget,
     tiny_devices,
