@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from _lineage_page import decode_lineage
 from torch.profiler import record_function
 
 import jupyter_memprof
@@ -153,7 +154,7 @@ def test_sources_follow_the_tables(prof):
         want = prof.lineage(aid)
         s, e = int(a["lin0"][row]), int(a["lin1"][row])
         assert e - s == len(want)
-        got = dd.decode_lineage(built.lineage_all.data, built.lineage_pool, s, e)
+        got = decode_lineage(built.lineage_all.data, built.lineage_pool, s, e)
         assert got["op_name"] == ["" if pd.isna(v) else v for v in want["op_name"].astype(object)]
         assert got["relation"] == want["relation"].astype(str).tolist()
         assert got["module"] == ["" if pd.isna(v) else v for v in want["module"].astype(object)]

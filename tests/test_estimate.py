@@ -7,6 +7,7 @@ import gc
 import pytest
 import torch
 import torch.nn.functional as F
+from _lineage_page import decode_lineage
 from torch import nn
 
 import jupyter_memprof
@@ -694,7 +695,6 @@ _TIME_UNIT = __import__("re").compile(r"\d\s*(ms|µs|s)\b")
 def test_an_estimates_dashboard_and_lineage_show_positions_not_ms(mlp_estimate, mlp_real):
     from bokeh.models import CustomJS
 
-    from jupyter_memprof._views import dashboard_data as dd
     from jupyter_memprof._views.dashboard import build
     from jupyter_memprof._views.text import lineage_text
 
@@ -705,7 +705,7 @@ def test_an_estimates_dashboard_and_lineage_show_positions_not_ms(mlp_estimate, 
         lin = []
         for s, e in zip(a["lin0"], a["lin1"]):
             if e > s:
-                lin += dd.decode_lineage(
+                lin += decode_lineage(
                     built.lineage_all.data,
                     built.lineage_pool,
                     int(s),

@@ -648,23 +648,6 @@ def lineage_columns(
     return cols, list(pool.index), starts.tolist(), ends.tolist()
 
 
-def decode_lineage(
-    cols: dict, pool: list[str], start: int, end: int, *, records: bool = False
-) -> dict[str, list[str]]:
-    """The display rows of one block from :func:`lineage_columns` (what the page shows);
-    ``records=True`` for an estimate (times are records of its fake run, not ms)."""
-    out = {
-        "t_txt": [
-            format_time(v, records=records) if np.isfinite(v) else "before capture"
-            for v in cols["t"][start:end]
-        ]
-    }
-    for k in LINEAGE_STRINGS:
-        out[k] = [pool[c] if c >= 0 else "" for c in cols[k][start:end]]
-    out["version"] = [str(v) if v >= 0 else "" for v in cols["version"][start:end]]
-    return out
-
-
 def flow_columns(prof, ops: Ops) -> dict[str, object]:
     """Forward -> backward links whose two ends are both shown."""
     f = prof.flows
