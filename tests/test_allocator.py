@@ -559,7 +559,7 @@ def test_recorded_reserved_totals_are_kept_and_the_model_checked_against_them(bl
 
 
 def test_the_inline_replay_of_the_default_settings_is_malloc_and_free_step_for_step():
-    """replay() runs the default settings inline (DeviceAllocator.run_plain): the same
+    """replay() runs the default settings in one loop (allocator_fast.run_fast): the same
     segments, peaks and fragmentation as malloc() and free() called one by one, on a
     stream of random requests (under 4 KiB, up to 1 MiB, up to 64 MiB) and frees."""
     import random

@@ -45,6 +45,7 @@ import numpy as np
 import pandas as pd
 
 from .._errors import AllocatorConfigError
+from . import allocator_fast
 from . import schema as S
 from .schema import Pool, Source
 
@@ -457,69 +458,6 @@ class DeviceAllocator:
         insort(lst, (end - addr) << _SHIFT | addr)
         return addr
 
-    def run_plain(self, keys: Sequence[int], sizes: Sequence[int], streams: Sequence[int]):
-        """:meth:`malloc` and :meth:`free` over a whole stream (as :func:`replay` drives
-        them), their steps inline: for the default settings without a limit (best fit is
-        the first fit, a new segment never fails), where the call overhead would be most of
-        the time. The same rules, step for step (checked against :meth:`malloc` in the
-        tests and on every recorded trace of the default settings)."""
-        assert self.plain and not self.rounded and self.capacity is None
-        free_at, free_end, used, lists = self.free_at, self.free_end, self.used, self.free_lists
-        where: dict[int, tuple[int, list[int]]] = {}
-        allocated, top, reserved_then = self.allocated, self.peak_allocated, self.reserved_then
-        shift, mask = _SHIFT, _MASK
-        for i, (key, size, stream) in enumerate(zip(keys, sizes, streams)):
-            if size > 0:  # malloc
-                size = MIN_BLOCK if size < MIN_BLOCK else (size + 511) & ~511
-                small = size <= SMALL_SIZE
-                lst = lists.get((stream, small))
-                if lst is None:
-                    lst = lists[(stream, small)] = []
-                j = bisect_left(lst, size << shift)
-                grew = j == len(lst)
-                if grew:
-                    self.event = i
-                    found = self._new_block((stream, small), size)
-                else:
-                    found = lst.pop(j)
-                addr = found & mask
-                block = found >> shift
-                del free_at[addr], free_end[addr + block]
-                rest = block - size
-                if rest and (rest >= MIN_BLOCK if small else rest > SMALL_SIZE):
-                    r = addr + size
-                    free_at[r] = rest
-                    free_end[r + rest] = r
-                    insort(lst, rest << shift | r)
-                    block = size
-                used[addr] = block
-                allocated += block
-                if allocated > top:
-                    top, reserved_then = allocated, self.reserved
-                if grew and self.reserved > self.peak:
-                    self.peak, self.peak_event = self.reserved, i
-                where[key] = (addr, lst)
-                continue
-            w = where.pop(key, None)  # free
-            if w is None:
-                continue
-            addr, lst = w
-            size = used.pop(addr)
-            allocated -= size
-            end = addr + size
-            after = free_at.pop(end, 0)
-            if after:
-                del lst[bisect_left(lst, after << shift | end)]
-                end += after
-            before = free_end.pop(addr, -1)
-            if before >= 0:
-                del lst[bisect_left(lst, free_at.pop(before) << shift | before)]
-                addr = before
-            free_at[addr] = end - addr
-            free_end[end] = addr
-            insort(lst, (end - addr) << shift | addr)
-        self.allocated, self.peak_allocated, self.reserved_then = allocated, top, reserved_then
-
     def _take_cached(self, lst: list[int], size: int) -> int:
         """The free-list key of the best cached block for ``size``, taken off the list, or -1
         (get_free_block)."""
@@ -827,17 +765,20 @@ def replay(
     new segments, in order (from a recorded trace)."""
     config = config or AllocatorConfig()
     capacity = capacity or {}
-    streams = streams if streams is not None else [0] * len(keys)
     alloc: dict[str, DeviceAllocator] = {}
     where: dict[int, tuple[DeviceAllocator, int, list[int]]] = {}
     last, a = None, None
     one = set(devices)
-    if len(one) == 1 and not capacity and not placement:
-        first = DeviceAllocator(config)
-        if first.plain and not first.rounded:  # the default settings: the inline replay
-            alloc[one.pop()] = first
-            first.run_plain(keys, sizes, streams)
+    if len(one) == 1:  # one device: the whole stream in one loop, where it applies
+        dev = one.pop()
+        places = (placement or {}).get(dev)
+        first = DeviceAllocator(config, capacity.get(dev), None if places is None else iter(places))
+        alloc[dev] = first
+        if allocator_fast.applies(first, streams):
+            stream = streams[0] if streams is not None and len(streams) else 0
+            allocator_fast.run_fast(first, keys, sizes, stream)
             devices = ()
+    streams = streams if streams is not None else [0] * len(keys)
     for i, (dev, key, size, stream) in enumerate(zip(devices, keys, sizes, streams)):
         if dev != last:
             a = alloc.get(dev)

@@ -1,0 +1,172 @@
+"""replay()'s one-loop replay (allocator_fast.run_fast) against the allocator's rules one
+request and one free at a time (DeviceAllocator.malloc/free), on seeded random streams, for
+every setting: the same segments, reserved timeline, peaks and out-of-memory."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from jupyter_memprof._analysis import allocator_fast
+from jupyter_memprof._analysis.allocator import (
+    DeviceAllocator,
+    Peak,
+    Replay,
+    parse_config,
+    replay,
+    reserved_timeline,
+    segments_table,
+)
+from jupyter_memprof._analysis.schema import Source
+
+KiB = 1024
+MiB = 1024 * KiB
+
+SETTINGS = [
+    "",
+    "expandable_segments:True",
+    "roundup_power2_divisions:4",
+    "roundup_power2_divisions:[256:1,512:2,1024:4,>:8]",
+    "expandable_segments:True,roundup_power2_divisions:2",
+    "max_split_size_mb:40",
+    "max_split_size_mb:20,max_non_split_rounding_mb:64,expandable_segments:True",
+]
+
+
+def random_stream(seed: int, events: int, live_max: int) -> tuple[list[int], list[int]]:
+    """(keys, sizes): requests of random sizes (under 4 KiB, up to 1 MiB, up to 64 MiB,
+    and a few fixed sizes so cached blocks fit exactly), frees of random live blocks, frees
+    of blocks never requested and requests for a key still live (its block is never
+    freed)."""
+    rng = random.Random(seed)
+    fixed = [rng.randint(1, 64 * MiB) for _ in range(8)]
+    keys: list[int] = []
+    sizes: list[int] = []
+    live: list[int] = []
+    nid = 0
+    for _ in range(events):
+        pick = rng.random()
+        if live and (pick < 0.45 or len(live) > live_max):
+            keys.append(live.pop(rng.randrange(len(live))))
+            sizes.append(0)
+        elif pick < 0.47:
+            keys.append(10**9 + rng.randrange(100))  # never requested
+            sizes.append(0)
+        else:
+            if live and pick < 0.48:
+                key = rng.choice(live)  # requested again while live
+            else:
+                nid += 1
+                key = nid
+                live.append(key)
+            top = rng.choice([4096, 1 * MiB, 64 * MiB, 0])
+            keys.append(key)
+            sizes.append(rng.choice(fixed) if top == 0 else rng.randint(1, top))
+    return keys, sizes
+
+
+def one_by_one(
+    keys, sizes, setting, capacity=None, places=None, stream=0
+) -> tuple[DeviceAllocator, Replay]:
+    """The stream through malloc() and free(), one event at a time, and its Replay."""
+    a = DeviceAllocator(parse_config(setting), capacity, None if places is None else iter(places))
+    where = {}
+    for i, (key, size) in enumerate(zip(keys, sizes)):
+        if size > 0:
+            a.event = i
+            where[key] = (a.malloc(size, stream), a.last_list)
+        elif key in where:
+            a.free(*where.pop(key))
+    out = Replay(
+        rows=[("cuda:0", small, size, t0, t1) for small, size, t0, t1 in a.rows],
+        peaks={"cuda:0": Peak(a.peak, a.peak_event, a.peak_allocated, a.reserved_then)},
+        oom={} if a.oom is None else {"cuda:0": a.oom},
+    )
+    return a, out
+
+
+def assert_same(fast: Replay, slow: Replay, events: int) -> None:
+    """Segments (as prof.segments and as reserved bytes over time), peaks and OOM alike."""
+    assert fast.rows == slow.rows
+    assert fast.peaks == slow.peaks
+    assert fast.oom == slow.oom
+    time_ns = np.arange(events, dtype=np.int64) * 1000
+    seg_fast = segments_table(fast, time_ns, Source.MODELLED)
+    seg_slow = segments_table(slow, time_ns, Source.MODELLED)
+    pd.testing.assert_frame_equal(seg_fast, seg_slow)
+    pd.testing.assert_frame_equal(reserved_timeline(seg_fast), reserved_timeline(seg_slow))
+
+
+def live_max(seed: int) -> int:
+    """Few live blocks (long reuse of cached ones) or many (long free lists)."""
+    return 40 if seed == 1 else 400
+
+
+@pytest.mark.parametrize("setting", SETTINGS)
+@pytest.mark.parametrize("seed", [1, 2])
+def test_the_one_loop_replay_is_the_rules_one_event_at_a_time(setting, seed):
+    keys, sizes = random_stream(seed, 6000, live_max=live_max(seed))
+    fast = replay(["cuda:0"] * len(keys), keys, sizes, config=parse_config(setting))
+    a, slow = one_by_one(keys, sizes, setting)
+    assert_same(fast, slow, len(keys))
+    assert len(slow.rows) > 10 and slow.peaks["cuda:0"].fragmentation > 0
+    assert a.allocated > 0  # blocks still live at the end (and blocks requested again)
+
+
+@pytest.mark.parametrize("setting", SETTINGS)
+def test_at_a_limit_the_one_loop_replay_empties_the_cache_and_runs_out_as_the_rules_do(setting):
+    """A limit under the stream's peak: the cache is emptied (segments freed, pages
+    unmapped) and retried, and the first request that still does not fit is the same."""
+    keys, sizes = random_stream(3, 6000, live_max=60)
+    unlimited = replay(["cuda:0"] * len(keys), keys, sizes, config=parse_config(setting))
+    reserved = unlimited.peaks["cuda:0"].reserved
+    for capacity in (reserved * 3 // 4, reserved // 3):
+        fast = replay(
+            ["cuda:0"] * len(keys),
+            keys,
+            sizes,
+            config=parse_config(setting),
+            capacity={"cuda:0": capacity},
+        )
+        _, slow = one_by_one(keys, sizes, setting, capacity=capacity)
+        assert_same(fast, slow, len(keys))
+        given_back = sum(t1 is not None for *_, t1 in slow.rows)
+        assert given_back > 0 or "cuda:0" in slow.oom  # the limit was in the way
+    if "max_split" not in setting:  # where the one loop applies, it ran out too
+        assert "cuda:0" in slow.oom
+
+
+@pytest.mark.parametrize("setting", ["", "roundup_power2_divisions:4", "expandable_segments:True"])
+def test_with_recorded_placement_the_one_loop_replay_puts_segments_where_the_rules_do(setting):
+    """Segments at given addresses, out of order: ties go to the lowest address."""
+    keys, sizes = random_stream(4, 6000, live_max=200)
+    places = [p * 256 * MiB for p in random.Random(4).sample(range(1, 100_000), 5000)]
+    fast = replay(
+        ["cuda:0"] * len(keys),
+        keys,
+        sizes,
+        config=parse_config(setting),
+        placement={"cuda:0": places},
+    )
+    _, slow = one_by_one(keys, sizes, setting, places=places)
+    assert_same(fast, slow, len(keys))
+
+
+def test_the_one_loop_replay_applies_to_one_stream_without_max_split_size():
+    """Elsewhere replay() goes through malloc/free (max_split_size_mb changes which cached
+    blocks may be taken; several CUDA streams keep several free lists)."""
+    plain = DeviceAllocator(parse_config("expandable_segments:True"))
+    assert allocator_fast.applies(plain, None) and allocator_fast.applies(plain, [7, 7])
+    assert not allocator_fast.applies(plain, [0, 1])
+    assert not allocator_fast.applies(DeviceAllocator(parse_config("max_split_size_mb:64")), None)
+
+
+def test_on_another_stream_the_one_loop_replay_keeps_that_streams_free_lists():
+    keys, sizes = random_stream(5, 3000, live_max=100)
+    fast = replay(["cuda:0"] * len(keys), keys, sizes, streams=[3] * len(keys))
+    a, slow = one_by_one(keys, sizes, "", stream=3)
+    assert_same(fast, slow, len(keys))
+    assert set(a.free_lists) == {(3, False), (3, True)}
