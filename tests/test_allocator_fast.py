@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from jupyter_memprof._analysis import allocator_fast
+from jupyter_memprof._analysis import allocator_fast, allocator_repeat
 from jupyter_memprof._analysis.allocator import (
     DeviceAllocator,
     Peak,
@@ -170,3 +170,120 @@ def test_on_another_stream_the_one_loop_replay_keeps_that_streams_free_lists():
     a, slow = one_by_one(keys, sizes, "", stream=3)
     assert_same(fast, slow, len(keys))
     assert set(a.free_lists) == {(3, False), (3, True)}
+
+
+# -- repeated steps ---------------------------------------------------------------------------
+
+
+def training_like_stream(
+    seed: int, steps: int, leak: bool = False
+) -> tuple[list[int], list[int], int]:
+    """(keys, sizes, events per step): kept blocks, then ``steps`` repeats of one random step
+    (requests, each freed later in the step or kept into the next step and freed there,
+    frees of blocks never requested; with ``leak``, a key asked for again while live), one
+    step in the middle with other sizes, a kept block freed a third of the way, a step
+    three quarters of the way that frees a block never requested instead of one of its own;
+    then every live block freed and random requests and frees, so that a wrong block
+    anywhere would show."""
+    rng = random.Random(seed)
+    keys: list[int] = []
+    sizes: list[int] = []
+    kept = [(10**6 + i, rng.randint(1, 8 * MiB)) for i in range(20)]
+    for key, size in kept:
+        keys.append(key)
+        sizes.append(size)
+    slots = 30
+    step_sizes = [rng.choice([4096, 2 * MiB, 30 * MiB]) for _ in range(slots)]
+    step_sizes = [rng.randint(1, top) for top in step_sizes]
+    carried = set(rng.sample(range(slots), 5))  # freed in the next step
+    ops: list[tuple[str, int]] = [("request", s) for s in rng.sample(range(slots), slots)]
+    for s in range(slots):
+        if s not in carried:
+            after = ops.index(("request", s)) + 1
+            ops.insert(rng.randint(after, len(ops)), ("free", s))
+        else:
+            ops.insert(rng.randint(0, len(ops)), ("carried", s))
+    ops.insert(rng.randint(0, len(ops)), ("unknown", 0))
+    lost = steps * 3 // 4  # in this step one block is not freed (the free's key is another)
+    ops_freed = [s for kind, s in ops if kind == "free"]
+    for step in range(steps):
+        odd = step == steps // 2
+        base = 1000 * (step + 1)
+        for kind, s in ops:
+            if kind == "request":
+                keys.append(base + s)
+                sizes.append(step_sizes[s] + (7 * 512 if odd else 0))
+                if leak and s == 0:
+                    keys.append(base + s)
+                    sizes.append(step_sizes[s])
+            elif kind == "free" and step == lost and s == ops_freed[0]:
+                keys.append(-2)  # this step frees a block never requested instead
+                sizes.append(0)
+            else:
+                keys.append({"free": base + s, "carried": base - 1000 + s, "unknown": -1}[kind])
+                sizes.append(0)
+        if step == steps // 3:
+            keys.append(kept[0][0])
+            sizes.append(0)
+    live = {k for k, n in zip(keys, sizes) if n > 0} - {k for k, n in zip(keys, sizes) if n <= 0}
+    for key in sorted(live):
+        keys.append(key)
+        sizes.append(0)
+    tail_keys, tail_sizes = random_stream(seed, 2000, live_max=50)
+    keys += [10**8 + key for key in tail_keys]
+    sizes += tail_sizes
+    return keys, sizes, len(ops) + (1 if leak else 0)
+
+
+def replayed_events(keys, sizes, setting) -> int:
+    """How many events the one loop replays (the rest are skipped repeats)."""
+    a = DeviceAllocator(parse_config(setting))
+    where: dict[int, int] = {}
+    count = 0
+    for lo, hi in allocator_repeat.windows(a, keys, sizes, where):
+        allocator_fast._run(a, keys, sizes, lo, hi, 0, where)
+        count += hi - lo
+    return count
+
+
+@pytest.mark.parametrize("setting", SETTINGS)
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_repeated_steps_are_skipped_and_the_replay_stays_the_rules(setting, seed):
+    """A training loop's steps leave the allocator as they found it: after the first few,
+    they are not replayed, and the segments, peaks and every block still come out as the
+    rules one event at a time give them."""
+    keys, sizes, _ = training_like_stream(seed, steps=300)
+    fast = replay(["cuda:0"] * len(keys), keys, sizes, config=parse_config(setting))
+    _, slow = one_by_one(keys, sizes, setting)
+    assert_same(fast, slow, len(keys))
+    if "max_split" not in setting:
+        assert replayed_events(keys, sizes, setting) < len(keys) * 0.9
+
+
+@pytest.mark.parametrize("setting", ["", "expandable_segments:True"])
+def test_steps_that_leak_are_replayed_whole(setting):
+    """A key asked for again while live leaves its block in use for good: no two steps
+    start alike, nothing is skipped."""
+    keys, sizes, _ = training_like_stream(4, steps=60, leak=True)
+    fast = replay(["cuda:0"] * len(keys), keys, sizes, config=parse_config(setting))
+    _, slow = one_by_one(keys, sizes, setting)
+    assert_same(fast, slow, len(keys))
+    assert replayed_events(keys, sizes, setting) == len(keys)
+
+
+@pytest.mark.parametrize("setting", ["", "expandable_segments:True"])
+def test_repeated_steps_at_a_limit_and_with_recorded_placement(setting):
+    keys, sizes, _ = training_like_stream(5, steps=150)
+    unlimited = replay(["cuda:0"] * len(keys), keys, sizes, config=parse_config(setting))
+    capacity = unlimited.peaks["cuda:0"].reserved * 2 // 3
+    places = [p * 256 * MiB for p in random.Random(5).sample(range(1, 100_000), 5000)]
+    fast = replay(
+        ["cuda:0"] * len(keys),
+        keys,
+        sizes,
+        config=parse_config(setting),
+        capacity={"cuda:0": capacity},
+        placement={"cuda:0": places},
+    )
+    _, slow = one_by_one(keys, sizes, setting, capacity=capacity, places=places)
+    assert_same(fast, slow, len(keys))

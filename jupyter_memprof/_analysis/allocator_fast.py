@@ -29,7 +29,10 @@ from __future__ import annotations
 
 from bisect import bisect_left, insort
 from collections.abc import Sequence
+from itertools import islice
 from typing import TYPE_CHECKING
+
+from . import allocator_repeat
 
 if TYPE_CHECKING:  # the loop needs only the allocator's state and methods
     from .allocator import DeviceAllocator
@@ -54,7 +57,28 @@ def run_fast(
     i is a request of ``sizes[i]`` bytes (> 0) for block ``keys[i]``, or its free (a free of
     a block not requested is ignored); every event is on CUDA stream ``stream``. Leaves
     ``alloc``'s rows, counters and peaks as the methods would (``used``: the blocks whose
-    keys are still live)."""
+    keys are still live). Repeats of a step that leave the allocator as they found it are
+    not replayed again (:mod:`.allocator_repeat`)."""
+    where: dict[int, int] = {}  # a live block's key -> size << _SHIFT | address
+    done = 0
+    for lo, hi in allocator_repeat.windows(alloc, keys, sizes, where):
+        _run(alloc, keys, sizes, lo, hi, stream, where)
+        done = hi
+    _run(alloc, keys, sizes, done, len(sizes), stream, where)
+    alloc.used = {b & _MASK: b >> _SHIFT for b in where.values()}
+
+
+def _run(
+    alloc: DeviceAllocator,
+    keys: Sequence[int],
+    sizes: Sequence[int],
+    lo: int,
+    hi: int,
+    stream: int,
+    where: dict[int, int],
+) -> None:
+    """Events ``lo`` to ``hi`` (excluded), with ``where`` the live blocks (key -> size <<
+    _SHIFT | address), kept up to date."""
     a = alloc
     large_l = a.free_lists.setdefault((stream, False), [])
     small_l = a.free_lists.setdefault((stream, True), [])
@@ -63,11 +87,10 @@ def run_fast(
     rounded = a.rounded
     round_size, sizes_seen = a.config.round_size, {}
     split_large = 0 if expandable else _SMALL_SIZE  # the rest a large block keeps
-    where: dict[int, int] = {}  # a live block's key -> size << _SHIFT | address
     allocated, top, reserved_then = a.allocated, a.peak_allocated, a.reserved_then
     reserved, peak, peak_event = a.reserved, a.peak, a.peak_event
     S, M, bisect, ins = _SHIFT, _MASK, bisect_left, insort
-    for i, size in enumerate(sizes):
+    for i, size in enumerate(islice(sizes, lo, hi), lo):
         if size > 0:  # a request
             if rounded:
                 size = sizes_seen.get(size) or sizes_seen.setdefault(size, round_size(size))
@@ -127,7 +150,6 @@ def run_fast(
         ins(lst, (end - addr) << S | addr)
     a.allocated, a.peak_allocated, a.reserved_then = allocated, top, reserved_then
     a.peak, a.peak_event = peak, peak_event
-    a.used = {b & M: b >> S for b in where.values()}
 
 
 def _least_growable(lst: list[int], j: int, unmapped: dict[int, int]) -> int:
