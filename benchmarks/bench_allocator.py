@@ -11,9 +11,12 @@ Two streams of 1,000,000 events (requests and frees) on one device, made here wi
 
 Each is replayed with the default settings and with ``expandable_segments:True``
 (:func:`jupyter_memprof._analysis.allocator.replay`); the table gives the median of
-``--rounds`` rounds (min-max in brackets) and the reserved peak. A reference loop (10
-million dict stores in Python; 1.8-2.0 s on an idle core of an H100 host, Python 3.12) is
-timed before and after: on a shared, loaded machine, the replay times scale with it.
+``--rounds`` rounds (min-max in brackets), that median over the reference loop's median, the
+events replayed one by one (the rest are repeated steps skipped exactly,
+``_analysis/allocator_repeat.py``) and the reserved peak. The reference loop (10 million
+dict stores in Python; 1.8-2.0 s on an idle core of an H100 host, Python 3.12) is timed
+before and after each round: on a shared, loaded machine, the replay times scale with it,
+and a replay takes the ratio times the reference's time on any machine.
 
 Run: ``.venv/bin/python benchmarks/bench_allocator.py [--events 1000000] [--rounds 5]``
 """
@@ -25,7 +28,8 @@ import random
 import statistics
 import time
 
-from jupyter_memprof._analysis.allocator import parse_config, replay
+from jupyter_memprof._analysis.allocator import DeviceAllocator, parse_config, replay
+from jupyter_memprof._analysis.allocator_fast import run_fast
 from jupyter_memprof._units import format_bytes
 
 KiB, MiB = 1024, 1024 * 1024
@@ -100,17 +104,21 @@ def churn_stream(events: int, seed: int = 0) -> tuple[list, list]:
 
 
 def measure(name: str, stream: tuple[list, list], setting: str, rounds: int) -> tuple:
+    """Seconds per round (each between two reference loops), the reference loops, the
+    events replayed one by one and the reserved peak."""
     keys, sizes = stream
     devices = ["cuda:0"] * len(keys)
     config = parse_config(setting)
-    times = []
+    times, refs = [], [reference_loop()]
     peak = 0
     for _ in range(rounds):
         t = time.perf_counter()
         out = replay(devices, keys, sizes, config=config)
         times.append(time.perf_counter() - t)
+        refs.append(reference_loop())
         peak = out.peaks["cuda:0"].reserved
-    return name, setting or "(default)", len(keys), times, peak
+    replayed = run_fast(DeviceAllocator(config), keys, sizes)
+    return name, setting or "(default)", len(keys), times, refs, replayed, peak
 
 
 def reference_loop() -> float:
@@ -128,22 +136,25 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5, help="rounds per row (median reported)")
     args = ap.parse_args()
     streams = {"training": training_stream(args.events), "churn": churn_stream(args.events)}
-    before = reference_loop()
     rows = [
         measure(name, stream, setting, args.rounds)
         for name, stream in streams.items()
         for setting in ("", "expandable_segments:True")
     ]
-    after = reference_loop()
+    refs = [r for row in rows for r in row[4]]
     print(
         f"\nMedian of {args.rounds} rounds (min-max in brackets); reference loop "
-        f"{before:.2f} s before, {after:.2f} s after.\n"
+        f"{statistics.median(refs):.2f} s median ({min(refs):.2f}-{max(refs):.2f}).\n"
     )
-    print("| stream | setting | events | replay | reserved peak |")
-    print("|---|---|---:|---:|---:|")
-    for name, setting, n, times, peak in rows:
+    print("| stream | setting | events | replay | / reference | replayed | reserved peak |")
+    print("|---|---|---:|---:|---:|---:|---:|")
+    for name, setting, n, times, ref, replayed, peak in rows:
         spread = f"{statistics.median(times):.2f} s ({min(times):.2f}-{max(times):.2f})"
-        print(f"| {name} | {setting} | {n:,} | {spread} | {format_bytes(peak)} |")
+        ratio = statistics.median(times) / statistics.median(ref)
+        print(
+            f"| {name} | {setting} | {n:,} | {spread} | {ratio:.2f} | {replayed:,} "
+            f"| {format_bytes(peak)} |"
+        )
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from jupyter_memprof._analysis import allocator_fast, allocator_repeat
+from jupyter_memprof._analysis import allocator_fast
 from jupyter_memprof._analysis.allocator import (
     DeviceAllocator,
     Peak,
@@ -237,13 +237,7 @@ def training_like_stream(
 
 def replayed_events(keys, sizes, setting) -> int:
     """How many events the one loop replays (the rest are skipped repeats)."""
-    a = DeviceAllocator(parse_config(setting))
-    where: dict[int, int] = {}
-    count = 0
-    for lo, hi in allocator_repeat.windows(a, keys, sizes, where):
-        allocator_fast._run(a, keys, sizes, lo, hi, 0, where)
-        count += hi - lo
-    return count
+    return allocator_fast.run_fast(DeviceAllocator(parse_config(setting)), keys, sizes)
 
 
 @pytest.mark.parametrize("setting", SETTINGS)

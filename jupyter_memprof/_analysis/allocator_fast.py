@@ -52,20 +52,20 @@ def applies(alloc: DeviceAllocator, streams: Sequence[int] | None) -> bool:
 
 def run_fast(
     alloc: DeviceAllocator, keys: Sequence[int], sizes: Sequence[int], stream: int = 0
-) -> None:
+) -> int:
     """Replay requests and frees on ``alloc`` as ``malloc``/``free`` one by one would: event
     i is a request of ``sizes[i]`` bytes (> 0) for block ``keys[i]``, or its free (a free of
     a block not requested is ignored); every event is on CUDA stream ``stream``. Leaves
     ``alloc``'s rows, counters and peaks as the methods would (``used``: the blocks whose
     keys are still live). Repeats of a step that leave the allocator as they found it are
-    not replayed again (:mod:`.allocator_repeat`)."""
-    where: dict[int, int] = {}  # a live block's key -> size << _SHIFT | address
-    done = 0
+    not replayed again (:mod:`.allocator_repeat`): returns how many events were replayed."""
+    where: dict[int, tuple[int, int]] = {}  # a live block's key -> (address, bytes)
+    replayed = 0
     for lo, hi in allocator_repeat.windows(alloc, keys, sizes, where):
         _run(alloc, keys, sizes, lo, hi, stream, where)
-        done = hi
-    _run(alloc, keys, sizes, done, len(sizes), stream, where)
-    alloc.used = {b & _MASK: b >> _SHIFT for b in where.values()}
+        replayed += hi - lo
+    alloc.used = dict(where.values())
+    return replayed
 
 
 def _run(
@@ -75,10 +75,10 @@ def _run(
     lo: int,
     hi: int,
     stream: int,
-    where: dict[int, int],
+    where: dict[int, tuple[int, int]],
 ) -> None:
-    """Events ``lo`` to ``hi`` (excluded), with ``where`` the live blocks (key -> size <<
-    _SHIFT | address), kept up to date."""
+    """Events ``lo`` to ``hi`` (excluded), with ``where`` the live blocks (key -> (address,
+    bytes)), kept up to date."""
     a = alloc
     large_l = a.free_lists.setdefault((stream, False), [])
     small_l = a.free_lists.setdefault((stream, True), [])
@@ -89,7 +89,7 @@ def _run(
     split_large = 0 if expandable else _SMALL_SIZE  # the rest a large block keeps
     allocated, top, reserved_then = a.allocated, a.peak_allocated, a.reserved_then
     reserved, peak, peak_event = a.reserved, a.peak, a.peak_event
-    S, M, bisect, ins = _SHIFT, _MASK, bisect_left, insort
+    S, M, bisect, ins, w_pop = _SHIFT, _MASK, bisect_left, insort, where.pop
     for i, size in enumerate(islice(sizes, lo, hi), lo):
         if size > 0:  # a request
             if rounded:
@@ -126,14 +126,12 @@ def _run(
             allocated += block
             if allocated > top:
                 top, reserved_then = allocated, reserved
-            where[keys[i]] = block << S | addr
+            where[keys[i]] = (addr, block)
             continue
-        key = keys[i]  # a free
-        if key not in where:
+        found = w_pop(keys[i], None)  # a free
+        if found is None:
             continue
-        found = where.pop(key)
-        addr = found & M
-        block = found >> S
+        addr, block = found
         lst = small_l if block <= _SMALL_SIZE else large_l  # small-pool blocks: <= 1 MiB
         allocated -= block
         end = addr + block

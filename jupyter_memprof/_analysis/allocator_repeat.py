@@ -30,6 +30,8 @@ import numpy as np
 if TYPE_CHECKING:
     from .allocator import DeviceAllocator
 
+#: the live blocks of a replay: key -> (address, bytes)
+Live = dict[int, tuple[int, int]]
 MIN_EVENTS = 4096  # shorter streams are replayed whole
 MIN_PERIOD = 8  # shorter periods: the state is compared too often to pay off
 WARM_UP = 1024  # the events replayed before the period is looked for (at least)
@@ -63,7 +65,10 @@ class _Plan:
 
 
 def windows(
-    alloc: DeviceAllocator, keys: Sequence[int], sizes: Sequence[int], where: dict[int, int]
+    alloc: DeviceAllocator,
+    keys: Sequence[int],
+    sizes: Sequence[int],
+    where: Live,
 ) -> Iterator[tuple[int, int]]:
     """The ranges ``(lo, hi)`` of events to replay, in order, covering the stream but for
     the repeats skipped between them. The caller replays each range on ``alloc`` before
@@ -76,7 +81,7 @@ def windows(
         return
     p, t = plan.period, plan.start
     yield 0, t
-    history: deque[tuple[tuple, dict[int, int]]] = deque(maxlen=HISTORY)
+    history: deque[tuple[tuple, Live]] = deque(maxlen=HISTORY)
     misses = 0
     while t + p <= n and misses < GIVE_UP:
         state = _state(alloc, where)
@@ -155,7 +160,7 @@ def _links(k: np.ndarray, s: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.nda
     return match, before, after
 
 
-def _state(alloc: DeviceAllocator, where: dict[int, int]) -> tuple:
+def _state(alloc: DeviceAllocator, where: Live) -> tuple:
     """What the allocator's next steps depend on: the segments (how many were taken, the
     bytes reserved), the cached free blocks, the blocks in use (by block, not key)."""
     return (
@@ -172,9 +177,9 @@ def _skip(
     step: int,
     keys: Sequence[int],
     sizes: Sequence[int],
-    where: dict[int, int],
+    where: Live,
     t: int,
-    where_before: dict[int, int],
+    where_before: Live,
 ) -> int:
     """Skip the whole steps of ``step`` events from ``t`` that repeat the step before
     (the state at ``t`` being the state at ``t - step``, when ``where_before`` was
@@ -207,8 +212,8 @@ def _skip(
 
 
 def _period_blocks(
-    keys: Sequence[int], sizes: Sequence[int], where: dict[int, int], lo: int, hi: int
-) -> list[int | None]:
+    keys: Sequence[int], sizes: Sequence[int], where: Live, lo: int, hi: int
+) -> list[tuple[int, int] | None]:
     """Per event of ``[lo, hi)``: the block a request got, when it is its key's last
     request there and still live at ``hi`` (``where``); else None."""
     last = {keys[i]: i for i in range(lo, hi) if sizes[i] > 0}
