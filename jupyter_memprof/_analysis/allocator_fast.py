@@ -30,19 +30,16 @@ from __future__ import annotations
 from bisect import bisect_left, insort
 from collections.abc import Sequence
 from itertools import islice
-from typing import TYPE_CHECKING
 
 from . import allocator_repeat
-
-if TYPE_CHECKING:  # the loop needs only the allocator's state and methods
-    from .allocator import DeviceAllocator
+from .allocator_state import AllocatorState
 
 _SHIFT = 64  # a free-list key is size << _SHIFT | address (as in allocator.py)
 _MASK = (1 << _SHIFT) - 1
 _SMALL_SIZE = 1024 * 1024  # the largest request of the small pool (kSmallSize)
 
 
-def applies(alloc: DeviceAllocator, streams: Sequence[int] | None) -> bool:
+def applies(alloc: AllocatorState, streams: Sequence[int] | None) -> bool:
     """Whether :func:`run_fast` can replay a stream on ``alloc``: no ``max_split_size_mb``
     and one CUDA stream (``streams`` None or all equal)."""
     if alloc.split_limit is not None:
@@ -51,7 +48,7 @@ def applies(alloc: DeviceAllocator, streams: Sequence[int] | None) -> bool:
 
 
 def run_fast(
-    alloc: DeviceAllocator, keys: Sequence[int], sizes: Sequence[int], stream: int = 0
+    alloc: AllocatorState, keys: Sequence[int], sizes: Sequence[int], stream: int = 0
 ) -> int:
     """Replay requests and frees on ``alloc`` as ``malloc``/``free`` one by one would: event
     i is a request of ``sizes[i]`` bytes (> 0) for block ``keys[i]``, or its free (a free of
@@ -69,7 +66,7 @@ def run_fast(
 
 
 def _run(
-    alloc: DeviceAllocator,
+    alloc: AllocatorState,
     keys: Sequence[int],
     sizes: Sequence[int],
     lo: int,

@@ -23,12 +23,10 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from .allocator import DeviceAllocator
+from .allocator_state import AllocatorState
 
 #: the live blocks of a replay: key -> (address, bytes)
 Live = dict[int, tuple[int, int]]
@@ -65,7 +63,7 @@ class _Plan:
 
 
 def windows(
-    alloc: DeviceAllocator,
+    alloc: AllocatorState,
     keys: Sequence[int],
     sizes: Sequence[int],
     where: Live,
@@ -160,7 +158,7 @@ def _links(k: np.ndarray, s: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.nda
     return match, before, after
 
 
-def _state(alloc: DeviceAllocator, where: Live) -> tuple:
+def _state(alloc: AllocatorState, where: Live) -> tuple:
     """What the allocator's next steps depend on: the segments (how many were taken, the
     bytes reserved), the cached free blocks, the blocks in use (by block, not key)."""
     return (

@@ -1,0 +1,38 @@
+"""What the replay loops (``allocator_fast.py``, ``allocator_repeat.py``) read and write of
+one device's caching allocator: the state of ``allocator.DeviceAllocator``, named here so
+that the loops need not import the model they are called from."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+
+class Rounding(Protocol):
+    """The allocator settings' rounding of a request (``AllocatorConfig.round_size``)."""
+
+    def round_size(self, size: int) -> int: ...
+
+
+class AllocatorState(Protocol):
+    """One device's allocator, as ``DeviceAllocator`` keeps it."""
+
+    config: Rounding
+    expandable: bool  # expandable_segments
+    rounded: bool  # roundup_power2_divisions
+    split_limit: int | None  # max_split_size_mb, in bytes
+    #: (stream, small pool) -> cached free blocks, as size << 64 | address, ascending
+    free_lists: dict[tuple[int, bool], list[int]]
+    free_at: dict[int, int]  # cached free block -> bytes
+    free_end: dict[int, int]  # where a cached free block ends -> its start
+    unmapped: dict[int, int]  # an expandable segment's unmapped range -> bytes
+    used: dict[int, int]  # block in use -> bytes
+    rows: list[list]  # one per segment (or mapped range)
+    allocated: int
+    reserved: int
+    peak: int
+    peak_event: int
+    peak_allocated: int
+    reserved_then: int
+    event: int
+
+    def _new_block(self, key: tuple[int, bool], size: int) -> int: ...
