@@ -106,18 +106,22 @@ def _run(
                 allocated, reserved = a.allocated, a.reserved
                 if reserved > peak:
                     peak, peak_event = reserved, i
-            else:
-                if expandable and (found & M) + (found >> S) in unmapped:
-                    ins(lst, found)
-                    found = lst.pop(_least_growable(lst, j, unmapped))
+                j = -1
             addr = found & M
             block = found >> S
-            del free_at[addr], free_end[addr + block]
+            end = addr + block
+            if expandable and j >= 0 and end in unmapped:  # a cached block that can grow
+                ins(lst, found)
+                found = lst.pop(_least_growable(lst, j, unmapped))
+                addr = found & M
+                block = found >> S
+                end = addr + block
+            del free_at[addr], free_end[end]
             rest = block - size
             if rest > keep:  # split: the rest stays cached
                 r = addr + size
                 free_at[r] = rest
-                free_end[r + rest] = r
+                free_end[end] = r
                 ins(lst, rest << S | r)
                 block = size
             allocated += block
@@ -140,9 +144,10 @@ def _run(
             before = free_end.pop(addr)
             del lst[bisect(lst, free_at.pop(before) << S | before)]
             addr = before
-        free_at[addr] = end - addr
+        block = end - addr
+        free_at[addr] = block
         free_end[end] = addr
-        ins(lst, (end - addr) << S | addr)
+        ins(lst, block << S | addr)
     a.allocated, a.peak_allocated, a.reserved_then = allocated, top, reserved_then
     a.peak, a.peak_event = peak, peak_event
 
