@@ -11,12 +11,12 @@ Two streams of 1,000,000 events (requests and frees) on one device, made here wi
 
 Each is replayed with the default settings and with ``expandable_segments:True``
 (:func:`jupyter_memprof._analysis.allocator.replay`); the table gives the median of
-``--rounds`` rounds (min-max in brackets), that median over the reference loop's median, the
-events replayed one by one (the rest are repeated steps skipped exactly,
-``_analysis/allocator_repeat.py``) and the reserved peak. The reference loop (10 million
-dict stores in Python; 1.8-2.0 s on an idle core of an H100 host, Python 3.12) is timed
-before and after each round: on a shared, loaded machine, the replay times scale with it,
-and a replay takes the ratio times the reference's time on any machine.
+``--rounds`` rounds, wall time (min-max in brackets) and the process's CPU time, the CPU
+time over the reference loop's, the events replayed one by one (the rest are repeated steps
+skipped exactly, ``_analysis/allocator_repeat.py``) and the reserved peak. The reference
+loop (10 million dict stores in Python) is timed before and after each round: on another
+machine, or on this one less loaded, a replay takes about the ratio times the reference's
+time there. The CPU times hold better than the wall times on a shared machine.
 
 Run: ``.venv/bin/python benchmarks/bench_allocator.py [--events 1000000] [--rounds 5]``
 """
@@ -103,31 +103,40 @@ def churn_stream(events: int, seed: int = 0) -> tuple[list, list]:
     return keys[:events], sizes[:events]
 
 
+def timed(fn) -> tuple[float, float, object]:
+    """(wall seconds, CPU seconds of this process, result) of ``fn()``."""
+    wall, cpu = time.perf_counter(), time.process_time()
+    out = fn()
+    return time.perf_counter() - wall, time.process_time() - cpu, out
+
+
 def measure(name: str, stream: tuple[list, list], setting: str, rounds: int) -> tuple:
-    """Seconds per round (each between two reference loops), the reference loops, the
-    events replayed one by one and the reserved peak."""
+    """(wall, CPU) seconds per round, each round between two reference loops, the
+    reference loops' (wall, CPU) seconds, the events replayed one by one, the reserved
+    peak."""
     keys, sizes = stream
     devices = ["cuda:0"] * len(keys)
     config = parse_config(setting)
-    times, refs = [], [reference_loop()]
+    times, refs = [], [timed(reference_loop)[:2]]
     peak = 0
     for _ in range(rounds):
-        t = time.perf_counter()
-        out = replay(devices, keys, sizes, config=config)
-        times.append(time.perf_counter() - t)
-        refs.append(reference_loop())
+        wall, cpu, out = timed(lambda: replay(devices, keys, sizes, config=config))
+        times.append((wall, cpu))
+        refs.append(timed(reference_loop)[:2])
         peak = out.peaks["cuda:0"].reserved
     replayed = run_fast(DeviceAllocator(config), keys, sizes)
     return name, setting or "(default)", len(keys), times, refs, replayed, peak
 
 
-def reference_loop() -> float:
-    """Seconds for 10 million dict stores: how fast Python runs on this machine now."""
-    t = time.perf_counter()
+def reference_loop() -> None:
+    """10 million dict stores: how fast Python runs on this machine now."""
     d: dict[int, int] = {}
     for i in range(10_000_000):
         d[i & 1023] = i
-    return time.perf_counter() - t
+
+
+def median(pairs: list[tuple[float, float]], which: int) -> float:
+    return statistics.median(p[which] for p in pairs)
 
 
 def main() -> None:
@@ -143,17 +152,22 @@ def main() -> None:
     ]
     refs = [r for row in rows for r in row[4]]
     print(
-        f"\nMedian of {args.rounds} rounds (min-max in brackets); reference loop "
-        f"{statistics.median(refs):.2f} s median ({min(refs):.2f}-{max(refs):.2f}).\n"
+        f"\nMedian of {args.rounds} rounds, wall time (min-max in brackets) and CPU time of "
+        f"the process; the reference loop: {median(refs, 0):.2f} s wall "
+        f"({min(r[0] for r in refs):.2f}-{max(r[0] for r in refs):.2f}), "
+        f"{median(refs, 1):.2f} s CPU (median of {len(refs)}).\n"
     )
-    print("| stream | setting | events | replay | / reference | replayed | reserved peak |")
-    print("|---|---|---:|---:|---:|---:|---:|")
+    print(
+        "| stream | setting | events | replay | CPU | CPU / reference | replayed | reserved peak |"
+    )
+    print("|---|---|---:|---:|---:|---:|---:|---:|")
     for name, setting, n, times, ref, replayed, peak in rows:
-        spread = f"{statistics.median(times):.2f} s ({min(times):.2f}-{max(times):.2f})"
-        ratio = statistics.median(times) / statistics.median(ref)
+        wall = [t[0] for t in times]
+        spread = f"{median(times, 0):.2f} s ({min(wall):.2f}-{max(wall):.2f})"
+        ratio = median(times, 1) / median(ref, 1)
         print(
-            f"| {name} | {setting} | {n:,} | {spread} | {ratio:.2f} | {replayed:,} "
-            f"| {format_bytes(peak)} |"
+            f"| {name} | {setting} | {n:,} | {spread} | {median(times, 1):.2f} s | {ratio:.2f} "
+            f"| {replayed:,} | {format_bytes(peak)} |"
         )
 
 
