@@ -30,8 +30,9 @@ replays a stream of allocations and frees through the allocator's rules, as of t
 
 :func:`parse_config` reads ``PYTORCH_CUDA_ALLOC_CONF`` (the one place it is parsed);
 :class:`DeviceAllocator` is one device's allocator; :func:`replay` drives them over a
-stream of events; :func:`model_profile` replays a profile's tables into ``prof.segments``
-and the reserved peaks.
+stream of events (one device's stream in one loop, ``allocator_fast.py``, skipping exact
+repeats of a step, ``allocator_repeat.py``); :func:`model_profile` replays a profile's
+tables into ``prof.segments`` and the reserved peaks.
 """
 
 from __future__ import annotations
