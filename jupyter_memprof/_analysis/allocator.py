@@ -48,12 +48,13 @@ import pandas as pd
 from .._errors import AllocatorConfigError
 from . import allocator_fast
 from . import schema as S
+from .allocator_state import KEY_MASK, KEY_SHIFT, SMALL_SIZE
 from .schema import Pool, Source
 
 KIB = 1024
 MIB = 1024 * KIB
 MIN_BLOCK = 512  # kMinBlockSize: every block is a multiple of this
-SMALL_SIZE = 1 * MIB  # kSmallSize: the largest request of the small pool
+# SMALL_SIZE (kSmallSize, 1 MiB: the largest request of the small pool): allocator_state.py
 SMALL_BUFFER = 2 * MIB  # kSmallBuffer: a small pool segment (and expandable page)
 MIN_LARGE_ALLOC = 10 * MIB  # kMinLargeAlloc: requests from here get their own segment
 LARGE_BUFFER = 20 * MIB  # kLargeBuffer: a large segment for smaller requests (and page)
@@ -310,8 +311,7 @@ def config_from_env(environ: Mapping[str, str]) -> AllocatorConfig:
 
 # -- one device's allocator ---------------------------------------------------------------
 
-_SHIFT = 64  # a free-list key is size << _SHIFT | address: sorted by size, then address
-_MASK = (1 << _SHIFT) - 1
+_SHIFT, _MASK = KEY_SHIFT, KEY_MASK  # a free-list key: size << _SHIFT | address
 _BASE = 1 << 40  # the first segment's address
 _EXPANDABLE_SPAN = 1 << 40  # the address space an expandable segment reserves
 

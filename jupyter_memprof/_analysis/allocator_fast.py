@@ -32,11 +32,7 @@ from collections.abc import Sequence
 from itertools import islice
 
 from . import allocator_repeat
-from .allocator_state import AllocatorState
-
-_SHIFT = 64  # a free-list key is size << _SHIFT | address (as in allocator.py)
-_MASK = (1 << _SHIFT) - 1
-_SMALL_SIZE = 1024 * 1024  # the largest request of the small pool (kSmallSize)
+from .allocator_state import KEY_MASK, KEY_SHIFT, SMALL_SIZE, AllocatorState
 
 
 def applies(alloc: AllocatorState, streams: Sequence[int] | None) -> bool:
@@ -83,17 +79,17 @@ def _run(
     expandable = a.expandable
     rounded = a.rounded
     round_size, sizes_seen = a.config.round_size, {}
-    split_large = 0 if expandable else _SMALL_SIZE  # the rest a large block keeps
+    split_large = 0 if expandable else SMALL_SIZE  # the rest a large block keeps
     allocated, top, reserved_then = a.allocated, a.peak_allocated, a.reserved_then
     reserved, peak, peak_event = a.reserved, a.peak, a.peak_event
-    S, M, bisect, ins, w_pop = _SHIFT, _MASK, bisect_left, insort, where.pop
+    S, M, bisect, ins, w_pop = KEY_SHIFT, KEY_MASK, bisect_left, insort, where.pop
     for i, size in enumerate(islice(sizes, lo, hi), lo):
         if size > 0:  # a request
             if rounded:
                 size = sizes_seen.get(size) or sizes_seen.setdefault(size, round_size(size))
             elif size & 511:
                 size = (size | 511) + 1
-            if size <= _SMALL_SIZE:
+            if size <= SMALL_SIZE:
                 lst, keep = small_l, 0
             else:
                 lst, keep = large_l, split_large
@@ -133,7 +129,7 @@ def _run(
         if found is None:
             continue
         addr, block = found
-        lst = small_l if block <= _SMALL_SIZE else large_l  # small-pool blocks: <= 1 MiB
+        lst = small_l if block <= SMALL_SIZE else large_l  # small-pool blocks: <= 1 MiB
         allocated -= block
         end = addr + block
         if end in free_at:  # merge with the free block after
@@ -158,7 +154,7 @@ def _least_growable(lst: list[int], j: int, unmapped: dict[int, int]) -> int:
     (its size plus the unmapped pages right after it), the next one."""
 
     def growable(key: int) -> int:
-        return (key >> _SHIFT) + unmapped.get((key & _MASK) + (key >> _SHIFT), 0)
+        return (key >> KEY_SHIFT) + unmapped.get((key & KEY_MASK) + (key >> KEY_SHIFT), 0)
 
     while j + 1 < len(lst) and growable(lst[j + 1]) < growable(lst[j]):
         j += 1

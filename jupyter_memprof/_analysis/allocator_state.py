@@ -6,6 +6,10 @@ from __future__ import annotations
 
 from typing import Protocol
 
+SMALL_SIZE = 1024 * 1024  # kSmallSize: the largest request of the small pool
+KEY_SHIFT = 64  # a free-list key is size << KEY_SHIFT | address: by size, then address
+KEY_MASK = (1 << KEY_SHIFT) - 1
+
 
 class Rounding(Protocol):
     """The allocator settings' rounding of a request (``AllocatorConfig.round_size``)."""
@@ -20,7 +24,7 @@ class AllocatorState(Protocol):
     expandable: bool  # expandable_segments
     rounded: bool  # roundup_power2_divisions
     split_limit: int | None  # max_split_size_mb, in bytes
-    #: (stream, small pool) -> cached free blocks, as size << 64 | address, ascending
+    #: (stream, small pool) -> cached free blocks, as KEY_SHIFT keys, ascending
     free_lists: dict[tuple[int, bool], list[int]]
     free_at: dict[int, int]  # cached free block -> bytes
     free_end: dict[int, int]  # where a cached free block ends -> its start
