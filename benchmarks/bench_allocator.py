@@ -28,7 +28,8 @@ import random
 import statistics
 import time
 
-from jupyter_memprof._analysis.allocator import DeviceAllocator, parse_config, replay
+from jupyter_memprof._analysis.allocator import DeviceAllocator, replay
+from jupyter_memprof._analysis.allocator_config import parse_config
 from jupyter_memprof._analysis.allocator_fast import run_fast
 from jupyter_memprof._units import format_bytes
 

@@ -11,12 +11,11 @@ import pandas as pd
 import pytest
 import torch
 
-from jupyter_memprof._analysis.allocator import (
+from jupyter_memprof._analysis.allocator import DeviceAllocator, replay
+from jupyter_memprof._analysis.allocator_config import (
     AllocatorConfig,
-    DeviceAllocator,
     config_from_env,
     parse_config,
-    replay,
 )
 from jupyter_memprof._errors import AllocatorConfigError
 

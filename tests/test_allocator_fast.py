@@ -15,11 +15,11 @@ from jupyter_memprof._analysis.allocator import (
     DeviceAllocator,
     Peak,
     Replay,
-    parse_config,
     replay,
     reserved_timeline,
     segments_table,
 )
+from jupyter_memprof._analysis.allocator_config import parse_config
 from jupyter_memprof._analysis.schema import Source
 
 KiB = 1024

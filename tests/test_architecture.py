@@ -222,3 +222,22 @@ def test_no_javascript_in_python_strings():
                 if ("cb_obj" in text or "=>" in text or "function(" in text) and ";" in text:
                     offenders.append(f"{name}:{node.lineno}")
     assert offenders == []
+
+
+#: The event reader's hot loop: one function on purpose (a call per event costs more there).
+LONG_FUNCTIONS_ALLOWED = {f"{NAME}._producers.torch_profiler.read_trace"}
+
+
+def test_modules_and_functions_stay_small():
+    """No module over 700 lines and no function over 100, so each reads as one idea."""
+    big, long = [], []
+    for name, path in _modules().items():
+        text = path.read_text()
+        if text.count("\n") > 700:
+            big.append(f"{name}: {text.count(chr(10))} lines")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                lines = node.end_lineno - node.lineno + 1
+                if lines > 100 and f"{name}.{node.name}" not in LONG_FUNCTIONS_ALLOWED:
+                    long.append(f"{name}.{node.name}: {lines} lines")
+    assert big == [] and long == []

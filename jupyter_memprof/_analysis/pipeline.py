@@ -17,7 +17,8 @@ import pandas as pd
 from .._records import Capture
 from . import blocks as B
 from . import tables as T
-from .allocator import AllocatorConfig, model_profile
+from .allocator import model_profile
+from .allocator_config import AllocatorConfig
 from .categories import categorise
 from .steps import build_steps
 from .timeline import build_events, build_timeline, with_reserved

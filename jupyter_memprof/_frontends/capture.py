@@ -16,7 +16,7 @@ import sys
 import time
 from collections.abc import Iterable
 
-from .._analysis.allocator import AllocatorConfig
+from .._analysis.allocator_config import AllocatorConfig
 from .._analysis.pipeline import Progress
 from .._devices import resolve_devices
 from .._errors import AllocatorConfigError, CaptureError

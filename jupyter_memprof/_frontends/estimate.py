@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from .._analysis.allocator import AllocatorConfig
+from .._analysis.allocator_config import AllocatorConfig
 from .._analysis.limit import first_over
 from .._devices import parse_device
 from .._errors import AllocatorConfigError, DeviceError, EstimateError

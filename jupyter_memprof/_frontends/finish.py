@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from .._analysis.allocator import AllocatorConfig, config_from_env, parse_config
+from .._analysis.allocator_config import AllocatorConfig, config_from_env, parse_config
 from .._analysis.pipeline import Progress, analyse, paused_gc
 from .._records import Capture
 from .._results.profile import Profile
