@@ -179,6 +179,19 @@ LEAKS = {
     "why": STRING,
 }
 
+# a long run (profile(steps=N)): the blocks alive at the end of a window, carried into the
+# next ones until they are freed (_analysis/windows.py). Not a table of a Profile.
+CARRIED = {
+    "alloc_id": "int64",  # numbered across the run: the window's id plus the ids before it
+    "device": OPEN_CATEGORY,
+    "ptr": "int64",
+    "size_bytes": "int64",
+    "alloc_ns": "Int64",  # NA: alive before the run
+    "step": "int64",  # the run's step that made it; -1: before the run
+    "category": CATEGORY_DTYPE,
+    "callsite": STRING,
+}
+
 LINEAGE = {
     "time_ns": "Int64",
     "op_id": "Int64",

@@ -22,6 +22,7 @@ from .._devices import resolve_devices
 from .._errors import AllocatorConfigError, CaptureError
 from .._producers.recorder import LATER, Recorder
 from .._results.profile import Profile
+from . import long_run as _long_run
 from .finish import allocator_config, fill, register
 from .frames import caller_names
 
@@ -66,6 +67,13 @@ class profile(contextlib.AbstractContextManager):  # lower case: reads like a fu
         gives ``prof.segments`` and the reserved peaks (e.g. ``"expandable_segments:True"``
         to see what that setting would change); default: the environment's, as torch reads
         it. A bad setting raises :class:`CaptureError` (one line) before anything runs.
+    steps:
+        A long run: record the loop in windows of this many steps, each analysed as it
+        ends, so memory does not grow with the loop's length (see README, "Long runs").
+        Every step keeps its row in ``prof.steps``; ``prof.leaks()`` covers the whole run.
+    keep:
+        With ``steps``: the steps whose window keeps its full tables (``prof.kept``):
+        ``"first"``, ``"peak"``, ``"last"`` (the default: all three) and step numbers.
     """
 
     def __init__(
@@ -77,12 +85,15 @@ class profile(contextlib.AbstractContextManager):  # lower case: reads like a fu
         label: str | None = None,
         progress: Progress | None = None,
         allocator: str | AllocatorConfig | None = None,
+        steps: int | None = None,
+        keep: str | Iterable[str | int] | None = None,
     ) -> None:
         self.devices = resolve_devices(device)
         try:
             self.allocator = allocator_config(allocator)
         except AllocatorConfigError as err:
             raise CaptureError(str(err)) from None
+        self._long = _long_run.plan(steps, keep, self.allocator, build_tables)
         self.with_stack = with_stack
         self.label = label
         self.progress = progress
@@ -109,7 +120,10 @@ class profile(contextlib.AbstractContextManager):  # lower case: reads like a fu
         """Start recording; returns the Profile that :meth:`finish` fills."""
         # built before the profiler starts, so its cost stays out of the capture
         self._profile = Profile.empty(label=self.label, devices=self.devices)
-        recorder = Recorder(self.devices, self.with_stack, self._names)
+        if self._long is None:
+            recorder = Recorder(self.devices, self.with_stack, self._names)
+        else:
+            recorder = self._long.recorder(self.devices, self.with_stack, self._names)
         recorder.start()  # undoes itself when it fails
         try:
             self._recorder = recorder
@@ -150,7 +164,8 @@ class profile(contextlib.AbstractContextManager):  # lower case: reads like a fu
                 prof.meta["stop_error"] = _reason(stop_error)
             if isinstance(failure, (Exception, type(None))):  # not when interrupted stopping
                 try:
-                    _fill(prof, recorder, self.progress, self.allocator)
+                    fill_profile = _fill if self._long is None else self._long.fill
+                    fill_profile(prof, recorder, self.progress, self.allocator)
                 except BaseException as build_error:  # Ctrl-C included: keep the profile
                     if failure is None:
                         failure, self.failed_step = build_error, "building its memory tables"

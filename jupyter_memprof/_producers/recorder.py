@@ -501,9 +501,12 @@ class Recorder:
     def kineto_results(self):
         return self._torch_profiler.profiler.kineto_results
 
-    def capture(self, progress: Callable[[float], object] | None = None) -> Capture:
+    def capture(
+        self, progress: Callable[[float], object] | None = None, *, held: bool = True
+    ) -> Capture:
         """Read torch's events into records: the producer's whole output. ``progress``
-        gets the fraction read now and then (see ``read_trace``)."""
+        gets the fraction read now and then (see ``read_trace``); ``held=False`` leaves out
+        the tensors the session's graphs and containers hold (a long run's inner windows)."""
         results = self.kineto_results
         trace = events.read_trace(
             results,
@@ -527,7 +530,11 @@ class Recorder:
         )
         return Capture(
             trace=trace,
-            names=[*self.start_rows, *names.rows("end"), *held_rows(names, namespace)],
+            names=[
+                *self.start_rows,
+                *names.rows("end"),
+                *(held_rows(names, namespace) if held else ()),
+            ],
             module_paths=[
                 names.module_path(m) if m is not None else cls for m, cls in zip(found, classes)
             ],

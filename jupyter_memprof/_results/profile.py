@@ -51,6 +51,9 @@ class Profile:
     segments: pd.DataFrame = field(default_factory=lambda: _schema.empty(_schema.SEGMENTS))
     steps: pd.DataFrame = field(default_factory=lambda: _schema.empty(_schema.STEPS))
     meta: dict[str, Any] = field(default_factory=dict)
+    #: a long run's kept steps ("first", "peak", "last", step numbers) -> their window's
+    #: profile (``profile(steps=N)``); empty otherwise, and not saved
+    kept: dict[Any, Profile] = field(default_factory=dict, compare=False, repr=False)
     session_id: int | None = field(default=None, compare=False)
 
     # -- construction -------------------------------------------------------------------
@@ -166,6 +169,10 @@ class Profile:
         ``holder`` (the variable or module path keeping them, when the session reached
         them), the ``callsite`` that made them, ``bytes_per_step`` and a short ``why``.
         Empty for a clean loop (see :mod:`jupyter_memprof._analysis.steps`)."""
+        if "leaks" in self.meta:  # a long run: found over all its windows
+            from .._analysis.windows import leaks_from_meta
+
+            return leaks_from_meta(self.meta["leaks"])
         from .._analysis.steps import leaks
 
         return leaks(self.tables)

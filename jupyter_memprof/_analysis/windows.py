@@ -1,0 +1,192 @@
+"""Long runs: a loop recorded in windows of steps, each analysed on its own, joined here.
+
+Each window of a long run (``profile(steps=N)``) is a capture of its own with its own
+tables. What joins them is small and does not grow with the number of steps unless the
+loop itself keeps memory: the ``steps`` rows of every window, and the *carried* blocks
+(:data:`~.schema.CARRIED`), those alive at the end of a window, kept with their size,
+callsite, category and the step that made them until a later window frees them. From those
+:func:`leaks_across` finds what grows step after step over the whole run, with the same
+rules as :func:`.steps.leaks` on one capture.
+
+A window sees the blocks from before it only when its code uses or frees them, so its live
+bytes lack the carried blocks it never touches: :func:`live_offset` adds them back, and the
+``steps`` rows of every window count the same memory.
+
+All of these are pure functions of tables.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from . import schema as S
+from .steps import leaks
+
+#: the byte columns of ``steps`` that count live memory (moved by a window's offset)
+_LIVE_COLUMNS = ("peak_bytes", "live_start_bytes", "live_end_bytes")
+
+
+def _keys(device, ptr) -> pd.MultiIndex:
+    """(device, ptr) pairs, to find the same block in two windows."""
+    return pd.MultiIndex.from_arrays(
+        [np.asarray(device, dtype=object).astype(str), np.asarray(ptr, dtype=np.int64)]
+    )
+
+
+def _before_window(allocations: pd.DataFrame) -> pd.DataFrame:
+    """The window's rows for blocks that existed before it (no allocation time)."""
+    return allocations[allocations["alloc_ns"].isna().to_numpy()]
+
+
+def live_offset(carried: pd.DataFrame, tables: dict[str, pd.DataFrame]) -> dict[str, int]:
+    """Bytes per device of the carried blocks (alive when the window starts) that the
+    window's own tables do not hold: the live memory its timeline cannot see."""
+    if carried.empty:
+        return {}
+    seen = _before_window(tables["allocations"])
+    known = _keys(seen["device"], seen["ptr"])
+    unseen = ~_keys(carried["device"], carried["ptr"]).isin(known)
+    sizes = carried["size_bytes"].to_numpy()[unseen]
+    devices = carried["device"].astype(object).to_numpy()[unseen]
+    out: dict[str, int] = {}
+    for d, s in zip(devices.tolist(), sizes.tolist()):
+        out[str(d)] = out.get(str(d), 0) + int(s)
+    return out
+
+
+def window_steps(
+    tables: dict[str, pd.DataFrame], first_step: int, offset: dict[str, int]
+) -> pd.DataFrame:
+    """The window's ``steps`` rows numbered from ``first_step``, their live bytes moved up by
+    ``offset`` (per device; see :func:`live_offset`)."""
+    steps = tables["steps"].copy()
+    steps["step"] = steps["step"] + first_step
+    extra = steps["device"].astype(object).map(lambda d: offset.get(str(d), 0)).to_numpy()
+    for col in _LIVE_COLUMNS:
+        steps[col] = steps[col].to_numpy() + extra.astype(np.int64)
+    return S.conform(steps, S.STEPS, name="steps")
+
+
+def forget_freed(carried: pd.DataFrame, tables: dict[str, pd.DataFrame]) -> pd.DataFrame:
+    """The carried blocks still alive after a window: those the window freed go, and so do
+    those whose address the window allocated again (their free fell between two windows)."""
+    if carried.empty:
+        return carried
+    a = tables["allocations"]
+    freed = a["free_ns"].notna().to_numpy() & a["alloc_ns"].isna().to_numpy()
+    made = a["alloc_ns"].notna().to_numpy()
+    gone = _keys(a["device"], a["ptr"])[freed | made]
+    keep = ~_keys(carried["device"], carried["ptr"]).isin(gone)
+    return carried[keep].reset_index(drop=True)
+
+
+def survivors(
+    tables: dict[str, pd.DataFrame],
+    first_step: int,
+    id_offset: int,
+    *,
+    before_run: bool = False,
+) -> pd.DataFrame:
+    """The blocks the window made and left alive, as :data:`~.schema.CARRIED` rows: ids
+    moved by ``id_offset``, the run's step that made them. With ``before_run`` (the first
+    window) the blocks alive from before the run come too, as step -1."""
+    a = tables["allocations"]
+    alive = a["free_ns"].isna().to_numpy()
+    made = a["alloc_ns"].notna().to_numpy()
+    rows = a[alive & (made | before_run)]
+    steps = tables["steps"].drop_duplicates("step").sort_values("step")
+    ends = steps["end_ns"].to_numpy(dtype=np.int64)
+    alloc_ns = rows["alloc_ns"].to_numpy(dtype=np.int64, na_value=-1)
+    if len(ends):
+        step = np.minimum(np.searchsorted(ends, alloc_ns, side="left"), len(ends) - 1)
+        step = step + first_step
+    else:
+        step = np.full(len(rows), first_step, dtype=np.int64)
+    step = np.where(rows["alloc_ns"].isna().to_numpy(), -1, step)
+    ops = tables["ops"]
+    callsite = pd.Series(ops["callsite"].to_numpy(), index=ops["op_id"].to_numpy())
+    site = callsite.reindex(rows["alloc_op_id"].to_numpy(dtype=np.int64, na_value=-1))
+    out = pd.DataFrame(
+        {
+            "alloc_id": rows["alloc_id"].to_numpy(dtype=np.int64) + id_offset,
+            "device": rows["device"].astype(object).to_numpy(),
+            "ptr": rows["ptr"].to_numpy(dtype=np.int64),
+            "size_bytes": rows["size_bytes"].to_numpy(dtype=np.int64),
+            "alloc_ns": rows["alloc_ns"].to_numpy(),
+            "step": step.astype(np.int64),
+            "category": rows["category"].to_numpy(),
+            "callsite": site.to_numpy(),
+        }
+    )
+    return S.conform(out, S.CARRIED, name="carried")
+
+
+def next_id_offset(tables: dict[str, pd.DataFrame], id_offset: int) -> int:
+    """Where the next window's block ids start: after every id this window used."""
+    ids = tables["allocations"]["alloc_id"]
+    return id_offset + (int(ids.max()) + 1 if len(ids) else 0)
+
+
+def join(parts: list[pd.DataFrame], schema: dict, name: str) -> pd.DataFrame:
+    """Tables of one schema from several windows, one after the other."""
+    parts = [p for p in parts if len(p)]
+    if not parts:
+        return S.empty(schema)
+    return S.conform(pd.concat(parts, ignore_index=True), schema, name=name)
+
+
+def leaks_across(steps: pd.DataFrame, carried: pd.DataFrame, names: pd.DataFrame) -> pd.DataFrame:
+    """:func:`.steps.leaks` over a whole long run: ``steps`` of every window, the blocks
+    carried to its end, and the ``names`` of the last window (the held tensors, matched to
+    the carried blocks by device and address)."""
+    made = carried[carried["alloc_ns"].notna().to_numpy()].reset_index(drop=True)
+    n = len(made)
+    allocations = pd.DataFrame(
+        {
+            "alloc_id": made["alloc_id"].to_numpy(),
+            "device": made["device"],
+            "size_bytes": made["size_bytes"].to_numpy(),
+            "alloc_ns": made["alloc_ns"],
+            "free_ns": pd.array([None] * n, dtype="Int64"),
+            "alloc_op_id": pd.array(np.arange(n), dtype="Int64"),
+            "category": made["category"],
+        }
+    )
+    ops = pd.DataFrame({"op_id": np.arange(n), "callsite": made["callsite"]})
+    by_key = pd.Series(made["alloc_id"].to_numpy(), index=_keys(made["device"], made["ptr"]))
+    held = names.copy()
+    matched = by_key.reindex(_keys(held["device"], held["ptr"]))
+    held["alloc_id"] = pd.array(matched.to_numpy(), dtype="Int64")
+    tables = {"steps": steps, "allocations": allocations, "ops": ops, "names": held}
+    return leaks(tables)
+
+
+def leaks_to_meta(df: pd.DataFrame) -> list[dict]:
+    """The ``leaks`` rows as plain JSON values (kept in a long run's meta)."""
+    out = []
+    for row in df.to_dict("records"):
+        out.append(
+            {
+                k: (
+                    None
+                    if not isinstance(v, list) and pd.isna(v)
+                    else [int(i) for i in v]
+                    if isinstance(v, list)
+                    else int(v)
+                    if isinstance(v, (int, np.integer))
+                    else str(v)
+                )
+                for k, v in row.items()
+            }
+        )
+    return out
+
+
+def leaks_from_meta(rows: list[dict]) -> pd.DataFrame:
+    """The ``leaks`` table back from :func:`leaks_to_meta`'s rows."""
+    if not rows:
+        return S.empty(S.LEAKS)
+    df = pd.DataFrame(rows, columns=list(S.LEAKS))
+    df["category"] = pd.Categorical(df["category"], dtype=S.CATEGORY_DTYPE)
+    return S.conform(df, S.LEAKS, name="leaks")

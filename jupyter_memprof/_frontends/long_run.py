@@ -1,0 +1,264 @@
+"""Long runs: ``profile(steps=N)`` and ``%%memprofile --steps N``.
+
+A loop of any length is recorded in windows of ``N`` steps
+(:class:`~jupyter_memprof._producers.windows.WindowRecorder`). Each window is analysed as
+soon as it ends, while the loop waits at that step's end; then only this is kept of it:
+
+- its ``steps`` rows (every step of the run keeps its row in ``prof.steps``);
+- the blocks alive at its end (:data:`~jupyter_memprof._analysis.schema.CARRIED`), until a
+  later window frees them: from those, ``prof.leaks()`` finds what grows over the whole run;
+- its full tables, only while it holds a step that matters (``keep``: the first step, the
+  one with the highest peak, the last, or step numbers).
+
+So memory follows the window, not the run. The profile's own tables are those of the
+window with the highest peak (else the last kept one), its ``steps`` every step of the run,
+and ``prof.kept`` maps each kept step to a profile of its window.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from typing import Any
+
+import pandas as pd
+
+from .._analysis import schema as S
+from .._analysis import windows as W
+from .._analysis.allocator import AllocatorConfig
+from .._analysis.pipeline import Progress, analyse, paused_gc
+from .._errors import CaptureError
+from .._producers.windows import WindowRecorder
+from .._records import Capture
+from .._results.profile import Profile
+from .._vocab import _Vocabulary
+
+log = logging.getLogger(__name__)
+
+
+class KeptStep(_Vocabulary):
+    """The steps of a long run whose window keeps its full tables."""
+
+    FIRST = "first"
+    PEAK = "peak"
+    LAST = "last"
+
+
+#: what a long run keeps when ``keep`` is not given
+DEFAULT_KEEP: tuple[str, ...] = (KeptStep.FIRST.value, KeptStep.PEAK.value, KeptStep.LAST.value)
+
+
+def parse_steps(value: Any) -> int | None:
+    """``steps=`` (the number of steps per window): a positive int, or None (no long run).
+    A string of digits is taken too (the magic's ``--steps``); anything else is one
+    :class:`CaptureError` line."""
+    if value is None:
+        return None
+    text = value.strip() if isinstance(value, str) else None
+    if text is not None and text.isdigit():
+        value = int(text)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise CaptureError(
+            f"steps must be a whole number of steps per window, 1 or more (got {value!r})"
+        )
+    return value
+
+
+def parse_keep(value: Any) -> tuple[str | int, ...]:
+    """``keep=``: which steps keep their window's full tables: ``"first"``, ``"peak"``,
+    ``"last"`` and step numbers, as an iterable or one comma-separated string."""
+    if value is None:
+        return DEFAULT_KEEP
+    items = value.split(",") if isinstance(value, str) else value
+    if not isinstance(items, Iterable):
+        raise CaptureError(f"keep must list steps: first, peak, last or numbers (got {value!r})")
+    out: list[str | int] = []
+    for item in items:
+        text = item.strip().lower() if isinstance(item, str) else item
+        if isinstance(text, str) and text.isdigit():
+            text = int(text)
+        if isinstance(text, str) and text in KeptStep.values():
+            out.append(text)
+        elif isinstance(text, int) and not isinstance(text, bool) and text >= 0:
+            out.append(text)
+        elif text != "":
+            raise CaptureError(
+                f"keep: {item!r} is not a step to keep; use first, peak, last or a step number"
+            )
+    return tuple(dict.fromkeys(out))
+
+
+class _Window:
+    """One analysed window: its tables and meta, and the run's steps it holds."""
+
+    def __init__(self, tables: dict, meta: dict, first: int, last: int, peak: int) -> None:
+        self.tables, self.meta = tables, meta
+        self.first, self.last, self.peak = first, last, peak
+
+
+class LongRun:
+    """A long run's state between its windows, and the profile it makes at the end."""
+
+    def __init__(
+        self, steps: int, keep: tuple, allocator: AllocatorConfig | None, build_last
+    ) -> None:
+        self.steps_per_window = steps
+        self._build_last = build_last  # capture.build_tables: the last window, with progress
+        self.keep = keep
+        self.allocator = allocator
+        self._steps: list[pd.DataFrame] = []
+        self.carried = S.empty(S.CARRIED)
+        self._next_step = 0
+        self._next_id = 0
+        self._windows = 0
+        self._peak = -1
+        self.kept: dict[str | int, _Window] = {}
+        #: events in each window's trace (a run's memory follows the largest)
+        self.window_events: list[int] = []
+        self.window_errors: list[str] = []
+        self._last_meta: dict = {}  # the last window's meta: the wait after the loop
+
+    def recorder(self, devices, with_stack, namespace) -> WindowRecorder:
+        return WindowRecorder(devices, with_stack, namespace, self.steps_per_window, self.add)
+
+    # -- each window ----------------------------------------------------------------------
+    def add(self, capture: Capture) -> None:
+        """Analyse one finished window (called at a step's end, inside the loop). A failure
+        of ours is noted in meta and the run goes on: never raised into the user's loop."""
+        try:
+            with paused_gc():
+                tables, meta = analyse(capture, allocator=self.allocator)
+            self.absorb(tables, meta, capture.trace.event_count)
+        except Exception as err:  # the window is lost, the run and the user's loop go on
+            log.warning("analysing a window of a long run failed", exc_info=True)
+            self.window_errors.append(f"{type(err).__name__}: {err}")
+
+    def absorb(self, tables: dict, meta: dict, events: int, *, tail: bool = False) -> None:
+        """Keep what the run needs of one analysed window (see the module's docstring).
+        ``tail``: the run's last window; when it allocated nothing (the loop ended with the
+        window before) it is no step of its own, as the stretch after a capture's last step
+        is not: only its frees count."""
+        if tail and self._windows > 0 and not tables["allocations"]["alloc_ns"].notna().any():
+            self.carried = W.forget_freed(self.carried, tables)
+            self._last_meta = meta
+            return
+        offset = W.live_offset(self.carried, tables)
+        steps = W.window_steps(tables, self._next_step, offset)
+        self.carried = W.forget_freed(self.carried, tables)
+        new = W.survivors(tables, self._next_step, self._next_id, before_run=self._windows == 0)
+        self.carried = W.join([self.carried, new], S.CARRIED, "carried")
+        self._next_id = W.next_id_offset(tables, self._next_id)
+        self._steps.append(steps)
+        self._last_meta = meta
+        self.window_events.append(int(events))
+        if len(steps):
+            first, last = int(steps["step"].min()), int(steps["step"].max())
+            self._next_step = last + 1
+            peak = int(steps["peak_bytes"].max())
+        else:
+            first = last = self._next_step
+            peak = -1
+        tables = {**tables, "steps": steps}
+        self._keep(_Window(tables, meta, first, last, peak))
+        self._windows += 1
+
+    def _keep(self, window: _Window) -> None:
+        """Keep the window's full tables for each kept step it holds (and drop the window it
+        takes the place of)."""
+        for what in self.keep:
+            if what == KeptStep.FIRST.value:
+                hit = self._windows == 0
+            elif what == KeptStep.PEAK.value:
+                hit = window.peak > self._peak
+            elif what == KeptStep.LAST.value:
+                hit = True
+            else:
+                hit = window.first <= what <= window.last
+            if hit:
+                self.kept[what] = window
+        self._peak = max(self._peak, window.peak)
+
+    # -- the end --------------------------------------------------------------------------
+    def build(
+        self,
+        recorder: WindowRecorder,
+        progress: Progress | None,
+        allocator: AllocatorConfig | None,
+    ) -> tuple[dict, dict]:
+        """The run's tables and meta once the recorder has stopped: the last window (if one
+        was recorded) analysed and joined to the others."""
+        names = S.empty(S.NAMES)
+        if recorder.has_last_window:
+            tables, meta = self._build_last(recorder, progress, allocator)
+            self.absorb(tables, meta, meta.get("event_count", 0), tail=True)
+            names = tables["names"]
+        steps = W.join(self._steps, S.STEPS, "steps")
+        leaks = W.leaks_across(steps, self.carried, names)
+        main = self._main()
+        out_tables = dict(main.tables) if main is not None else {}
+        out_tables["steps"] = steps
+        out_meta = dict(main.meta) if main is not None else {}
+        for key in ("capture_s", "analysis_s", "event_count", "stage_s"):  # the wait
+            if key in self._last_meta:
+                out_meta[key] = self._last_meta[key]
+        out_meta["leaks"] = W.leaks_to_meta(leaks)
+        out_meta["long_run"] = self.run_meta(len(steps["step"].unique()))
+        return out_tables, out_meta
+
+    def fill(
+        self,
+        prof: Profile,
+        recorder: WindowRecorder,
+        progress: Progress | None,
+        allocator: AllocatorConfig | None,
+    ) -> None:
+        """:meth:`build` into ``prof``: its tables, meta and :attr:`Profile.kept`."""
+        tables, meta = self.build(recorder, progress, allocator)
+        for key, df in tables.items():
+            setattr(prof, key, df)
+        prof.meta.update(meta)
+        self.attach(prof)
+
+    def _main(self) -> _Window | None:
+        """The window whose tables the profile shows: the peak's, else the last kept."""
+        if KeptStep.PEAK.value in self.kept:
+            return self.kept[KeptStep.PEAK.value]
+        return next(reversed(self.kept.values()), None)
+
+    def run_meta(self, n_steps: int) -> dict:
+        """``meta["long_run"]`` (see docs/tables.md)."""
+        main = self._main()
+        return {
+            "steps_per_window": self.steps_per_window,
+            "windows": self._windows,
+            "steps": n_steps,
+            "tables_steps": [main.first, main.last] if main is not None else None,
+            "kept": {str(k): [w.first, w.last] for k, w in self.kept.items()},
+            "window_events_max": max(self.window_events, default=0),
+            "carried_blocks": len(self.carried),
+            **({"window_errors": list(self.window_errors)} if self.window_errors else {}),
+        }
+
+    def attach(self, prof: Profile) -> None:
+        """``prof.kept``: a profile of each kept step's window (its own steps and tables)."""
+        made: dict[int, Profile] = {}
+        kept: dict[str | int, Profile] = {}
+        for what, window in self.kept.items():
+            if id(window) not in made:
+                p = Profile(**{k: window.tables[k] for k in S.TABLES}, meta=dict(window.meta))
+                p.meta.update(label=f"{prof.label} · steps {window.first}-{window.last}")
+                made[id(window)] = p
+            kept[what] = made[id(window)]
+        prof.kept = kept
+
+
+def plan(steps: Any, keep: Any, allocator: AllocatorConfig | None, build_last) -> LongRun | None:
+    """The long run ``profile(steps=..., keep=...)`` asks for, or None for a plain capture;
+    bad values are one :class:`CaptureError` line, before anything runs. ``build_last``
+    reads and analyses the last window after the stop (``capture.build_tables``)."""
+    n = parse_steps(steps)
+    if n is None:
+        if keep is not None:
+            raise CaptureError("keep needs steps (it says which windows of a long run to keep)")
+        return None
+    return LongRun(n, parse_keep(keep), allocator, build_last)

@@ -1,0 +1,220 @@
+"""A recorder for long loops: torch's profiler is stopped and started again every few steps.
+
+A capture of a loop keeps every event in torch's profiler until it stops (about 27k events
+per step of a 64-block MLP with Python stacks), so a loop of thousands of steps would keep
+millions. :class:`WindowRecorder` records the loop in *windows* of a fixed number of steps:
+when a window's last step ends, it stops torch's profiler, reads the window's records,
+hands them to ``on_window`` (the front end analyses them and keeps only what it needs), and
+starts torch's profiler again. The hooks and the capture slot stay in place from the run's
+start to its end, as in a plain :class:`~.recorder.Recorder`.
+
+Where a window may end: only outside every annotation torch is recording. A profiler
+stopped inside an open ``record_function`` leaves that annotation's end to be written
+into the stopped profiler's freed records. So a window never ends inside
+``optimizer.step()`` (torch's ``Optimizer.step#`` annotation is open while its hooks run):
+each optimizer's ``step`` is wrapped for the run, and the window ends after it returns.
+:func:`jupyter_memprof.step` ends one right after its own annotation is closed. Once the
+code has marked a step itself, only its marks count, as in the analysis of steps.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from .._records import Capture
+from . import live
+from .live import SessionNames
+from .recorder import Recorder, _quiet_stderr, _stop_profiler, cuda_totals
+
+#: marks the ``step`` wrapper this module puts on an optimizer for a run
+_WRAPPED = "_memprof_window_step"
+
+
+def _new_profiler(devices: list[str], with_stack: bool):
+    """A torch profiler with the flags of a capture (memory, shapes, stacks as asked)."""
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if any(d.startswith("cuda") for d in devices):
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    return torch.profiler.profile(
+        activities=activities,
+        profile_memory=True,
+        record_shapes=True,
+        with_stack=with_stack,
+    )
+
+
+class _OptimizerEnds:
+    """Calls ``on_end`` after each ``optimizer.step()`` returns, outside torch's
+    ``Optimizer.step#`` annotation: every optimizer in the namespace at the start, and every
+    one seen stepping later, gets a ``step`` attribute of its own for the run (an optimizer
+    first seen stepping is caught from its next step on). :meth:`remove` puts each back."""
+
+    def __init__(self, on_end: Callable[[], object]) -> None:
+        self._on_end = on_end
+        self._wrapped: list[tuple[torch.optim.Optimizer, Any]] = []
+        self._seen: set[int] = set()
+        self._handle = None
+
+    def install(self, namespace: dict) -> None:
+        from torch.optim import optimizer as optim_module
+
+        for value in list(namespace.values()):
+            if isinstance(value, torch.optim.Optimizer):
+                self.wrap(value)
+        self._handle = optim_module.register_optimizer_step_pre_hook(self._pre)
+
+    def _pre(self, optimizer, args, kwargs) -> None:
+        if id(optimizer) not in self._seen:
+            self.wrap(optimizer)
+
+    def wrap(self, optimizer: torch.optim.Optimizer) -> None:
+        """Give ``optimizer`` a ``step`` that calls ``on_end`` after the real one returns."""
+        if id(optimizer) in self._seen:
+            return
+        self._seen.add(id(optimizer))
+        before = optimizer.__dict__.get("step")  # an instance's own step (an LR scheduler's)
+        inner = optimizer.step
+        on_end = self._on_end
+
+        @functools.wraps(inner)
+        def step(*args, **kwargs):
+            out = inner(*args, **kwargs)
+            on_end()
+            return out
+
+        setattr(step, _WRAPPED, True)
+        optimizer.step = step
+        self._wrapped.append((optimizer, before))
+
+    def remove(self) -> None:
+        """Remove the hook and every wrapper this run installed (a wrapper something else has
+        wrapped since stays, and only passes calls on)."""
+        handle, self._handle = self._handle, None
+        if handle is not None:
+            handle.remove()
+        wrapped, self._wrapped = self._wrapped, []
+        self._on_end = _nothing
+        for optimizer, before in wrapped:
+            if getattr(optimizer.__dict__.get("step"), _WRAPPED, False):
+                if before is None:
+                    del optimizer.__dict__["step"]
+                else:
+                    optimizer.step = before
+
+
+def _nothing() -> None:
+    return None
+
+
+class WindowRecorder(Recorder):
+    """A :class:`Recorder` whose torch profiler restarts every ``steps`` steps.
+
+    ``on_window(capture, last)`` gets each finished window's :class:`Capture` while the
+    profiler is off (``last`` is False); the run's last window is read by :meth:`capture`
+    after :meth:`stop`, with the session's held tensors (what keeps blocks alive at the end).
+    """
+
+    def __init__(
+        self,
+        devices: list[str],
+        with_stack: bool,
+        namespace: Callable[[], dict],
+        steps: int,
+        on_window: Callable[[Capture], object],
+    ) -> None:
+        super().__init__(devices, with_stack, namespace)
+        self.steps_per_window = steps
+        self.on_window = on_window
+        self._count = 0  # steps ended in this window
+        self._marked = False  # the code marks its steps itself: only marks count
+        self._ends: _OptimizerEnds | None = None
+        self._window_tp = None  # the stopped profiler of the window being read
+        #: windows finished and handed over while the run went on
+        self.windows = 0
+
+    # -- start and stop -------------------------------------------------------------------
+    def start(self) -> None:
+        super().start()
+        try:
+            self._ends = _OptimizerEnds(self._optimizer_end)
+            self._ends.install(self._namespace())
+            live.STEP_LISTENERS.append(self._marked_end)
+        except BaseException:
+            self._remove_listeners()
+            self.stop()
+            raise
+
+    def stop(self) -> None:
+        try:
+            self._remove_listeners()
+        finally:
+            super().stop()
+
+    def _remove_listeners(self) -> None:
+        ends, self._ends = self._ends, None
+        if self._marked_end in live.STEP_LISTENERS:
+            live.STEP_LISTENERS.remove(self._marked_end)
+        if ends is not None:
+            ends.remove()
+
+    # -- step ends ------------------------------------------------------------------------
+    def _optimizer_end(self) -> None:
+        if not self._marked:
+            self._step_ended()
+
+    def _marked_end(self) -> None:
+        self._marked = True
+        self._step_ended()
+
+    def _step_ended(self) -> None:
+        if not self._running or self._torch_profiler is None:
+            return
+        self._count += 1
+        if self._count >= self.steps_per_window:
+            self._count = 0
+            self._next_window()
+
+    def _next_window(self) -> None:
+        """End this window and start the next: stop torch's profiler, hand the window's
+        records over, start a new profiler. An interrupt or failure on the way leaves the
+        profiler off (the run's stop then has nothing of torch's to stop)."""
+        tp, self._torch_profiler = self._torch_profiler, None
+        _stop_profiler(tp)
+        self.totals_end = cuda_totals(self.devices)
+        watch, self._watch = self._watch, None
+        if watch is not None:  # frees of blocks named at the run's start: first window only
+            self.watched_frees = watch.close()
+        self._window_tp = tp
+        try:
+            capture = self.capture(held=False)
+        finally:
+            self._window_tp = None
+            tp.profiler = None  # torch's raw result: not kept
+        self.windows += 1
+        self.on_window(capture)
+        # the next window: the session's names at its start (so blocks from before it are
+        # named as in one capture), no burner nor watched frees of its own (frees of blocks
+        # made while an earlier window recorded are reported)
+        self.start_rows = SessionNames(self._namespace()).rows("start")
+        self._burner_ptr, self.watched_frees = None, []
+        self.totals_start = cuda_totals(self.devices)
+        tp = _new_profiler(self.devices, self.with_stack)
+        with _quiet_stderr():
+            tp.__enter__()
+        self._torch_profiler = tp
+        self.start_ns = time.time_ns()
+
+    @property
+    def kineto_results(self):
+        tp = self._window_tp if self._window_tp is not None else self._torch_profiler
+        return tp.profiler.kineto_results
+
+    @property
+    def has_last_window(self) -> bool:
+        """Whether a last window was recorded (False when the run stopped between windows)."""
+        return self._torch_profiler is not None
