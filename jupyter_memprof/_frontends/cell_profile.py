@@ -39,6 +39,8 @@ def profile_cell(shell, code: Code, opts: Options, label: str, local_ns: dict | 
             label=label,
             progress=progress,
             allocator=opts.allocator,
+            steps=opts.steps,
+            keep=opts.keep,
         )
         prof = capture.start()
     except CaptureError as err:

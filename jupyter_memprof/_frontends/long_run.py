@@ -48,10 +48,10 @@ class KeptStep(_Vocabulary):
 DEFAULT_KEEP: tuple[str, ...] = (KeptStep.FIRST.value, KeptStep.PEAK.value, KeptStep.LAST.value)
 
 
-def parse_steps(value: Any) -> int | None:
+def parse_steps(value: Any, name: str = "steps") -> int | None:
     """``steps=`` (the number of steps per window): a positive int, or None (no long run).
     A string of digits is taken too (the magic's ``--steps``); anything else is one
-    :class:`CaptureError` line."""
+    :class:`CaptureError` line, which names the option as ``name``."""
     if value is None:
         return None
     text = value.strip() if isinstance(value, str) else None
@@ -59,19 +59,20 @@ def parse_steps(value: Any) -> int | None:
         value = int(text)
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise CaptureError(
-            f"steps must be a whole number of steps per window, 1 or more (got {value!r})"
+            f"{name} needs the number of steps per window, a whole number of 1 or more "
+            f"(got {value!r})"
         )
     return value
 
 
-def parse_keep(value: Any) -> tuple[str | int, ...]:
+def parse_keep(value: Any, name: str = "keep") -> tuple[str | int, ...]:
     """``keep=``: which steps keep their window's full tables: ``"first"``, ``"peak"``,
     ``"last"`` and step numbers, as an iterable or one comma-separated string."""
     if value is None:
         return DEFAULT_KEEP
     items = value.split(",") if isinstance(value, str) else value
     if not isinstance(items, Iterable):
-        raise CaptureError(f"keep must list steps: first, peak, last or numbers (got {value!r})")
+        raise CaptureError(f"{name} lists steps: first, peak, last or numbers (got {value!r})")
     out: list[str | int] = []
     for item in items:
         text = item.strip().lower() if isinstance(item, str) else item
@@ -83,7 +84,7 @@ def parse_keep(value: Any) -> tuple[str | int, ...]:
             out.append(text)
         elif text != "":
             raise CaptureError(
-                f"keep: {item!r} is not a step to keep; use first, peak, last or a step number"
+                f"{name}: {item!r} is not a step to keep; use first, peak, last or a step number"
             )
     return tuple(dict.fromkeys(out))
 

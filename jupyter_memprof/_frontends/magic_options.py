@@ -122,6 +122,19 @@ OPTIONS: tuple[Option, ...] = (
         "(H100, the default; A100, L4, ...) or a compute capability (sm80).",
     ),
     Option(
+        ("--steps",),
+        "N",
+        "A long run: record the cell's loop in windows of N steps, each analysed as it "
+        "ends, so memory does not grow with the loop (every step keeps its row in "
+        "prof.steps; prof.leaks() covers the whole run).",
+    ),
+    Option(
+        ("--keep",),
+        "STEPS",
+        "With --steps: the steps whose window keeps its full tables (prof.kept), "
+        "comma-separated: first, peak, last (the default) and step numbers.",
+    ),
+    Option(
         ("--label",),
         "TEXT",
         "Name shown in summaries and the Memory profiles panel (default: the -o name, else In[N]).",
@@ -197,7 +210,8 @@ class Options:
     """The magic's options, read and checked. ``name`` is how the magic was called
     (``%%memprofile`` or ``%memprofile``); ``estimate_options`` holds the checked
     ``device``, ``limit``, ``allocator``, ``context`` and ``gpu`` of an estimate,
-    ``devices`` and ``allocator`` those of a real capture."""
+    ``devices`` and ``allocator`` those of a real capture, ``steps`` and ``keep`` those of
+    a long run (None: none)."""
 
     name: str
     output: str | None
@@ -211,6 +225,8 @@ class Options:
     devices: str | list[str] | None = None
     allocator: Any = None
     estimate_options: dict | None = None
+    steps: int | None = None
+    keep: tuple | None = None
 
 
 def _unquote(value: str | None) -> str | None:
@@ -233,7 +249,7 @@ def read_options(shell, parser, options: str, name: str) -> Options:
     """``options`` read with ``parser`` (the magic's) and every option checked before the
     cell runs."""
     args = _parse(parser, options, name)
-    for key in ("label", "html", "limit", "allocator", "context", "gpu"):
+    for key in ("label", "html", "limit", "allocator", "context", "gpu", "steps", "keep"):
         setattr(args, key, _unquote(getattr(args, key)))
     _check_output_name(shell, args.output)
     opts = Options(
@@ -247,6 +263,9 @@ def read_options(shell, parser, options: str, name: str) -> Options:
         estimate=args.estimate,
         explain=args.explain,
     )
+    if args.estimate and (args.steps is not None or args.keep is not None):
+        raise UsageError("--steps and --keep need a real run, not --estimate")
+    opts.steps, opts.keep = _long_run_options(args.steps, args.keep)
     if args.estimate:
         opts.estimate_options = _estimate_options(args, name)
     elif args.limit is not None:
@@ -325,6 +344,20 @@ def _estimate_options(args, name: str) -> dict:
         }
     except EstimateError as err:
         raise UsageError(f"{name} --estimate: {err}") from None
+
+
+def _long_run_options(steps: str | None, keep: str | None):
+    """``--steps`` and ``--keep``, checked before the cell runs (one UsageError line)."""
+    from .._errors import CaptureError
+    from .long_run import parse_keep, parse_steps
+
+    if keep is not None and steps is None:
+        raise UsageError("--keep needs --steps (it says which windows of a long run to keep)")
+    try:
+        n = parse_steps(steps, "--steps")
+        return n, (None if keep is None else parse_keep(keep, "--keep"))
+    except CaptureError as err:
+        raise UsageError(str(err)) from None
 
 
 def _allocator_option(setting):
