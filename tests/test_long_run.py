@@ -5,6 +5,8 @@ Every test runs a real loop under the real profiler; a long run is checked again
 capture of the same loop (the same steps, the same leaks, byte for byte).
 """
 
+import warnings
+
 import pytest
 import torch
 from IPython.core.error import UsageError
@@ -112,6 +114,28 @@ def test_a_clean_long_loop_reports_no_leak():
     assert prof.leaks().empty
     assert prof.summary()["growth"] is None
     assert prof.steps["growth_category"].iloc[0] == "optimizer_state"
+
+
+def test_lr_schedulers_made_before_or_during_a_long_run_keep_working():
+    model, x, y = _mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=1.0)
+    before = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
+    opt2 = torch.optim.SGD(model.parameters(), lr=1.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # torch warns when it thinks step() was never called
+        with jupyter_memprof.profile(steps=2) as prof:
+            during = torch.optim.lr_scheduler.StepLR(opt2, step_size=1, gamma=0.5)
+            for _ in range(4):
+                ((model(x) - y) ** 2).mean().backward()
+                opt.step()
+                before.step()
+                opt2.step()
+                during.step()
+    assert opt.param_groups[0]["lr"] == opt2.param_groups[0]["lr"] == 0.5**4
+    # a step ends at each optimizer.step(): two optimizers, two steps per iteration
+    assert len(prof.steps) == 8 and prof.meta["long_run"]["windows"] == 4
+    assert opt.__dict__["step"] is not None and hasattr(opt.step, "_wrapped_by_lr_sched")
+    opt.step()  # what the run leaves is torch's own
 
 
 # -- memory that does not grow with the loop ---------------------------------------------

@@ -80,19 +80,22 @@ def analyse(
     *,
     progress: Progress | None = None,
     allocator: AllocatorConfig | None = None,
+    window: tuple[bool, bool] = (True, True),
 ) -> tuple[dict[str, pd.DataFrame], dict]:
     """Every table of ``capture``, and meta: its start and end, each stage's seconds, what
     was live at the start (:func:`baseline_meta`), and what the model of CUDA's caching
     allocator (with the settings ``allocator``, default torch's) gives for the CUDA blocks
     (``segments``; meta ``reserved_peak_bytes`` etc., see :func:`.allocator.model_profile`;
-    a recorded reserved peak is kept over the modelled one)."""
+    a recorded reserved peak is kept over the modelled one). ``window``: for a window of a
+    long run, whether it is the run's first and its last (how its ends split steps:
+    :func:`.steps.step_bounds`)."""
     stages = _Stages(progress)
     tables, mem = _record_tables(capture, stages)
     allocations, versions = categorise(tables)
     tables.update(allocations=allocations, versions=versions)
     stages.done(3)
     start_ns = _start_ns(capture.start_ns, tables["ops"], mem)
-    end_ns = _time_tables(tables, mem, capture, start_ns)
+    end_ns = _time_tables(tables, mem, capture, start_ns, window)
     stages.done(4)
     segments, allocator_meta = model_profile(tables, allocator)
     tables["segments"] = segments
@@ -169,7 +172,13 @@ def _start_ns(start_ns: int | None, ops: pd.DataFrame, mem: pd.DataFrame) -> int
     return int(min(firsts)) if firsts else 0
 
 
-def _time_tables(tables: dict, mem: pd.DataFrame, capture: Capture, start_ns: int) -> int:
+def _time_tables(
+    tables: dict,
+    mem: pd.DataFrame,
+    capture: Capture,
+    start_ns: int,
+    window: tuple[bool, bool] = (True, True),
+) -> int:
     """Add ``events`` (with the reserved totals), ``timeline`` and ``steps`` to ``tables``;
     returns the capture's end."""
     ops = tables["ops"]
@@ -181,7 +190,7 @@ def _time_tables(tables: dict, mem: pd.DataFrame, capture: Capture, start_ns: in
     tables.update(
         events=events,
         timeline=timeline,
-        steps=build_steps(ops, events, timeline, start_ns, end_ns),
+        steps=build_steps(ops, events, timeline, start_ns, end_ns, first=window[0], last=window[1]),
     )
     return end_ns
 

@@ -58,23 +58,36 @@ def _optimizer_steps(ops: pd.DataFrame) -> np.ndarray:
 
 
 def step_bounds(
-    ops: pd.DataFrame, events: pd.DataFrame, start_ns: int, end_ns: int
+    ops: pd.DataFrame,
+    events: pd.DataFrame,
+    start_ns: int,
+    end_ns: int,
+    *,
+    first: bool = True,
+    last: bool = True,
 ) -> list[tuple[int, int]]:
     """``(start_ns, end_ns)`` of each step, in order: split at the code's step marks, else
     at each ``optimizer.step()``; the stretch before the first split or after the last one
     is a step of its own only when a block was allocated in it (else it joins its
-    neighbour). Without any split the whole capture is one step."""
+    neighbour). Without any split the whole capture is one step.
+
+    A window of a long run starts and ends at step ends: ``first=False`` when its start is
+    one (the stretch before its first split is a step), ``last=False`` when its last split
+    is its end (what follows it is the profiler stopping, part of the last step)."""
     cuts = _marks(ops)
     if not len(cuts):
         cuts = _optimizer_steps(ops)
-    cuts = np.unique(cuts[(cuts > start_ns) & (cuts < end_ns)])
+    cuts = np.unique(cuts[(cuts > start_ns) & (cuts <= end_ns)])
+    if not last and len(cuts):
+        cuts = cuts[:-1]  # the window's own end
+    cuts = cuts[cuts < end_ns]
     edges = [start_ns, *cuts.tolist(), end_ns]
     if len(edges) > 2:
         created = events["time_ns"].to_numpy()[(events["action"] == "create").to_numpy()]
         # times belong to the step ending at or after them: (edges[k], edges[k + 1]]
-        if not ((created > edges[0]) & (created <= edges[1])).any() and len(edges) > 2:
+        if first and not ((created > edges[0]) & (created <= edges[1])).any():
             edges.pop(1)
-        if len(edges) > 2 and not (created > edges[-2]).any():
+        if last and len(edges) > 2 and not (created > edges[-2]).any():
             edges.pop(-2)
     return list(zip(edges[:-1], edges[1:]))
 
@@ -117,13 +130,21 @@ class _Live:
 
 
 def build_steps(
-    ops: pd.DataFrame, events: pd.DataFrame, timeline: pd.DataFrame, start_ns: int, end_ns: int
+    ops: pd.DataFrame,
+    events: pd.DataFrame,
+    timeline: pd.DataFrame,
+    start_ns: int,
+    end_ns: int,
+    *,
+    first: bool = True,
+    last: bool = True,
 ) -> pd.DataFrame:
-    """One row per (step, device): see the module's docstring and docs/tables.md."""
+    """One row per (step, device): see the module's docstring and docs/tables.md
+    (``first``, ``last``: see :func:`step_bounds`)."""
     if timeline.empty:
         return S.empty(S.STEPS)
     end_ns = max(int(end_ns), int(timeline["time_ns"].max()), int(start_ns))
-    bounds = step_bounds(ops, events, int(start_ns), end_ns)
+    bounds = step_bounds(ops, events, int(start_ns), end_ns, first=first, last=last)
     starts = np.array([b[0] for b in bounds], dtype=np.int64)
     ends = np.array([b[1] for b in bounds], dtype=np.int64)
     categories = np.asarray(S.CATEGORY_DTYPE.categories, dtype=object)

@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from . import schema as S
-from .steps import leaks
+from .steps import build_steps, leaks
 
 #: the byte columns of ``steps`` that count live memory (moved by a window's offset)
 _LIVE_COLUMNS = ("peak_bytes", "live_start_bytes", "live_end_bytes")
@@ -66,6 +66,19 @@ def window_steps(
     for col in _LIVE_COLUMNS:
         steps[col] = steps[col].to_numpy() + extra.astype(np.int64)
     return S.conform(steps, S.STEPS, name="steps")
+
+
+def tail_steps(tables: dict[str, pd.DataFrame], meta: dict) -> pd.DataFrame:
+    """The ``steps`` of a long run's last window, which starts at a step's end (the stretch
+    before its first split is a step of its own)."""
+    return build_steps(
+        tables["ops"],
+        tables["events"],
+        tables["timeline"],
+        meta["start_ns"],
+        meta["end_ns"],
+        first=False,
+    )
 
 
 def forget_freed(carried: pd.DataFrame, tables: dict[str, pd.DataFrame]) -> pd.DataFrame:

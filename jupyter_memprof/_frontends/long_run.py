@@ -128,7 +128,8 @@ class LongRun:
         of ours is noted in meta and the run goes on: never raised into the user's loop."""
         try:
             with paused_gc():
-                tables, meta = analyse(capture, allocator=self.allocator)
+                window = (self._windows == 0, False)
+                tables, meta = analyse(capture, allocator=self.allocator, window=window)
             self.absorb(tables, meta, capture.trace.event_count)
         except Exception as err:  # the window is lost, the run and the user's loop go on
             log.warning("analysing a window of a long run failed", exc_info=True)
@@ -191,6 +192,8 @@ class LongRun:
         names = S.empty(S.NAMES)
         if recorder.has_last_window:
             tables, meta = self._build_last(recorder, progress, allocator)
+            if self._windows:  # its start is a step's end
+                tables = {**tables, "steps": W.tail_steps(tables, meta)}
             self.absorb(tables, meta, meta.get("event_count", 0), tail=True)
             names = tables["names"]
         steps = W.join(self._steps, S.STEPS, "steps")

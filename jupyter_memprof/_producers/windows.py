@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import time
+import types
 from collections.abc import Callable
 from typing import Any
 
@@ -30,9 +31,6 @@ from .._records import Capture
 from . import live
 from .live import SessionNames
 from .recorder import Recorder, _quiet_stderr, _stop_profiler, cuda_totals
-
-#: marks the ``step`` wrapper this module puts on an optimizer for a run
-_WRAPPED = "_memprof_window_step"
 
 
 def _new_profiler(devices: list[str], with_stack: bool):
@@ -56,7 +54,8 @@ class _OptimizerEnds:
 
     def __init__(self, on_end: Callable[[], object]) -> None:
         self._on_end = on_end
-        self._wrapped: list[tuple[torch.optim.Optimizer, Any]] = []
+        #: (optimizer, its wrapper, the instance's own step before it or None)
+        self._wrapped: list[tuple[torch.optim.Optimizer, Any, Any]] = []
         self._seen: set[int] = set()
         self._handle = None
 
@@ -73,7 +72,8 @@ class _OptimizerEnds:
             self.wrap(optimizer)
 
     def wrap(self, optimizer: torch.optim.Optimizer) -> None:
-        """Give ``optimizer`` a ``step`` that calls ``on_end`` after the real one returns."""
+        """Give ``optimizer`` a ``step`` that calls ``on_end`` after the real one returns: a
+        bound method, as torch's LR schedulers expect to find (they wrap it in turn)."""
         if id(optimizer) in self._seen:
             return
         self._seen.add(id(optimizer))
@@ -81,15 +81,14 @@ class _OptimizerEnds:
         inner = optimizer.step
         on_end = self._on_end
 
-        @functools.wraps(inner)
-        def step(*args, **kwargs):
+        def step(_optimizer, *args, **kwargs):
             out = inner(*args, **kwargs)
             on_end()
             return out
 
-        setattr(step, _WRAPPED, True)
-        optimizer.step = step
-        self._wrapped.append((optimizer, before))
+        functools.update_wrapper(step, inner)
+        optimizer.step = types.MethodType(step, optimizer)
+        self._wrapped.append((optimizer, step, before))
 
     def remove(self) -> None:
         """Remove the hook and every wrapper this run installed (a wrapper something else has
@@ -99,8 +98,8 @@ class _OptimizerEnds:
             handle.remove()
         wrapped, self._wrapped = self._wrapped, []
         self._on_end = _nothing
-        for optimizer, before in wrapped:
-            if getattr(optimizer.__dict__.get("step"), _WRAPPED, False):
+        for optimizer, step, before in wrapped:
+            if getattr(optimizer.__dict__.get("step"), "__func__", None) is step:
                 if before is None:
                     del optimizer.__dict__["step"]
                 else:

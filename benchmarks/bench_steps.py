@@ -1,0 +1,170 @@
+"""Long runs: 1,000 steps of the benchmark MLP (scenarios.mlp_adam) in one capture.
+
+Each variant runs in a fresh process (so the resident memory it reports is its own), in
+turn, round after round, so that load from elsewhere on the machine hits them alike; the
+table reports the median of the rounds:
+
+- none: the loop without any profiler;
+- torch: ``torch.profiler.profile`` with the same flags as a capture (memory, shapes,
+  Python stacks) and a schedule of windows of the same length (``schedule(wait=0,
+  warmup=0, active=W)``, ``on_trace_ready`` doing nothing, ``prof.step()`` in the loop):
+  what torch needs to profile a long loop in bounded memory;
+- torch + timeline: the same, with ``on_trace_ready`` building torch's own memory timeline
+  of each window (``MemoryProfile(result).timeline``, what ``export_memory_timeline``
+  needs): torch's profiler doing the work ours does (categories and live bytes over time);
+- ours: ``jupyter_memprof.profile(steps=W)``, every window read and analysed as it ends.
+
+Columns: the loop's time per step and its overhead over ``none``, the wait after the loop
+(from its end to the end of the ``with`` block), the growth of the process's resident
+memory over the run (peak RSS during the run less RSS before it), and for ours the
+windows, the largest window's events and the blocks carried to the end.
+
+Run: ``.venv/bin/python benchmarks/bench_steps.py [--steps 1000] [--window 20] [--rounds 3]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+import warnings
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _rss() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def _peak_rss() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def _memory_timeline(tp) -> None:
+    """torch's memory timeline of one window (categories, live bytes over time)."""
+    from torch.profiler._memory_profiler import MemoryProfile
+
+    _ = MemoryProfile(tp.profiler.kineto_results).timeline
+
+
+def one(variant: str, steps: int, window: int) -> dict:
+    """Run one variant in this process; returns its numbers."""
+    sys.path.insert(0, HERE)
+    warnings.filterwarnings("ignore")
+    import torch
+    from scenarios import mlp_adam
+
+    import jupyter_memprof
+
+    torch.set_num_threads(1)
+    ns, step = mlp_adam()
+    for _ in range(3):  # warm: the first steps make Adam's state and load kernels
+        step()
+    if variant != "none":  # torch's first profiler start imports torch._inductor: not timed
+        with torch.autograd.profiler.profile():
+            pass
+    rss0 = _rss()
+    out: dict = {}
+    if variant == "none":
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            step()
+        t1 = t2 = time.perf_counter()
+    elif variant in ("torch", "torch + timeline"):
+        tp = torch.profiler.profile(
+            activities=[torch.profiler.ProfilerActivity.CPU],
+            profile_memory=True,
+            record_shapes=True,
+            with_stack=True,
+            schedule=torch.profiler.schedule(wait=0, warmup=0, active=window),
+            on_trace_ready=_memory_timeline if variant != "torch" else lambda p: None,
+        )
+        with tp:
+            t0 = time.perf_counter()
+            for _ in range(steps):
+                step()
+                tp.step()
+            t1 = time.perf_counter()
+        t2 = time.perf_counter()
+    else:
+        with jupyter_memprof.profile(steps=window, namespace=ns) as prof:
+            t0 = time.perf_counter()
+            for _ in range(steps):
+                step()
+            t1 = time.perf_counter()
+        t2 = time.perf_counter()
+        run = prof.meta["long_run"]
+        out.update(
+            rows=len(prof.steps),
+            windows=run["windows"],
+            window_events=run["window_events_max"],
+            carried=run["carried_blocks"],
+            leaks=len(prof.leaks()),
+        )
+    out.update(
+        step_ms=(t1 - t0) / steps * 1e3,
+        wait_s=t2 - t1,
+        rss_mib=max(_peak_rss() - rss0, 0) / 2**20,
+    )
+    return out
+
+
+def _child(variant: str, steps: int, window: int) -> dict:
+    cmd = [sys.executable, __file__, "--child", variant, "--steps", str(steps)]
+    cmd += ["--window", str(window)]
+    done = subprocess.run(cmd, capture_output=True, text=True, check=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--steps", type=int, default=1000)
+    ap.add_argument("--window", type=int, default=20)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--child")
+    args = ap.parse_args()
+    if args.child:
+        print(json.dumps(one(args.child, args.steps, args.window)))
+        return
+    variants = ("none", "torch", "torch + timeline", "ours")
+    runs: dict[str, list[dict]] = {v: [] for v in variants}
+    for r in range(args.rounds):
+        for v in variants:
+            runs[v].append(_child(v, args.steps, args.window))
+        print(f"round {r + 1}/{args.rounds} done", file=sys.stderr)
+
+    def med(v: str, key: str) -> float:
+        return statistics.median(x[key] for x in runs[v])
+
+    base = [x["step_ms"] for x in runs["none"]]
+    print(
+        f"{args.steps} steps of the benchmark MLP (Adam), windows of {args.window} steps, "
+        f"median of {args.rounds} rounds"
+    )
+    print()
+    print("| variant | ms per step | overhead per step | wait after the loop | RSS growth |")
+    print("|---|---:|---:|---:|---:|")
+    for v in variants:
+        over = statistics.median(x["step_ms"] - b for x, b in zip(runs[v], base))
+        print(
+            f"| {v} | {med(v, 'step_ms'):.2f} ms | "
+            f"{'-' if v == 'none' else f'{over:.2f} ms'} | "
+            f"{med(v, 'wait_s'):.2f} s | {med(v, 'rss_mib'):.0f} MiB |"
+        )
+    ours = runs["ours"][-1]
+    print()
+    print(
+        f"ours: {ours['rows']} rows in prof.steps, {ours['windows']} windows, at most "
+        f"{ours['window_events']} events in one, {ours['carried']} blocks carried to the end, "
+        f"{ours['leaks']} leaks"
+    )
+
+
+if __name__ == "__main__":
+    main()
