@@ -14,6 +14,7 @@ from IPython.core.error import UsageError
 import jupyter_memprof
 from jupyter_memprof._analysis import schema as S
 from jupyter_memprof._analysis import windows as W
+from jupyter_memprof._analysis.steps import step_boundaries
 from jupyter_memprof._producers import live
 from jupyter_memprof._producers.torch_profiler import profiler_running
 
@@ -72,6 +73,19 @@ def test_a_long_run_gives_every_step_the_row_one_capture_gives():
     assert "step" not in opt.__dict__ and not live.STEP_LISTENERS
 
 
+def test_a_long_run_without_python_stacks_gives_the_same_steps():
+    losses_a, losses_b = [], []
+    one, _ = _train(
+        6, lambda i, loss: losses_a.append(loss), {"losses": losses_a}, with_stack=False
+    )
+    run, _ = _train(
+        6, lambda i, loss: losses_b.append(loss), {"losses": losses_b}, with_stack=False, steps=2
+    )
+    assert run.steps[SAME].equals(one.steps[SAME])
+    assert run.leaks()["holder"].tolist() == ["losses"]
+    assert run.kept["first"].ops["module"].notna().any()  # module annotations in every window
+
+
 def test_graphs_kept_across_windows_are_found_with_their_holder_and_exact_bytes():
     model, x, y = _mlp()
     total = 0
@@ -105,6 +119,10 @@ def test_a_cache_filled_in_every_window_is_one_leak_of_exact_bytes():
     assert leak["bytes_per_step"] == 4000 and leak["total_bytes"] == 12 * 4000
     assert leak["steps"] == 12 and len(set(leak["alloc_ids"])) == 12  # ids unique over the run
     assert leak["callsite"].startswith("test_long_run.py:")
+    text = repr(prof)
+    assert "memory grows 3.9 KiB per step: `cache` (test_long_run.py:" in text
+    assert "long run: 12 steps in 3 windows of 4; tables of steps 8-11 (the highest peak)" in text
+    assert "long run: 12 steps in 3 windows of 4" in prof._repr_html_()
 
 
 def test_a_clean_long_loop_reports_no_leak():
@@ -161,6 +179,21 @@ def test_what_a_long_run_keeps_does_not_grow_with_its_steps():
     first, last = long.meta["long_run"]["tables_steps"]
     assert first <= long.steps["step"].iloc[peak_step] <= last
     assert long.peak().attrs["peak_bytes"] == long.steps["peak_bytes"].max()
+
+
+def test_a_long_run_is_saved_and_shown_with_its_window(tmp_path):
+    cache = []
+    prof, _ = _train(9, lambda i, loss: cache.append(torch.ones(64)), {"cache": cache}, steps=3)
+    back = jupyter_memprof.load(prof.save(tmp_path / "run.memprof"))
+    assert back.steps[SAME].equals(prof.steps[SAME])
+    assert back.leaks().equals(prof.leaks()) and back.leaks()["holder"].tolist() == ["cache"]
+    assert back.meta["long_run"] == prof.meta["long_run"] and back.kept == {}
+    # the dashboard marks the steps inside the window it shows, not the run's others
+    first, last = prof.meta["long_run"]["tables_steps"]
+    marks = step_boundaries(prof.steps, "cpu", (prof.start_ns, prof.end_ns))
+    assert len(marks) == last - first
+    assert (marks > prof.start_ns).all() and (marks < prof.end_ns).all()
+    prof.to_html(tmp_path / "run.html")
 
 
 def test_keep_chooses_the_windows_whose_tables_stay():

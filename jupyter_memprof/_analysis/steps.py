@@ -330,8 +330,15 @@ def leaks(tables: dict[str, pd.DataFrame]) -> pd.DataFrame:
     return S.conform(df, S.LEAKS, name="leaks")
 
 
-def step_boundaries(steps: pd.DataFrame, device: str) -> np.ndarray:
+def step_boundaries(
+    steps: pd.DataFrame, device: str, within: tuple[int | None, int | None] | None = None
+) -> np.ndarray:
     """Where one step of the ``steps`` table ends and the next begins on ``device``: the end
-    (``end_ns``) of every step but the last, as int64 nanoseconds."""
+    (``end_ns``) of every step but the last, as int64 nanoseconds. ``within=(start, end)``
+    keeps those strictly inside (a long run's steps outside the window its tables hold are
+    not on its timeline)."""
     ends = steps[(steps["device"].astype(object) == device).to_numpy()]["end_ns"].to_numpy()
-    return ends[:-1].astype(np.int64)
+    ends = ends[:-1].astype(np.int64)
+    if within is not None and within[0] is not None and within[1] is not None:
+        ends = ends[(ends > within[0]) & (ends < within[1])]
+    return ends

@@ -189,7 +189,7 @@ def _spec(prof, shown: Shown, *, header: bool) -> tuple[Shape, dict]:
             source = "recorded" if tl.device in (meta.get("reserved_model_error") or {}) else ""
             v[f"reserved_label{k}"] = f"reserved ({source or 'modelled'})"
             chart = replace(chart, reserved=True)
-        boundaries = step_boundaries(prof.steps, tl.device)
+        boundaries = step_boundaries(prof.steps, tl.device, (prof.start_ns, prof.end_ns))
         if len(boundaries):
             v[f"steps{k}"] = {"x": win.ms(boundaries)}
             chart = replace(chart, steps=True)

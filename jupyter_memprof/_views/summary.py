@@ -116,6 +116,7 @@ def summary(prof: ProfileLike) -> dict[str, Any]:
         "oom": meta.get("oom") or None,
         "note": _estimate_note(meta),
         "growth": _growth(prof),
+        "long_run": meta.get("long_run") or None,
     }
 
 
@@ -231,6 +232,22 @@ def growth_phrase(s: dict[str, Any]) -> str | None:
         what = where or "blocks no variable reaches"
     more = f" and {g['leaks'] - 1} more" if g["leaks"] > 1 else ""
     return f"memory grows {format_bytes(g['bytes_per_step'])} per step: {what}{more}"
+
+
+def long_run_phrase(s: dict[str, Any]) -> str | None:
+    """One line for a long run: ``long run: 1000 steps in 50 windows of 20; tables of steps
+    40-59 (the highest peak)``, or None."""
+    run = s.get("long_run")
+    if not run:
+        return None
+    line = (
+        f"long run: {run['steps']} steps in {run['windows']} windows of {run['steps_per_window']}"
+    )
+    shown = run.get("tables_steps")
+    if shown:
+        why = " (the highest peak)" if "peak" in (run.get("kept") or {}) else ""
+        line += f"; tables of steps {shown[0]}-{shown[1]}{why}"
+    return line
 
 
 def _estimate_note(meta: dict) -> str | None:
@@ -411,6 +428,9 @@ def summary_text(prof: ProfileLike) -> str:
     growth = growth_phrase(s)
     if growth:
         lines.append(f"  {growth}")
+    long_run = long_run_phrase(s)
+    if long_run:
+        lines.append(f"  {long_run}")
     tail = ", ".join(p for p in (_counts_phrase(s), _timing_phrase(s)) if p)
     lines.append(f"  {tail}")
     if s["error"]:
@@ -474,6 +494,11 @@ def summary_html(prof: ProfileLike) -> str:
     growth = growth_phrase(s)
     if growth:
         rows.append(f'<div class="memprof-summary-growth" style="{_ERROR_STYLE}">{e(growth)}</div>')
+    long_run = long_run_phrase(s)
+    if long_run:
+        rows.append(
+            f'<div class="memprof-summary-long-run" style="{_MUTED_STYLE}">{e(long_run)}</div>'
+        )
     tail = ", ".join(p for p in (_counts_phrase(s), _timing_phrase(s)) if p)
     rows.append(f'<div class="memprof-summary-counts" style="{_MUTED_STYLE}">{e(tail)}</div>')
     if s["error"]:
