@@ -9,7 +9,9 @@ table reports the median of the rounds:
   Python stacks) and a schedule of windows of the same length (``schedule(wait=0,
   warmup=0, active=W)``, ``on_trace_ready`` doing nothing, ``prof.step()`` in the loop):
   what torch needs to profile a long loop in bounded memory;
-- torch + timeline: the same, with ``on_trace_ready`` building torch's own memory timeline
+- torch, one window: the same profiler without a schedule, every step in one window
+  (what one capture keeps: memory grows with the loop, and the stop waits for all of it);
+- torch + timeline: the windowed torch profiler, with ``on_trace_ready`` building torch's own memory timeline
   of each window (``MemoryProfile(result).timeline``, what ``export_memory_timeline``
   needs): torch's profiler doing the work ours does (categories and live bytes over time);
 - ours: ``jupyter_memprof.profile(steps=W)``, every window read and analysed as it ends.
@@ -46,6 +48,10 @@ def _peak_rss() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
+def _nothing(tp) -> None:
+    """A window's results, dropped."""
+
+
 def _memory_timeline(tp) -> None:
     """torch's memory timeline of one window (categories, live bytes over time)."""
     from torch.profiler._memory_profiler import MemoryProfile
@@ -76,14 +82,17 @@ def one(variant: str, steps: int, window: int) -> dict:
         for _ in range(steps):
             step()
         t1 = t2 = time.perf_counter()
-    elif variant in ("torch", "torch + timeline"):
+    elif variant.startswith("torch"):
+        windowed = variant != "torch, one window"
         tp = torch.profiler.profile(
             activities=[torch.profiler.ProfilerActivity.CPU],
             profile_memory=True,
             record_shapes=True,
             with_stack=True,
-            schedule=torch.profiler.schedule(wait=0, warmup=0, active=window),
-            on_trace_ready=_memory_timeline if variant != "torch" else lambda p: None,
+            schedule=torch.profiler.schedule(wait=0, warmup=0, active=window) if windowed else None,
+            on_trace_ready=(_memory_timeline if variant.endswith("timeline") else _nothing)
+            if windowed
+            else None,
         )
         with tp:
             t0 = time.perf_counter()
@@ -132,7 +141,7 @@ def main() -> None:
     if args.child:
         print(json.dumps(one(args.child, args.steps, args.window)))
         return
-    variants = ("none", "torch", "torch + timeline", "ours")
+    variants = ("none", "torch", "torch, one window", "torch + timeline", "ours")
     runs: dict[str, list[dict]] = {v: [] for v in variants}
     for r in range(args.rounds):
         for v in variants:

@@ -255,6 +255,23 @@ def test_an_interrupt_between_two_windows_keeps_the_windows_before(monkeypatch):
     assert len(prof.steps) == 2
 
 
+def test_a_window_whose_analysis_fails_is_noted_and_the_loop_goes_on(monkeypatch):
+    real = W.survivors
+    calls = []
+
+    def broken(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise ValueError("broken window")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(W, "survivors", broken)
+    prof, _ = _train(6, steps=2)
+    assert prof.meta["long_run"]["window_errors"] == ["ValueError: broken window"]
+    assert prof.steps["step"].tolist() == [0, 1, 4, 5]  # the broken window's steps are missing
+    assert prof.meta["error"] is None
+
+
 # -- options -----------------------------------------------------------------------------
 @pytest.mark.parametrize(
     ("kwargs", "message"),

@@ -134,6 +134,8 @@ class LongRun:
         except Exception as err:  # the window is lost, the run and the user's loop go on
             log.warning("analysing a window of a long run failed", exc_info=True)
             self.window_errors.append(f"{type(err).__name__}: {err}")
+            self._next_step += self.steps_per_window  # its steps keep their numbers
+            self._windows += 1
 
     def absorb(self, tables: dict, meta: dict, events: int, *, tail: bool = False) -> None:
         """Keep what the run needs of one analysed window (see the module's docstring).
@@ -144,11 +146,12 @@ class LongRun:
             self.carried = W.forget_freed(self.carried, tables)
             self._last_meta = meta
             return
+        # everything computed before anything changes: a failure leaves the run as it was
         offset = W.live_offset(self.carried, tables)
         steps = W.window_steps(tables, self._next_step, offset)
-        self.carried = W.forget_freed(self.carried, tables)
         new = W.survivors(tables, self._next_step, self._next_id, before_run=self._windows == 0)
-        self.carried = W.join([self.carried, new], S.CARRIED, "carried")
+        carried = W.join([W.forget_freed(self.carried, tables), new], S.CARRIED, "carried")
+        self.carried = carried
         self._next_id = W.next_id_offset(tables, self._next_id)
         self._steps.append(steps)
         self._last_meta = meta
@@ -190,6 +193,7 @@ class LongRun:
         """The run's tables and meta once the recorder has stopped: the last window (if one
         was recorded) analysed and joined to the others."""
         names = S.empty(S.NAMES)
+        self.window_errors += recorder.failures
         if recorder.has_last_window:
             tables, meta = self._build_last(recorder, progress, allocator)
             if self._windows:  # its start is a step's end

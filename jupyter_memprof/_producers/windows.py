@@ -20,6 +20,8 @@ code has marked a step itself, only its marks count, as in the analysis of steps
 from __future__ import annotations
 
 import functools
+import logging
+import threading
 import time
 import types
 from collections.abc import Callable
@@ -31,6 +33,8 @@ from .._records import Capture
 from . import live
 from .live import SessionNames
 from .recorder import Recorder, _quiet_stderr, _stop_profiler, cuda_totals
+
+log = logging.getLogger(__name__)
 
 
 def _new_profiler(devices: list[str], with_stack: bool):
@@ -113,9 +117,13 @@ def _nothing() -> None:
 class WindowRecorder(Recorder):
     """A :class:`Recorder` whose torch profiler restarts every ``steps`` steps.
 
-    ``on_window(capture, last)`` gets each finished window's :class:`Capture` while the
-    profiler is off (``last`` is False); the run's last window is read by :meth:`capture`
-    after :meth:`stop`, with the session's held tensors (what keeps blocks alive at the end).
+    ``on_window(capture)`` gets each finished window's :class:`Capture` while the profiler
+    is off; the run's last window is read by :meth:`capture` after :meth:`stop`, with the
+    session's held tensors (what keeps blocks alive at the end). Only steps that end in the
+    thread that started the run end windows (torch's profiler belongs to that thread).
+    A failure of ours between two windows never reaches the user's loop: it is noted in
+    :attr:`failures` and the run goes on (without recording, if the profiler could not start
+    again).
     """
 
     def __init__(
@@ -135,9 +143,13 @@ class WindowRecorder(Recorder):
         self._window_tp = None  # the stopped profiler of the window being read
         #: windows finished and handed over while the run went on
         self.windows = 0
+        #: what failed between two windows (``Type: message``)
+        self.failures: list[str] = []
+        self._thread = threading.current_thread()
 
     # -- start and stop -------------------------------------------------------------------
     def start(self) -> None:
+        self._thread = threading.current_thread()
         super().start()
         try:
             self._ends = _OptimizerEnds(self._optimizer_end)
@@ -173,10 +185,16 @@ class WindowRecorder(Recorder):
     def _step_ended(self) -> None:
         if not self._running or self._torch_profiler is None:
             return
+        if threading.current_thread() is not self._thread:
+            return
         self._count += 1
         if self._count >= self.steps_per_window:
             self._count = 0
-            self._next_window()
+            try:
+                self._next_window()
+            except Exception as err:  # ours: the user's loop goes on
+                log.warning("switching windows of a long run failed", exc_info=True)
+                self.failures.append(f"{type(err).__name__}: {err}")
 
     def _next_window(self) -> None:
         """End this window and start the next: stop torch's profiler, hand the window's
