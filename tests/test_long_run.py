@@ -170,9 +170,9 @@ def test_what_a_long_run_keeps_does_not_grow_with_its_steps():
     assert set(long.kept) == {"first", "peak", "last"}
     assert long.kept["last"].steps["step"].tolist() == [22, 23]
     assert long.kept["first"].steps["step"].tolist() == [0, 1]
-    window_ops = len(short.kept["last"].ops)
+    window_ops = max(len(p.ops) for p in short.kept.values())  # the same windows, shorter run
     for p in long.kept.values():
-        assert len(p.ops) <= window_ops * 1.2
+        assert len(p.ops) <= window_ops * 1.05
     assert b["window_events_max"] <= a["window_events_max"] * 1.2
     # the profile's own tables are the window of the highest peak
     peak_step = int(long.steps["peak_bytes"].idxmax())
