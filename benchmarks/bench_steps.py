@@ -21,7 +21,12 @@ Columns: the loop's time per step and its overhead over ``none``, the wait after
 memory over the run (peak RSS during the run less RSS before it), and for ours the
 windows, the largest window's events and the blocks carried to the end.
 
+``--switch`` measures only the switch between two windows, ours (torch's profiler stopped
+and a new one started, as :class:`WindowRecorder` does) against torch's schedule (the
+``prof.step()`` that ends a window), medians of 10 windows in one process.
+
 Run: ``.venv/bin/python benchmarks/bench_steps.py [--steps 1000] [--window 20] [--rounds 3]``
+or ``.venv/bin/python benchmarks/bench_steps.py --switch [--window 20]``
 """
 
 from __future__ import annotations
@@ -124,6 +129,65 @@ def one(variant: str, steps: int, window: int) -> dict:
     return out
 
 
+def switch(window: int, windows: int = 10) -> None:
+    """Print the median cost of one switch between windows, ours and torch's schedule."""
+    sys.path.insert(0, HERE)
+    warnings.filterwarnings("ignore")
+    import torch
+    from scenarios import mlp_adam
+
+    from jupyter_memprof._producers.recorder import _quiet_stderr, _stop_profiler
+    from jupyter_memprof._producers.windows import _new_profiler
+
+    torch.set_num_threads(1)
+    _, step = mlp_adam()
+    for _ in range(3):
+        step()
+    with torch.autograd.profiler.profile():
+        pass
+    ours = []
+    tp = _new_profiler(["cpu"], True)
+    with _quiet_stderr():
+        tp.__enter__()
+    for _ in range(windows):
+        for _ in range(window):
+            step()
+        t = time.perf_counter()
+        _stop_profiler(tp)
+        tp.profiler = None
+        tp = _new_profiler(["cpu"], True)
+        with _quiet_stderr():
+            tp.__enter__()
+        ours.append(time.perf_counter() - t)
+    _stop_profiler(tp)
+    theirs = []
+    tp = torch.profiler.profile(
+        activities=[torch.profiler.ProfilerActivity.CPU],
+        profile_memory=True,
+        record_shapes=True,
+        with_stack=True,
+        schedule=torch.profiler.schedule(wait=0, warmup=0, active=window),
+        on_trace_ready=_nothing,
+    )
+    with _quiet_stderr():
+        tp.__enter__()
+    for _ in range(windows):
+        for i in range(window):
+            step()
+            t = time.perf_counter()
+            with _quiet_stderr():
+                tp.step()
+            if i == window - 1:
+                theirs.append(time.perf_counter() - t)
+    with _quiet_stderr():
+        tp.__exit__(None, None, None)
+    print(
+        f"switch between windows of {window} steps, median of {windows}: ours (stop + a new "
+        f"profiler) {statistics.median(ours) * 1e3:.1f} ms, torch's schedule (the prof.step() "
+        f"ending a window) {statistics.median(theirs) * 1e3:.1f} ms"
+    )
+
+
 def _child(variant: str, steps: int, window: int) -> dict:
     cmd = [sys.executable, __file__, "--child", variant, "--steps", str(steps)]
     cmd += ["--window", str(window)]
@@ -137,7 +201,11 @@ def main() -> None:
     ap.add_argument("--window", type=int, default=20)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--child")
+    ap.add_argument("--switch", action="store_true")
     args = ap.parse_args()
+    if args.switch:
+        switch(args.window)
+        return
     if args.child:
         print(json.dumps(one(args.child, args.steps, args.window)))
         return
