@@ -18,7 +18,7 @@ and ``prof.kept`` maps each kept step to a profile of its window.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import pandas as pd
@@ -123,11 +123,14 @@ class LongRun:
         return WindowRecorder(devices, with_stack, namespace, self.steps_per_window, self.add)
 
     # -- each window ----------------------------------------------------------------------
-    def add(self, capture: Capture) -> None:
-        """Analyse one finished window (called at a step's end, inside the loop). A failure
-        of ours is noted in meta and the run goes on: never raised into the user's loop."""
+    def add(self, read: Callable[[], Capture]) -> None:
+        """Read and analyse one finished window (called at a step's end, inside the loop),
+        the collector paused as for one capture (the records are many small objects). A
+        failure of ours is noted in meta and the run goes on: never raised into the user's
+        loop."""
         try:
             with paused_gc():
+                capture = read()
                 window = (self._windows == 0, False)
                 tables, meta = analyse(capture, allocator=self.allocator, window=window)
             self.absorb(tables, meta, capture.trace.event_count)

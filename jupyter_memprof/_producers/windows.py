@@ -117,8 +117,9 @@ def _nothing() -> None:
 class WindowRecorder(Recorder):
     """A :class:`Recorder` whose torch profiler restarts every ``steps`` steps.
 
-    ``on_window(capture)`` gets each finished window's :class:`Capture` while the profiler
-    is off; the run's last window is read by :meth:`capture` after :meth:`stop`, with the
+    ``on_window(read)`` is called at each finished window's end while the profiler is off;
+    ``read()`` gives the window's :class:`Capture` (the front end reads it when it suits it,
+    with the collector paused); the run's last window is read by :meth:`capture` after :meth:`stop`, with the
     session's held tensors (what keeps blocks alive at the end). Only steps that end in the
     thread that started the run end windows (torch's profiler belongs to that thread).
     A failure of ours between two windows never reaches the user's loop: it is noted in
@@ -132,7 +133,7 @@ class WindowRecorder(Recorder):
         with_stack: bool,
         namespace: Callable[[], dict],
         steps: int,
-        on_window: Callable[[Capture], object],
+        on_window: Callable[[Callable[[], Capture]], object],
     ) -> None:
         super().__init__(devices, with_stack, namespace)
         self.steps_per_window = steps
@@ -208,12 +209,11 @@ class WindowRecorder(Recorder):
             self.watched_frees = watch.close()
         self._window_tp = tp
         try:
-            capture = self.capture(held=False)
+            self.windows += 1
+            self.on_window(lambda: self.capture(held=False))
         finally:
             self._window_tp = None
             tp.profiler = None  # torch's raw result: not kept
-        self.windows += 1
-        self.on_window(capture)
         # the next window: the session's names at its start (so blocks from before it are
         # named as in one capture), no burner nor watched frees of its own (frees of blocks
         # made while an earlier window recorded are reported)
