@@ -421,16 +421,7 @@ def summary_text(prof: ProfileLike) -> str:
         reserved = None if device in s["cuda"] else reserved_phrase(device, peak)
         if reserved:
             lines.append(f"  {reserved}")
-    for device, b in s["baseline"].items():
-        lines.append(f"  {baseline_phrase(device, b)}")
-    for device, c in s["cuda"].items():
-        lines.append(f"  {cuda_phrase(device, c, s['peaks'][device]['bytes'])}")
-    growth = growth_phrase(s)
-    if growth:
-        lines.append(f"  {growth}")
-    long_run = long_run_phrase(s)
-    if long_run:
-        lines.append(f"  {long_run}")
+    lines += [f"  {text}" for _, _, text in _detail_rows(s)]
     tail = ", ".join(p for p in (_counts_phrase(s), _timing_phrase(s)) if p)
     lines.append(f"  {tail}")
     if s["error"]:
@@ -448,6 +439,23 @@ _STYLE = (
 )
 _ERROR_STYLE = "color: var(--jp-error-color1, #d32f2f);"
 _MUTED_STYLE = "color: var(--jp-ui-font-color2, #616161);"
+
+
+def _detail_rows(s: dict) -> list[tuple[str, str, str]]:
+    """The lines between the peaks and the counts, as ``(kind, HTML style, text)``: what was
+    live before the capture, CUDA's own view, memory that grows with every step, a long
+    run's windows."""
+    rows = [("baseline", _MUTED_STYLE, baseline_phrase(d, b)) for d, b in s["baseline"].items()]
+    rows += [
+        ("cuda", _MUTED_STYLE, cuda_phrase(d, c, s["peaks"][d]["bytes"]))
+        for d, c in s["cuda"].items()
+    ]
+    growth, long_run = growth_phrase(s), long_run_phrase(s)
+    if growth:
+        rows.append(("growth", _ERROR_STYLE, growth))
+    if long_run:
+        rows.append(("long-run", _MUTED_STYLE, long_run))
+    return rows
 
 
 def summary_html(prof: ProfileLike) -> str:
@@ -483,22 +491,10 @@ def summary_html(prof: ProfileLike) -> str:
         reserved = None if device in s["cuda"] else reserved_phrase(device, peak)
         if reserved:
             rows.append(f'<div class="memprof-summary-reserved">{e(reserved)}</div>')
-    for device, b in s["baseline"].items():
-        rows.append(
-            f'<div class="memprof-summary-baseline" style="{_MUTED_STYLE}">'
-            f"{e(baseline_phrase(device, b))}</div>"
-        )
-    for device, c in s["cuda"].items():
-        text = cuda_phrase(device, c, s["peaks"][device]["bytes"])
-        rows.append(f'<div class="memprof-summary-cuda" style="{_MUTED_STYLE}">{e(text)}</div>')
-    growth = growth_phrase(s)
-    if growth:
-        rows.append(f'<div class="memprof-summary-growth" style="{_ERROR_STYLE}">{e(growth)}</div>')
-    long_run = long_run_phrase(s)
-    if long_run:
-        rows.append(
-            f'<div class="memprof-summary-long-run" style="{_MUTED_STYLE}">{e(long_run)}</div>'
-        )
+    rows += [
+        f'<div class="memprof-summary-{kind}" style="{style}">{e(text)}</div>'
+        for kind, style, text in _detail_rows(s)
+    ]
     tail = ", ".join(p for p in (_counts_phrase(s), _timing_phrase(s)) if p)
     rows.append(f'<div class="memprof-summary-counts" style="{_MUTED_STYLE}">{e(tail)}</div>')
     if s["error"]:
