@@ -13,6 +13,10 @@ that decides a block wins, and its name is the ``reason`` column.
    backward (``c10d::allreduce_``, reduce-scatter) is a gradient bucket: DDP's reducer
    copies the gradients into it, all-reduces it and copies it back into ``.grad``
    (``gradient``, "gradient bucket, reduced across ranks in backward").
+   FSDP2 (``fully_shard``): blocks made under FSDP's own labels are the parameters it
+   all-gathers (``parameter``, "unsharded by FSDP for model.blocks.3", "all-gathered by FSDP
+   for ...") and the gradients it reduce-scatters (``gradient``, "reduce-scattered by FSDP
+   for ..."); see :mod:`~jupyter_memprof._analysis.distributed`.
    Activation checkpointing: forward work replayed inside an autograd node (module calls
    during backward) makes ``activation`` ("recomputed in backward (checkpointing)").
 3. Short lives: a block freed inside the data-flow op that allocated it is ``temporary``
@@ -44,7 +48,9 @@ Modules: every block also gets the module it belongs to (``module``) and why
 
 1. the module holding it, from the live session: its parameters and buffers ("holds it as a
    parameter", "holds it as a buffer"), their gradients ("holds its parameter (.grad)") and
-   the optimizer state of those parameters ("holds its parameter (optimizer state)");
+   the optimizer state of those parameters ("holds its parameter (optimizer state)"); the
+   module FSDP unsharded a block for ("its parameters, unsharded by FSDP", "its gradients,
+   reduce-scattered by FSDP");
 2. the module the allocating op ran in ("allocated inside it"); backward ops count for the
    module of the forward op they differentiate ("allocated by its backward");
 3. work of the optimizer: a block made inside ``optimizer.step()`` belongs to the module
@@ -72,6 +78,7 @@ import pandas as pd
 
 from . import schema as S
 from .arrays import BACKWARD, FORWARD, OPTIMIZER, OTHER
+from .distributed import fsdp_steps
 from .facts import Facts, Strings, at, facts, inside_module
 from .modules import attribute_modules
 from .schema import Category, Role
@@ -148,6 +155,16 @@ def accumulate_grad_rule(f: Facts, d: Decisions) -> None:
         has_mut = np.isin(f.u_ops, f.u_ops[acc & f.u_mut])
         target = f.u_alloc[acc & (f.u_mut | ~has_mut) & (f.u_alloc >= 0)]
         d.decide(np.isin(f.alloc_ids, target), C.GRADIENT, "accumulated into .grad")
+
+
+def fsdp_rule(f: Facts, d: Decisions) -> None:
+    """2b. FSDP2's own blocks, by the profiler label they were made under: the parameters
+    it all-gathers for a module (``parameter``, "unsharded by FSDP for model.blocks.3") and
+    the module's gradients it reduce-scatters (``gradient``); see :mod:`.distributed`."""
+    fsdp = fsdp_steps(f.tables["ops"])
+    step = at(fsdp.step, f.alloc_op, -1)
+    for k, (category, reason, _) in enumerate(fsdp.labels):
+        d.decide(step == k, category, reason)
 
 
 def gradient_bucket_rule(f: Facts, d: Decisions) -> None:
@@ -240,6 +257,7 @@ RULES = (
     unreachable_rule,
     session_rule,
     accumulate_grad_rule,
+    fsdp_rule,
     gradient_bucket_rule,
     recomputed_rule,
     short_life_rule,

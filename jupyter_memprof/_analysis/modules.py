@@ -6,6 +6,8 @@ gives it:
 
 1. :func:`owner_rule`: the module the live session says holds it (a parameter or buffer,
    its ``.grad``, its optimizer state);
+   :func:`fsdp_module_rule`: the module FSDP2 unsharded a parameter for, or reduce-scatters
+   the gradients of (:mod:`.distributed`), in backward too;
 2. :func:`allocating_op_rule`: the module the allocating op ran in (backward ops count for
    the module of the forward op they differentiate);
 3. :func:`optimizer_work_rule`: work of the optimizer on a module's parameters;
@@ -21,6 +23,7 @@ import pandas as pd
 
 from . import schema as S
 from .arrays import BACKWARD, OPTIMIZER, find, runs
+from .distributed import MODULE_REASONS, fsdp_steps
 from .facts import Facts, Strings, at
 from .schema import Role
 
@@ -86,6 +89,21 @@ def owner_rule(o: Owners) -> None:
         m = (f.role == _ROLE[r]) & (owner >= 0)
         o.module[m] = owner[m]
         o.why[m] = o.reasons(reason)
+
+
+def fsdp_module_rule(o: Owners) -> None:
+    """1b. FSDP's unsharded parameters and the gradients it reduce-scatters belong to the
+    module it did that for, whichever module's call (or none: backward's prefetch) made
+    them."""
+    f = o.f
+    fsdp = fsdp_steps(f.tables["ops"])
+    if not fsdp.labels:
+        return
+    step = at(fsdp.step, f.alloc_op, -1)
+    for k, (category, _, path) in enumerate(fsdp.labels):
+        m = (o.module < 0) & (step == k)
+        o.module[m] = o.paths(path)
+        o.why[m] = o.reasons(MODULE_REASONS[category])
 
 
 def allocating_op_rule(o: Owners) -> None:
@@ -229,17 +247,17 @@ def _heaviest_root(o: Owners, r_node, r_block, r_mod):
 
 
 #: The module rules, in order: a block keeps the first module a rule gives it.
-RULES = (owner_rule, allocating_op_rule, optimizer_work_rule, outside_work_rule)
+RULES = (owner_rule, fsdp_module_rule, allocating_op_rule, optimizer_work_rule, outside_work_rule)
 
 
 def attribute_modules(f: Facts):
     """The module each block belongs to, and why (:data:`RULES`), as
     :data:`schema.STRING` arrays."""
     o = Owners(f)
-    for rule in RULES[:2]:
+    for rule in RULES[:3]:
         rule(o)
     unowned = (o.module < 0) & (f.alloc_node >= 0)
     if unowned.any() and not f.tables["uses"].empty:
-        for rule in RULES[2:]:
+        for rule in RULES[3:]:
             rule(o)
     return o.columns()

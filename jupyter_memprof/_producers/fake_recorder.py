@@ -55,6 +55,7 @@ from .._records import (
 )
 from .._vocab import OpKind
 from . import cuda_kernels
+from .dtensor import local_tensor
 from .live import STEP_LISTENERS
 from .torch_profiler import FrameNamer
 
@@ -607,12 +608,17 @@ _SIZE_RULES = {
 
 
 def _real_tensor(a) -> torch.Tensor | None:
+    """A tensor with real data among an op's argument ``a`` (a tensor or a list of them);
+    a DTensor is judged by its local shard."""
     if isinstance(a, torch.Tensor):
+        a = local_tensor(a)
         return None if isinstance(a, FakeTensor) or a.device.type == "meta" else a
     if isinstance(a, (list, tuple)):
         for x in a:
-            if isinstance(x, torch.Tensor) and not isinstance(x, FakeTensor):
-                return x if x.device.type != "meta" else None
+            if isinstance(x, torch.Tensor):
+                x = local_tensor(x)
+                if not isinstance(x, FakeTensor):
+                    return x if x.device.type != "meta" else None
     return None
 
 

@@ -24,6 +24,7 @@ import torch
 from .._devices import block_bytes
 from .._records import MODULE_MARKER, STEP_MARKER, NameRow
 from .._vocab import Role
+from .dtensor import local_tensor
 from .reach import collector_paused, reach
 from .torch_profiler import annotation
 
@@ -344,6 +345,7 @@ class SessionNames:
         rows: list[NameRow] = []
 
         def add(name: str, role: Role, t: Any, owner: str | None) -> None:
+            t = local_tensor(t)  # a DTensor's bytes are its local shard's
             if isinstance(t, torch.Tensor):
                 st = storage(t)
                 if st is not None and st[1]:
@@ -435,7 +437,7 @@ class _Graphs:
         self.rows: list[NameRow] = []
 
     def add(self, path: str, t: torch.Tensor) -> None:
-        st = self.storage(t)
+        st = self.storage(local_tensor(t))
         if st is not None and st[1]:
             self.rows.append(NameRow(path, Role.HELD, st[0], st[1], st[2], "end", None))
 

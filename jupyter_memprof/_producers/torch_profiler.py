@@ -351,7 +351,9 @@ def read_trace(
                     sizes = x.sizes
                     shapes.append(sizes)
                     tid = x.id
-                    if tid is not None:
+                    # no storage address: a wrapper holding no memory itself (a DTensor,
+                    # whose bytes are its local shard, an input of the op it dispatches to)
+                    if tid is not None and x.storage_data_ptr:
                         tensors.append(new_ref((op_id, tid, mutable[i] if mutable else False)))
                         if tid not in allocated:
                             _untracked(untracked, tid, x, sizes, dev_names)
@@ -362,7 +364,7 @@ def read_trace(
                             sizes = y.sizes
                             sub.append(sizes)
                             tid = y.id
-                            if tid is not None:
+                            if tid is not None and y.storage_data_ptr:
                                 tensors.append(
                                     new_ref((op_id, tid, mutable[i] if mutable else False))
                                 )
