@@ -3,12 +3,25 @@ through DTensors and FSDP's own steps."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
+import torch
 import torch.distributed as dist
-from _dist_models import BLOCKS, DIM, OUT, Net, local_bytes, shard_bytes
+from _dist_models import (
+    BLOCKS,
+    DIM,
+    OUT,
+    Net,
+    batch,
+    local_bytes,
+    shard_bytes,
+    sharded_net,
+    train_step,
+)
 from _spawn import spawn_ranks
 
 import jupyter_memprof
+from jupyter_memprof._analysis.distributed import fsdp_releases
 
 pytestmark = pytest.mark.skipif(
     not (dist.is_available() and dist.is_gloo_available()),
@@ -125,3 +138,147 @@ def test_which_rank_peaks(fsdp_run):
     assert (wide["parameter"] > 0).all() and (wide["optimizer_state"] > 0).all()
     for r in fsdp_run.ranks:
         assert int(wide.loc[r].sum()) == int(peaks.loc[peaks["rank"] == r, "peak_bytes"].item())
+
+
+# -- estimate(world_size=N): the step as on N ranks, in this process ---------------------------
+def _estimate_fsdp(world_size: int, device: str = "cpu"):
+    """Rank 0's step as the real run does it: the sharded model, a warm-up step, the step."""
+
+    def two_steps(x, y):
+        model = sharded_net()
+        opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+        train_step(model, opt, x, y)
+        train_step(model, opt, x, y)
+        return model, opt
+
+    x, y = batch(0)
+    return jupyter_memprof.estimate(two_steps, x, y, device=device, world_size=world_size)
+
+
+def _scheduled_peak(prof) -> int:
+    """The peak of a real capture with each of FSDP's communication buffers ended when FSDP
+    is done with it: gloo's threads hold some a while longer, and when they let go varies
+    from run to run (docs/dev-notes.md, "FSDP2 and DTensors")."""
+    a = prof.allocations
+    ends = fsdp_releases(a, prof.ops)
+    t0 = a["alloc_ns"].to_numpy(dtype=np.int64, na_value=np.iinfo(np.int64).min)
+    t1 = a["free_ns"].to_numpy(dtype=np.int64, na_value=np.iinfo(np.int64).max)
+    end = prof.ops["end_ns"].to_numpy(dtype=np.int64)
+    for i, op in ends.items():
+        t1[i] = min(t1[i], end[op])
+    size = a["size_bytes"].to_numpy(dtype=np.int64)
+    times, delta = np.r_[t0, t1], np.r_[size, -size]
+    order = np.lexsort((delta, times))  # frees first at one time
+    return int(np.cumsum(delta[order]).max())
+
+
+def test_estimate_for_two_ranks_matches_rank_0(fsdp_run):
+    real = fsdp_run[0]
+    est = _estimate_fsdp(WORLD)
+    assert (est.meta["world_size"], est.meta["rank"]) == (WORLD, 0)
+    assert not dist.is_initialized()  # the fake group is gone again
+    peak = int(est.peak_by("category").sum())
+    target = _scheduled_peak(real)
+    assert target <= int(real.peak_by("category").sum())
+    assert abs(peak - target) <= 0.03 * target, (peak, target)
+    # the same shards, by the same rules, as the real rank 0
+    a = est.allocations
+    live = a[a["free_ns"].isna()]
+    shapes = _shapes()
+    params = live[live["reason"] == "module parameter"]
+    assert int(params["size_bytes"].sum()) == sum(shard_bytes(s, WORLD) for s in shapes.values())
+    state = live[live["reason"] == "optimizer.state"]
+    assert int(state["size_bytes"].sum()) == 2 * sum(
+        local_bytes(s, WORLD, 0) for s in shapes.values()
+    ) + 4 * len(shapes)
+    real_by = real.peak_by("category")
+    est_by = est.peak_by("category")
+    for cat in ("parameter", "optimizer_state"):
+        assert est_by[cat] == real_by[cat], cat
+    reasons = set(a["reason"].astype(str))
+    for k in range(BLOCKS):
+        assert any(
+            r.startswith("unsharded by FSDP for ") and r.endswith(f"blocks.{k}") for r in reasons
+        )
+
+
+@pytest.mark.parametrize("world_size", [1, 8])
+def test_estimate_shards_parameters_and_state_in_n(world_size):
+    est = _estimate_fsdp(world_size, device="cuda:0")
+    assert est.meta["world_size"] == world_size
+    a = est.allocations
+    live = a[a["free_ns"].isna()]
+    shapes = _shapes()
+    params = live[live["reason"] == "module parameter"]
+    # 1/N of every parameter, dim 0 padded to N equal chunks (CUDA rounds blocks to 512 B)
+    expected = {n: shard_bytes(s, world_size) for n, s in shapes.items()}
+    got = {n.split(".", 1)[1]: int(b) for n, b in zip(params["name"], params["size_bytes"])}
+    assert got == {n.split(".", 1)[1]: -(-b // 512) * 512 for n, b in expected.items()}
+    full = sum(4 * int(np.prod(s)) for s in shapes.values())
+    raw = sum(expected.values())
+    assert full / world_size <= raw <= full / world_size + 4 * DIM * world_size + 4 * world_size
+    state = live[live["category"] == "optimizer_state"]
+    exp_avg = state[state["name"].str.endswith(".exp_avg")]
+    assert {
+        n.split("[", 1)[1].split("]")[0].split(".", 1)[1]: int(b)
+        for n, b in zip(exp_avg["name"], exp_avg["size_bytes"])
+    } == {
+        n.split(".", 1)[1]: -(-local_bytes(s, world_size, 0) // 512) * 512
+        for n, s in shapes.items()
+    }
+
+
+def test_world_size_refusals():
+    x, y = batch(0)
+    for bad in (0, -2, 2.0, "8", True):
+        with pytest.raises(jupyter_memprof.EstimateError, match="world_size must be a whole"):
+            jupyter_memprof.estimate(train_step, None, None, x, y, world_size=bad)
+
+    def with_ddp(x):
+        net = torch.nn.Linear(DIM, OUT)
+        return torch.nn.parallel.DistributedDataParallel(net)(x)
+
+    with pytest.raises(jupyter_memprof.EstimateError, match="DistributedDataParallel cannot run"):
+        jupyter_memprof.estimate(with_ddp, x, world_size=2)
+    assert not dist.is_initialized()
+
+    def fails(x):
+        raise ValueError("the user's own error")
+
+    with pytest.raises(ValueError, match="the user's own error"):
+        jupyter_memprof.estimate(fails, x, world_size=2)
+    assert not dist.is_initialized()
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=2)
+    try:
+        with pytest.raises(jupyter_memprof.EstimateError, match="has a process group already"):
+            jupyter_memprof.estimate(fails, x, world_size=2)
+    finally:
+        dist.destroy_process_group()
+
+
+def test_magic_world_size(shell, run):
+    """``--world-size N`` with ``--estimate``: the cell as rank 0 of N; refused without it."""
+    shell.user_ns.update(sharded_net=sharded_net, train_step=train_step)
+    shell.user_ns["xb"], shell.user_ns["yb"] = batch(0)
+    cell = (
+        "%%memprofile --estimate --world-size 8 --no-display -o est_w8\n"
+        "net = sharded_net()\n"
+        "opt = torch.optim.Adam(net.parameters())\n"
+        "train_step(net, opt, xb, yb)\n"
+    )
+    result, _ = run(cell)
+    assert result.success, result.error_in_exec
+    est = shell.user_ns["est_w8"]
+    assert (est.meta["world_size"], est.meta["rank"]) == (8, 0)
+    params = est.allocations[est.allocations["reason"] == "module parameter"]
+    assert int(params["size_bytes"].sum()) == sum(shard_bytes(s, 8) for s in _shapes().values())
+    assert not dist.is_initialized() and "net" not in shell.user_ns
+    for line, message in (
+        ("%%memprofile --world-size 2 --no-display\n1", "--world-size needs --estimate"),
+        ("%%memprofile --estimate --world-size two --no-display\n1", "world_size must be"),
+        ("%%memprofile --estimate --world-size 0 --no-display\n1", "world_size must be"),
+    ):
+        result, out = run(line)
+        assert not result.success and message in out, out

@@ -144,6 +144,7 @@ def build_allocations(
     # Preexisting blocks first (alloc_ns NA), then by allocation time.
     b.reorder(np.lexsort((b.free_ns, b.has_f, b.alloc_ns, b.has_a)))
     infer_invisible_frees(b.has_a, b.alloc_ns, b.has_f, b.free_ns, b.dev, b.ptr)
+    unseen_frees(b.dev, b.ptr, b.size, b.has_a, b.has_f, b.alloc_ns, b.free_ns)
     return b.frame()
 
 
@@ -317,6 +318,31 @@ def _start_sizes(names: pd.DataFrame) -> dict:
     ):
         live.setdefault(key[:2], key[2])
     return live
+
+
+def unseen_frees(dev, ptr, size, has_a, has_f, alloc_ns, free_ns) -> None:
+    """End blocks made during the capture whose free the profiler never reported at the
+    next allocation that overlaps them: two live blocks never share an address, so the
+    first was freed by then. torch's profiler sees the memory events of the threads it
+    profiles only, and a block whose last reference goes on another thread (gloo's, which
+    finishes a collective and drops the buffers it held) is freed unseen; the CPU allocator
+    may then hand out its address, or a part of it. Updates ``has_f`` and ``free_ns``."""
+    made = np.flatnonzero(has_a)
+    open_ = made[~has_f[made]]
+    if not len(open_) or len(made) < 2:
+        return
+    order = made[np.lexsort((ptr[made], dev[made]))]
+    dev_s, ptr_s, end_s = dev[order], ptr[order], ptr[order] + size[order]
+    widest = int(size[made].max())
+    for i in open_.tolist():
+        lo, hi = ptr[i], ptr[i] + size[i]
+        a = np.searchsorted(ptr_s, lo - widest, side="left")
+        z = np.searchsorted(ptr_s, hi, side="left")
+        cand = order[a:z]
+        hit = (dev_s[a:z] == dev[i]) & (end_s[a:z] > lo) & (alloc_ns[cand] > alloc_ns[i])
+        if hit.any():
+            has_f[i] = True
+            free_ns[i] = alloc_ns[cand[hit]].min()
 
 
 def infer_invisible_frees(

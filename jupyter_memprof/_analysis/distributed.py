@@ -108,3 +108,73 @@ def fsdp_steps(ops: pd.DataFrame) -> FsdpBlocks:
         inherit = (step[level] < 0) & (parent[level] >= 0)
         step[level[inherit]] = step[parent[level[inherit]]]
     return FsdpBlocks(step, labels)
+
+
+#: FSDP's labels that end each kind of its buffers: a module's all-gathered buffer is done
+#: once that module's parameters are copied out of it; the reduce-scatter buffers once FSDP
+#: waits for the reduce-scatter (before the next group's, or at the end of backward).
+_ENDS = {
+    "all-gathered by FSDP for": ("all_gather_copy_out",),
+    "reduce-scattered by FSDP for": ("post_backward_rs_wait", "root_post_backward_callback"),
+}
+
+
+def fsdp_releases(allocs: pd.DataFrame, ops: pd.DataFrame) -> dict[int, int]:
+    """Block position -> op position of the label at whose end FSDP is done with that
+    communication buffer: the first label of :data:`_ENDS` that starts after the buffer was
+    made (for an all-gather, one of the same module; the root's own group has no path in
+    its labels). Buffers that no such label follows are left out."""
+    if allocs.empty or ops.empty:
+        return {}
+    reason = allocs["reason"].astype(object).fillna("")
+    todo = [
+        (i, prefix)
+        for prefix in _ENDS
+        for i in np.flatnonzero(reason.str.startswith(prefix).to_numpy()).tolist()
+    ]
+    if not todo:
+        return {}
+    rows = np.flatnonzero((ops["kind"].astype(object) == OpKind.ANNOTATION.value).to_numpy())
+    labels = []  # (op position, step, module path under the root), in start order
+    for row, name in zip(rows.tolist(), ops["name"].astype(object).to_numpy()[rows].tolist()):
+        m = _LABEL.match(str(name))
+        if m is not None:
+            labels.append((row, m.group("step"), m.group("fqn") or ""))
+    start = ops["start_ns"].to_numpy(dtype=np.int64)
+    alloc_ns = allocs["alloc_ns"].to_numpy(dtype=np.int64, na_value=0)
+    out: dict[int, int] = {}
+    for i, prefix in todo:
+        path = reason.iat[i][len(prefix) :].strip()
+        for row, step, fqn in labels:
+            if step not in _ENDS[prefix] or start[row] <= alloc_ns[i]:
+                continue
+            if step == "all_gather_copy_out" and not (
+                path == fqn or path.endswith("." + fqn) if fqn else "." not in path
+            ):
+                continue
+            out[i] = row
+            break
+    return out
+
+
+def end_unseen_frees(allocs: pd.DataFrame, ops: pd.DataFrame) -> pd.DataFrame:
+    """End FSDP's communication buffers whose free the capture never saw.
+
+    A collective's buffers are held by its work object too, and the communication backend's
+    thread (gloo's) may drop the last reference: torch's profiler sees only the threads it
+    profiles, so such a free goes unrecorded and the buffer would look alive to the end.
+    FSDP keeps none of them past its step: a buffer that nothing names at the end and that
+    has no free is ended when FSDP is done with it (:func:`fsdp_releases`)."""
+    open_ = allocs["free_ns"].isna() & allocs["alloc_ns"].notna() & allocs["name"].isna()
+    if not open_.any():
+        return allocs
+    ends = fsdp_releases(allocs, ops)
+    hit = [i for i in np.flatnonzero(open_.to_numpy()).tolist() if i in ends]
+    if not hit:
+        return allocs
+    end = ops["end_ns"].to_numpy(dtype=np.int64)
+    free_ns = allocs["free_ns"].copy()
+    free_op = allocs["free_op_id"].copy()
+    for i in hit:
+        free_ns.iat[i], free_op.iat[i] = int(end[ends[i]]), ends[i]
+    return allocs.assign(free_ns=free_ns, free_op_id=free_op)

@@ -20,6 +20,7 @@ from . import tables as T
 from .allocator import model_profile
 from .allocator_config import AllocatorConfig
 from .categories import categorise
+from .distributed import end_unseen_frees
 from .steps import build_steps
 from .timeline import build_events, build_timeline, with_reserved
 
@@ -92,6 +93,7 @@ def analyse(
     stages = _Stages(progress)
     tables, mem = _record_tables(capture, stages)
     allocations, versions = categorise(tables)
+    allocations = end_unseen_frees(allocations, tables["ops"])  # FSDP's, on gloo's threads
     tables.update(allocations=allocations, versions=versions)
     stages.done(3)
     start_ns = _start_ns(capture.start_ns, tables["ops"], mem)

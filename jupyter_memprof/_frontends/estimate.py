@@ -7,6 +7,7 @@ the same tables as a real capture, analysed by the same pipeline.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
 import types
@@ -23,6 +24,7 @@ from .._producers.cuda_kernels import Gpu, parse_gpu
 from .._producers.fake import FakeRun, plan
 from .._producers.fake_changes import Prepare
 from .._producers.fake_copy import holds_torch
+from .._producers.fake_dist import check_world_size, fake_world
 from .._results.profile import Profile
 from .._units import parse_bytes
 from .finish import allocator_config, fill, register
@@ -95,6 +97,7 @@ def estimate(
     allocator: str | None = None,
     context: Any = None,
     gpu: Any = None,
+    world_size: int | None = None,
     **kwargs: Any,
 ) -> Profile:
     """Estimate the memory of ``fn(*args, **kwargs)`` on ``device`` without running it.
@@ -130,6 +133,13 @@ def estimate(
         default; ``"A100"``, ``"L4"``, ...) or a compute capability (``"sm80"``, ``(8, 6)``).
         It decides the attention backend (flash, memory-efficient, cuDNN, math) and the
         kernels' own memory (docs/estimate.md, "CUDA's kernels").
+    world_size:
+        Ranks of a ``torch.distributed`` job to estimate for: ``fn`` runs in this process as
+        rank 0 of ``world_size`` on torch's fake process group, so ``fully_shard`` (FSDP2),
+        DDP and collectives behave as on that many ranks (build the model and call
+        ``fully_shard`` / ``DistributedDataParallel`` inside ``fn``). The result is rank 0's
+        profile, with ``meta["world_size"]`` and ``meta["rank"] = 0``. The group is
+        destroyed afterwards; a process that has a process group already is refused.
 
     Returns a :class:`Profile` with ``meta["estimate"] = True``; its ``*_ns`` columns count
     positions in the run (:data:`CLOCK`), not nanoseconds.
@@ -147,6 +157,7 @@ def estimate(
     config = check_allocator(allocator)
     ctx = check_context(context)
     target = check_gpu(gpu)
+    ranks = check_world_size(world_size)
     caller = caller_names(sys._getframe(1))
     try:
         return run_estimate(
@@ -160,6 +171,7 @@ def estimate(
             allocator=config,
             context=ctx,
             gpu=target,
+            world_size=ranks,
         )
     finally:
         caller.clear()
@@ -206,6 +218,7 @@ def run_estimate(
     prepare: Prepare | None = None,
     remember: bool = True,
     gpu: Gpu | None = None,
+    world_size: int | None = None,
 ) -> Profile:
     """The work behind :func:`estimate` and ``%%memprofile --estimate``: ``names`` are the
     variables the real objects are known by (they name the fake copies). ``prepare(copier,
@@ -223,7 +236,7 @@ def run_estimate(
     run = FakeRun(where, namespace, gpu)
     t0 = time.perf_counter()
     try:
-        with run.slot():  # before the copies: a busy slot is reported at once
+        with run.slot(), _world(world_size):  # the slot first: a busy one is said at once
             fargs = run.convert(args)
             fkwargs = run.convert(kwargs)
             if prepare is not None:
@@ -259,7 +272,13 @@ def run_estimate(
         with_stack=True,
         error=None,
         captured_at=time.time_ns(),
+        **({} if world_size is None else {"rank": 0, "world_size": world_size}),
     )
+
+
+def _world(world_size: int | None):
+    """The fake process group of ``world_size`` ranks, or nothing."""
+    return contextlib.nullcontext() if world_size is None else fake_world(world_size)
 
 
 # -- the magic's estimate: a cell on fake copies of the notebook's objects -------------------
@@ -308,6 +327,7 @@ def estimate_cell(
     prepare: Prepare | None = None,
     remember: bool = True,
     gpu: Gpu | None = None,
+    world_size: int | None = None,
 ) -> Profile:
     """Run a compiled cell (:class:`.cell.Code`) on fake copies of the tensors, modules and
     optimizers it reads from the notebook (``prepare`` and ``remember``: as for
@@ -340,6 +360,7 @@ def estimate_cell(
             prepare=prepare,
             remember=remember,
             gpu=gpu,
+            world_size=world_size,
         )
     finally:
         _restore(ns, before)

@@ -135,6 +135,12 @@ OPTIONS: tuple[Option, ...] = (
         "comma-separated: first, peak, last (the default) and step numbers.",
     ),
     Option(
+        ("--world-size",),
+        "N",
+        "With --estimate: run the cell as rank 0 of N ranks on torch's fake process group, "
+        "so fully_shard (FSDP2), DDP and collectives behave as on N ranks.",
+    ),
+    Option(
         ("--label",),
         "TEXT",
         "Name shown in summaries and the Memory profiles panel (default: the -o name, else In[N]).",
@@ -249,7 +255,17 @@ def read_options(shell, parser, options: str, name: str) -> Options:
     """``options`` read with ``parser`` (the magic's) and every option checked before the
     cell runs."""
     args = _parse(parser, options, name)
-    for key in ("label", "html", "limit", "allocator", "context", "gpu", "steps", "keep"):
+    for key in (
+        "label",
+        "html",
+        "limit",
+        "allocator",
+        "context",
+        "gpu",
+        "steps",
+        "keep",
+        "world_size",
+    ):
         setattr(args, key, _unquote(getattr(args, key)))
     _check_output_name(shell, args.output)
     opts = Options(
@@ -274,6 +290,8 @@ def read_options(shell, parser, options: str, name: str) -> Options:
         raise UsageError("--context needs --estimate (with --limit)")
     elif args.gpu is not None:
         raise UsageError("--gpu needs --estimate (the GPU an estimate's kernels follow)")
+    elif args.world_size is not None:
+        raise UsageError("--world-size needs --estimate (ranks simulated in an estimate)")
     else:
         opts.devices = _devices(args.device)
         opts.allocator = _allocator_option(args.allocator)
@@ -329,6 +347,7 @@ def _estimate_options(args, name: str) -> dict:
     anything runs."""
     from .._devices import split_devices
     from .._errors import EstimateError
+    from .._producers.fake_dist import check_world_size
     from .estimate import check_allocator, check_context, check_device, check_gpu, check_limit
 
     wanted = split_devices(args.device or [])
@@ -341,6 +360,7 @@ def _estimate_options(args, name: str) -> dict:
             "allocator": check_allocator(args.allocator),
             "context": check_context(args.context),
             "gpu": check_gpu(args.gpu),
+            "world_size": check_world_size(_whole(args.world_size)),
         }
     except EstimateError as err:
         raise UsageError(f"{name} --estimate: {err}") from None
@@ -358,6 +378,15 @@ def _long_run_options(steps: str | None, keep: str | None):
         return n, (None if keep is None else parse_keep(keep, "--keep"))
     except CaptureError as err:
         raise UsageError(str(err)) from None
+
+
+def _whole(text: str | None):
+    """--world-size as a number (text that is no whole number is passed on as it is, for
+    :func:`check_world_size` to refuse in its own words)."""
+    try:
+        return None if text is None else int(text)
+    except ValueError:
+        return text
 
 
 def _allocator_option(setting):

@@ -28,6 +28,7 @@ from .._errors import DeviceError
 from .._records import Capture, Trace
 from .cuda_kernels import Gpu
 from .fake_copy import FakeCopier
+from .fake_dist import distributed_hooks
 from .fake_modes import PythonMode, RecordingMode, cuda_functions
 from .fake_recorder import FakeRecorder, cudnn_rnn_error
 from .live import SessionNames, held_rows
@@ -144,6 +145,7 @@ class FakeRun:
         with contextlib.ExitStack() as stack:
             if self.plan.compute is not None and self.plan.compute.type == "cuda":
                 stack.enter_context(self.plan.compute)  # factories default to the device
+            stack.enter_context(distributed_hooks(rec))
             stack.enter_context(self.mode)
             stack.enter_context(RecordingMode(rec))
             stack.enter_context(PythonMode(rec, remap))

@@ -63,6 +63,9 @@ from .torch_profiler import FrameNamer
 CLOCK_STEP_NS = 1_000_000
 _BASE_ADDRESS = 0x7F0000000000
 _LIFT = frozenset({torch.ops.aten.lift_fresh.default, torch.ops.aten.lift_fresh_copy.default})
+#: ``record_function``'s ops: a label's start and end (FSDP's ``FSDP::all_gather (blocks.3)``).
+_LABEL_ENTER = "profiler::_record_function_enter_new"
+_LABEL_EXIT = "profiler::_record_function_exit"
 _AUTOGRAD_CALLS = frozenset({torch.Tensor.backward, torch.autograd.backward, torch.autograd.grad})
 _DATA_DEPENDENT = (DataDependentOutputException, DynamicOutputShapeException)
 _MAX_SEQ = 1 << 62  # AccumulateGrad nodes carry UINT64_MAX: no sequence number
@@ -150,6 +153,8 @@ class FakeRecorder:
         self.mode = None  # the run's dispatch mode (fake_modes.RecordingMode), once entered
         self._handles: list = []
         self._writes: dict = {}
+        self._labels: list[int] = []  # open record_function labels (op ids), innermost last
+        self._resized: dict[int, str] = {}  # storage key -> device, of storages resized to 0
 
     # -- clock and ops --------------------------------------------------------------------
     def tick(self) -> int:
@@ -295,9 +300,48 @@ class FakeRecorder:
             hit = self._writes[func] = (flags, {a.name: f for a, f in zip(args, flags)})
         return hit
 
+    def label(self, func, name: str, args: tuple, kwargs: dict):
+        """A ``record_function`` label's start or end: an annotation, as torch's profiler
+        records it (FSDP's labels say which module its blocks are for). Labels nest: an
+        end closes the innermost one open (its handle comes back as another object)."""
+        out = func(*args, **kwargs)
+        if name == _LABEL_ENTER:
+            self._labels.append(self.open(str(args[0]), OpKind.ANNOTATION))
+        elif self._labels:
+            self.close(self._labels.pop())
+        return out
+
+    def resized(self, storage, nbytes: int) -> None:
+        """A storage resized in place (``UntypedStorage.resize_``: FSDP frees and makes again
+        its unsharded parameters so): its block is freed, and a new size is a new block
+        made by the op running now."""
+        key = storage._cdata
+        op = self._stack[-1][0] if self._stack else NO_ID
+        known = self._storages.pop(key, None)
+        device = self._resized.pop(key, None)
+        if known is not None:
+            tid, ptr, size, device = known
+            self._refs.pop(tid, None)
+            if self.active:
+                self.memory.append(MemoryRecord(self.tick(), ptr, -size, tid, tid, device, op))
+        if device is None:
+            device = self.pinned.get(key) or self.device_of(storage.device)
+        if device is None:
+            return
+        if nbytes == 0:
+            self._resized[key] = device
+            return
+        size = block_bytes(device, nbytes)
+        tid, ptr = self._new_block(device, size)
+        self._storages[key] = (tid, ptr, size, device)
+        self._refs[tid] = weakref.ref(storage, self._freer(key, tid, ptr, size, device))
+        self.memory.append(MemoryRecord(self.tick(), ptr, size, tid, tid, device, op))
+
     def run_op(self, func, args: tuple, kwargs: dict):
         self.sync_backward()
         name = func._schema.name
+        if name == _LABEL_ENTER or name == _LABEL_EXIT:
+            return self.label(func, name, args, kwargs)
         if name.startswith("aten::_cudnn_rnn"):
             self.cudnn_rnn = True
         op_id = self.open(name, OpKind.OP, seq=self.forward_seq())
@@ -368,7 +412,10 @@ class FakeRecorder:
             self._temporaries(op_id, device, temps, tensors, outs)
 
     def _output(self, op_id: int, t: torch.Tensor | None, size) -> None:
-        """Record a new output block (``size``: a size rule's bytes, or ``ON_CPU``)."""
+        """Record a new output block (``size``: a size rule's bytes, or ``ON_CPU``). A
+        DTensor's block is its local shard's: the op it dispatches to on the shard runs
+        below this recorder, unseen, so the shard is this op's output."""
+        t = local_tensor(t)
         if t is None:
             return
         if size == cuda_kernels.ON_CPU:  # made on the CPU by CUDA's kernel
@@ -424,11 +471,13 @@ class FakeRecorder:
 
     def _ref(self, op_id: int, a, mutable: bool) -> list:
         if isinstance(a, torch.Tensor):
+            shape = list(a.shape)
+            a = local_tensor(a)  # a DTensor reads and writes its local shard
             if isinstance(a, FakeTensor):
                 tid = self.block(a, op_id, False)
                 if tid >= 0:
                     self.tensors.append(TensorRef(op_id, tid, mutable))
-            return list(a.shape)
+            return shape
         if isinstance(a, (list, tuple)) and a and isinstance(a[0], torch.Tensor):
             return [self._ref(op_id, x, mutable) for x in a]
         return []
