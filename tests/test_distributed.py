@@ -282,3 +282,19 @@ def test_magic_world_size(shell, run):
     ):
         result, out = run(line)
         assert not result.success and message in out, out
+
+
+def test_a_free_never_reported_ends_at_the_next_block_at_its_address():
+    """Two live blocks never start at one address: a block still open when another is made
+    at its address was freed unseen (on a thread the profiler does not see) by then."""
+    from jupyter_memprof._analysis.tables import _unseen_frees
+
+    dev = np.array([0, 0, 0, 1])
+    ptr = np.array([100, 200, 100, 100])
+    has_a = np.array([True, True, True, True])
+    has_f = np.array([False, False, False, False])
+    alloc_ns = np.array([10, 20, 30, 40])
+    free_ns = np.zeros(4, dtype=np.int64)
+    _unseen_frees(dev, ptr, has_a, has_f, alloc_ns, free_ns)
+    assert has_f.tolist() == [True, False, False, False]  # other address, device: untouched
+    assert free_ns.tolist() == [30, 0, 0, 0]
