@@ -40,6 +40,9 @@ from ._vocab import OpKind, Role
 MODULE_MARKER = "memprof.module#"
 #: The name of the annotation :func:`jupyter_memprof.step` emits: a step ends there.
 STEP_MARKER = "memprof.step"
+#: The label estimate mode's stand-in for DistributedDataParallel makes its gradient buckets
+#: under (``_producers/fake_dist.py``): the analysis names them as a real capture's buckets.
+DDP_BUCKET_MARKER = "DDP::gradient_bucket"
 #: The prefix of the annotations torch's ``profiler.step()`` opens (``ProfilerStep#3``):
 #: each one starts a step.
 PROFILER_STEP_PREFIX = "ProfilerStep#"

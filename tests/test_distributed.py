@@ -234,12 +234,12 @@ def test_world_size_refusals():
         with pytest.raises(jupyter_memprof.EstimateError, match="world_size must be a whole"):
             jupyter_memprof.estimate(train_step, None, None, x, y, world_size=bad)
 
-    def with_ddp(x):
+    def bucket_views(x):
         net = torch.nn.Linear(DIM, OUT)
-        return torch.nn.parallel.DistributedDataParallel(net)(x)
+        return torch.nn.parallel.DistributedDataParallel(net, gradient_as_bucket_view=True)(x)
 
-    with pytest.raises(jupyter_memprof.EstimateError, match="DistributedDataParallel cannot run"):
-        jupyter_memprof.estimate(with_ddp, x, world_size=2)
+    with pytest.raises(jupyter_memprof.EstimateError, match="gradient_as_bucket_view"):
+        jupyter_memprof.estimate(bucket_views, x, world_size=2)
     assert not dist.is_initialized()
 
     def fails(x):
@@ -284,17 +284,59 @@ def test_magic_world_size(shell, run):
         assert not result.success and message in out, out
 
 
-def test_a_free_never_reported_ends_at_the_next_block_at_its_address():
-    """Two live blocks never start at one address: a block still open when another is made
-    at its address was freed unseen (on a thread the profiler does not see) by then."""
-    from jupyter_memprof._analysis.tables import _unseen_frees
+def test_a_free_never_reported_ends_at_the_next_block_over_its_address():
+    """Two live blocks never share an address: a block still open when another is made over
+    its address was freed unseen (on a thread the profiler does not see) by then."""
+    from jupyter_memprof._analysis.blocks import unseen_frees
 
-    dev = np.array([0, 0, 0, 1])
-    ptr = np.array([100, 200, 100, 100])
-    has_a = np.array([True, True, True, True])
-    has_f = np.array([False, False, False, False])
-    alloc_ns = np.array([10, 20, 30, 40])
-    free_ns = np.zeros(4, dtype=np.int64)
-    _unseen_frees(dev, ptr, has_a, has_f, alloc_ns, free_ns)
-    assert has_f.tolist() == [True, False, False, False]  # other address, device: untouched
-    assert free_ns.tolist() == [30, 0, 0, 0]
+    dev = np.array([0, 0, 0, 1, 0, 0])
+    ptr = np.array([100, 300, 100, 100, 500, 540])
+    size = np.array([50, 10, 20, 50, 100, 10])
+    has_a = np.ones(6, dtype=bool)
+    has_f = np.zeros(6, dtype=bool)
+    alloc_ns = np.array([10, 20, 30, 40, 50, 60])
+    free_ns = np.zeros(6, dtype=np.int64)
+    unseen_frees(dev, ptr, size, has_a, has_f, alloc_ns, free_ns)
+    # 0 ends where 2 starts at its address; 4 where 5 starts inside it; the rest stay open
+    assert has_f.tolist() == [True, False, False, False, True, False]
+    assert free_ns.tolist() == [30, 0, 0, 0, 60, 0]
+
+
+@pytest.fixture(scope="module")
+def ddp_run(tmp_path_factory):
+    """Two gloo ranks that each profile one DDP step (``tests/_ddp_worker.py``)."""
+    out = tmp_path_factory.mktemp("ddp")
+    spawn_ranks("_ddp_worker.py", WORLD, str(out), TIMEOUT_S)
+    return jupyter_memprof.load_many(str(out / "rank*"))
+
+
+def test_estimate_of_ddp_matches_rank_0(ddp_run):
+    """DDP on the fake group: its stand-in keeps the same bucket as the real reducer."""
+
+    def two_steps(x, y):
+        torch.manual_seed(0)
+        net = torch.nn.Sequential(
+            torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 32)
+        )
+        model = torch.nn.parallel.DistributedDataParallel(net)
+        opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+        for _ in range(2):
+            opt.zero_grad()
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            opt.step()
+        return model, opt
+
+    torch.manual_seed(1)
+    x, y = torch.randn(16, 64), torch.randn(16, 32)
+    est = jupyter_memprof.estimate(two_steps, x, y, device="cpu", world_size=WORLD)
+    assert not dist.is_initialized()
+    real = ddp_run[0]
+    peak, target = int(est.peak_by("category").sum()), int(real.peak_by("category").sum())
+    assert abs(peak - target) <= 0.03 * target, (peak, target)
+    params = 64 * 256 + 256 + 256 * 32 + 32
+    a = est.allocations
+    buckets = a[a["reason"] == "gradient bucket, reduced across ranks in backward"]
+    assert buckets["size_bytes"].tolist() == [params * 4]
+    assert (buckets["category"] == "gradient").all()
+    for by in (est.peak_by("category"), real.peak_by("category")):
+        assert by["parameter"] == params * 4 and by["optimizer_state"] == params * 4

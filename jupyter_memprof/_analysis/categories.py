@@ -78,7 +78,7 @@ import pandas as pd
 
 from . import schema as S
 from .arrays import BACKWARD, FORWARD, OPTIMIZER, OTHER
-from .distributed import fsdp_steps
+from .distributed import BUCKET_REASON, fsdp_steps
 from .facts import Facts, Strings, at, facts, inside_module
 from .modules import attribute_modules
 from .schema import Category, Role
@@ -176,11 +176,7 @@ def gradient_bucket_rule(f: Facts, d: Decisions) -> None:
         f.op_phase[f.u_ops] == BACKWARD
     )
     bucket = f.u_alloc[reduced & (f.u_alloc >= 0)]
-    d.decide(
-        np.isin(f.alloc_ids, bucket),
-        C.GRADIENT,
-        "gradient bucket, reduced across ranks in backward",
-    )
+    d.decide(np.isin(f.alloc_ids, bucket), C.GRADIENT, BUCKET_REASON)
 
 
 def recomputed_rule(f: Facts, d: Decisions) -> None:

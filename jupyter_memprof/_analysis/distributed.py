@@ -35,6 +35,7 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
+from .._records import DDP_BUCKET_MARKER
 from .arrays import levels
 from .schema import Category, OpKind
 
@@ -47,6 +48,9 @@ STEPS = {
     "all_gather_copy_out": (Category.PARAMETER, "unsharded by FSDP for"),
     "post_backward_reduce": (Category.GRADIENT, "reduce-scattered by FSDP for"),
 }
+#: DDP's gradient buckets (a real capture's are found by the collective that reduces them;
+#: estimate mode's stand-in for DDP makes them under :data:`DDP_BUCKET_MARKER`).
+BUCKET_REASON = "gradient bucket, reduced across ranks in backward"
 #: The module's reason for such a block: its own parameters, or gradients.
 MODULE_REASONS = {
     Category.PARAMETER: "its parameters, unsharded by FSDP",
@@ -55,7 +59,8 @@ MODULE_REASONS = {
 
 
 class FsdpBlocks(NamedTuple):
-    """Per op (by ``op_id``): the FSDP step it runs in (-1: none) and the module's path."""
+    """Per op (by ``op_id``): the FSDP step it runs in (-1: none) and the module's path
+    (None for DDP's buckets)."""
 
     step: np.ndarray  # index into the list of (category, reason, module) of ``labels``
     labels: list[tuple[Category, str, str]]
@@ -88,12 +93,15 @@ def fsdp_steps(ops: pd.DataFrame) -> FsdpBlocks:
     is_label = (ops["kind"].astype(object) == OpKind.ANNOTATION.value).to_numpy()
     rows = np.flatnonzero(is_label)
     names = ops["name"].astype(object).to_numpy()[rows].tolist()
-    if not any(str(nm).startswith("FSDP::") for nm in names):
+    if not any(str(nm).startswith(("FSDP::", "DDP::")) for nm in names):
         return FsdpBlocks(step, labels)
     modules = ops["module"].astype(object).to_numpy()[rows].tolist()
     root = _root(names, modules)
     index: dict[tuple, int] = {}
     for row, name in zip(rows.tolist(), names):
+        if name == DDP_BUCKET_MARKER:  # no module: a bucket holds every module's gradients
+            step[row] = index.setdefault((Category.GRADIENT, BUCKET_REASON, None), len(index))
+            continue
         m = _LABEL.match(str(name))
         if m is None or m.group("step") not in STEPS:
             continue

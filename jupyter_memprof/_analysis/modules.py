@@ -101,6 +101,8 @@ def fsdp_module_rule(o: Owners) -> None:
         return
     step = at(fsdp.step, f.alloc_op, -1)
     for k, (category, _, path) in enumerate(fsdp.labels):
+        if path is None:  # DDP's buckets: every module's gradients
+            continue
         m = (o.module < 0) & (step == k)
         o.module[m] = o.paths(path)
         o.why[m] = o.reasons(MODULE_REASONS[category])

@@ -25,6 +25,7 @@ from collections.abc import Iterator
 import torch
 
 from .._errors import EstimateError
+from .._records import DDP_BUCKET_MARKER
 
 
 def check_world_size(world_size) -> int | None:
@@ -60,32 +61,116 @@ def fake_world(world_size: int) -> Iterator[None]:
     dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world_size)
     from torch.nn.parallel import DistributedDataParallel as ddp
 
-    ddp_init = ddp.__init__
-    ddp.__init__ = _refused(ddp_init)
+    own_new = "__new__" in ddp.__dict__
+    original_new = ddp.__dict__.get("__new__")
+    ddp.__new__ = _simulated_ddp
     try:
         yield
     finally:
-        ddp.__init__ = ddp_init
+        if own_new:
+            ddp.__new__ = original_new
+        else:
+            del ddp.__new__
         dist.destroy_process_group()
 
 
-#: Why DDP is refused on the fake group (measured: docs/dev-notes.md, "FSDP2 and DTensors").
-DDP_REFUSED = (
-    "DistributedDataParallel cannot run on torch's fake process group: its C++ reducer reads "
-    "tensor values (checking shapes across ranks, rebuilding buckets), which fake tensors do "
-    "not have. Estimate the model without the DDP wrapper and add one gradient bucket: DDP "
-    "holds a copy of every gradient (docs/estimate.md, 'Many ranks')"
-)
+def _simulated_ddp(cls, *args, **kwargs):
+    """``DistributedDataParallel(...)`` while a fake group runs: a :class:`SimulatedDDP`."""
+    return SimulatedDDP(*args, **kwargs)
 
 
-def _refused(init):
-    """``DistributedDataParallel.__init__`` while a fake group runs: refused, one line."""
+#: DDP's default bucket sizes: the first bucket (``dist._DEFAULT_FIRST_BUCKET_BYTES``), the
+#: rest (``bucket_cap_mb``'s default, 25 MiB).
+FIRST_BUCKET_BYTES = 1024 * 1024
+BUCKET_BYTES = 25 * 1024 * 1024
 
-    @functools.wraps(init)
-    def wrapper(self, *args, **kwargs):
-        raise EstimateError(DDP_REFUSED)
 
-    return wrapper
+class SimulatedDDP(torch.nn.Module):
+    """``DistributedDataParallel`` as its memory goes, for a fake run on the fake group.
+
+    torch's DDP cannot run there: its C++ reducer reads tensor values (checking parameter
+    shapes across ranks at construction, rebuilding its buckets in the first forward). This
+    stand-in keeps what DDP holds and does: the wrapped model as ``.module``; gradient buckets
+    made at construction and kept (parameters in reverse order, a first bucket of 1 MiB and
+    then 25 MiB ones or ``bucket_cap_mb``, one dtype and device per bucket); in backward each
+    gradient, once accumulated, copied into its bucket and divided by the world size, each
+    full bucket all-reduced and copied back into the gradients. It is no subclass of DDP
+    (``isinstance(model, DistributedDataParallel)`` is False in the estimated code);
+    ``gradient_as_bucket_view=True`` (gradients that are views of the buckets) is refused.
+    """
+
+    def __init__(self, module: torch.nn.Module, *args, bucket_cap_mb=None, **kwargs) -> None:
+        if kwargs.get("gradient_as_bucket_view"):
+            raise EstimateError(
+                "estimate(world_size=...) simulates DistributedDataParallel without "
+                "gradient_as_bucket_view=True"
+            )
+        super().__init__()
+        self.module = module
+        params = [p for p in module.parameters() if p.requires_grad]
+        cap = BUCKET_BYTES if bucket_cap_mb is None else int(bucket_cap_mb * 1024 * 1024)
+        first = FIRST_BUCKET_BYTES if bucket_cap_mb is None else cap
+        self._buckets = []
+        for group in _bucket_groups(params[::-1], first, cap):
+            numel = sum(p.numel() for p in group)
+            with torch.profiler.record_function(DDP_BUCKET_MARKER):
+                bucket = torch.zeros(numel, dtype=group[0].dtype, device=group[0].device)
+            offsets, at = {}, 0
+            for p in group:
+                offsets[id(p)] = at
+                at += p.numel()
+            state = {"ready": 0, "params": group, "bucket": bucket, "offsets": offsets}
+            self._buckets.append(state)
+            for p in group:
+                p.register_post_accumulate_grad_hook(functools.partial(_ready, state))
+
+    def forward(self, *args, **kwargs):
+        return self.module(*args, **kwargs)
+
+
+def _bucket_groups(params: list, first: int, cap: int) -> list[list]:
+    """Parameters in buckets, as DDP fills them: a parameter goes into the open bucket of
+    its dtype and device, which closes once it holds ``first`` bytes (the first bucket) or
+    ``cap`` (the others)."""
+    groups: list[list] = []
+    open_: dict[tuple, tuple[list, int]] = {}  # (dtype, device) -> (bucket, bytes)
+    for p in params:
+        key = (p.dtype, p.device)
+        bucket, size = open_.get(key, (None, 0))
+        if bucket is None:
+            bucket = []
+            groups.append(bucket)
+        bucket.append(p)
+        size += p.numel() * p.element_size()
+        limit = first if len(groups) == 1 else cap
+        open_[key] = (None, 0) if size >= limit else (bucket, size)
+    return groups
+
+
+@torch.no_grad()
+def _ready(state: dict, param: torch.Tensor) -> None:
+    """A gradient accumulated: copied into its bucket (DDP's reducer does so in the same
+    hook); once the bucket is full, its all-reduce is queued to run when the backward pass
+    ends (as DDP finishes its buckets), outside the autograd node that is running now."""
+    offset = state["offsets"][id(param)]
+    if param.grad is not None:
+        state["bucket"][offset : offset + param.numel()].view_as(param.grad).copy_(param.grad)
+    state["ready"] += 1
+    if state["ready"] == len(state["params"]):
+        state["ready"] = 0
+        torch.autograd.Variable._execution_engine.queue_callback(functools.partial(_reduce, state))
+
+
+@torch.no_grad()
+def _reduce(state: dict) -> None:
+    """A full bucket divided by the world size, all-reduced, copied back into the gradients."""
+    bucket = state["bucket"]
+    bucket.div_(torch.distributed.get_world_size())
+    torch.distributed.all_reduce(bucket)
+    for p in state["params"]:
+        if p.grad is not None:
+            offset = state["offsets"][id(p)]
+            p.grad.copy_(bucket[offset : offset + p.numel()].view_as(p.grad))
 
 
 def _outside_fake_modes(init):
