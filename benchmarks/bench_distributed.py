@@ -132,14 +132,14 @@ def _kib(n: float) -> str:
     return f"{n / 1024:,.1f} KiB"
 
 
-def real_runs(rounds: int):
-    """Every rank's profile of ``rounds`` two-rank runs of ``tests/_fsdp_worker.py``."""
+def real_runs(rounds: int, worker: str = "_fsdp_worker.py"):
+    """Every rank's profile of ``rounds`` two-rank runs of ``tests/<worker>``."""
     from _spawn import spawn_ranks
 
     runs = []
     for _ in range(rounds):
         with tempfile.TemporaryDirectory() as out:
-            spawn_ranks("_fsdp_worker.py", 2, out, 300)
+            spawn_ranks(worker, 2, out, 300)
             runs.append(jupyter_memprof.load_many(os.path.join(out, "rank*")))
     return runs
 
@@ -193,6 +193,7 @@ def table(rounds: int) -> None:
             f"| estimate, world_size={n} | {_kib(peak)}{vs} | (median {statistics.median(times):.2f} s) "
             f"| {_kib(named(prof, 'module parameter'))} | {_kib(named(prof, 'optimizer.state'))} |"
         )
+    ddp_table(rounds)
     print()
     out_text = subprocess.run(
         [sys.executable, __file__, "--only-7b"], capture_output=True, text=True, check=True
@@ -210,6 +211,31 @@ def table(rounds: int) -> None:
         f"  rank 0: peak {_gib(int(peak))} ({at_peak}); parameters {_gib(int(params))} "
         f"(model / 8 = {_gib(4 * n / 8)}); optimizer state {_gib(int(state))} "
         f"(2 x model / 8 = {_gib(8 * n / 8)})"
+    )
+
+
+def ddp_table(rounds: int) -> None:
+    """The DDP step of ``tests/_ddp_worker.py``: real rank 0 against the estimate."""
+    from test_distributed import _estimate_ddp
+
+    runs = real_runs(rounds, "_ddp_worker.py")
+    raw = [int(ps[0].peak_by("category").sum()) for ps in runs]
+    print(
+        f"| real DDP, rank 0 | {_kib(min(raw))} to {_kib(max(raw))} | | "
+        f"{_kib(named(runs[0][0], 'module parameter'))} | "
+        f"{_kib(named(runs[0][0], 'optimizer.state'))} |"
+    )
+    times = []
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        prof = _estimate_ddp()
+        times.append(time.perf_counter() - t0)
+    peak = int(prof.peak_by("category").sum())
+    ref = statistics.median(raw)
+    print(
+        f"| estimate DDP, world_size=2 | {_kib(peak)} ({(peak - ref) / ref:+.2%} vs rank 0) | "
+        f"(median {statistics.median(times):.2f} s) | {_kib(named(prof, 'module parameter'))} "
+        f"| {_kib(named(prof, 'optimizer.state'))} |"
     )
 
 

@@ -302,16 +302,8 @@ def test_a_free_never_reported_ends_at_the_next_block_over_its_address():
     assert free_ns.tolist() == [30, 0, 0, 0, 60, 0]
 
 
-@pytest.fixture(scope="module")
-def ddp_run(tmp_path_factory):
-    """Two gloo ranks that each profile one DDP step (``tests/_ddp_worker.py``)."""
-    out = tmp_path_factory.mktemp("ddp")
-    spawn_ranks("_ddp_worker.py", WORLD, str(out), TIMEOUT_S)
-    return jupyter_memprof.load_many(str(out / "rank*"))
-
-
-def test_estimate_of_ddp_matches_rank_0(ddp_run):
-    """DDP on the fake group: its stand-in keeps the same bucket as the real reducer."""
+def _estimate_ddp():
+    """The step of ``tests/_ddp_worker.py`` (built, warmed up, stepped) as rank 0 of 2."""
 
     def two_steps(x, y):
         torch.manual_seed(0)
@@ -328,7 +320,20 @@ def test_estimate_of_ddp_matches_rank_0(ddp_run):
 
     torch.manual_seed(1)
     x, y = torch.randn(16, 64), torch.randn(16, 32)
-    est = jupyter_memprof.estimate(two_steps, x, y, device="cpu", world_size=WORLD)
+    return jupyter_memprof.estimate(two_steps, x, y, device="cpu", world_size=WORLD)
+
+
+@pytest.fixture(scope="module")
+def ddp_run(tmp_path_factory):
+    """Two gloo ranks that each profile one DDP step (``tests/_ddp_worker.py``)."""
+    out = tmp_path_factory.mktemp("ddp")
+    spawn_ranks("_ddp_worker.py", WORLD, str(out), TIMEOUT_S)
+    return jupyter_memprof.load_many(str(out / "rank*"))
+
+
+def test_estimate_of_ddp_matches_rank_0(ddp_run):
+    """DDP on the fake group: its stand-in keeps the same bucket as the real reducer."""
+    est = _estimate_ddp()
     assert not dist.is_initialized()
     real = ddp_run[0]
     peak, target = int(est.peak_by("category").sum()), int(real.peak_by("category").sum())
