@@ -302,8 +302,7 @@ class FakeRecorder:
 
     def label(self, func, name: str, args: tuple, kwargs: dict):
         """A ``record_function`` label's start or end: an annotation, as torch's profiler
-        records it (FSDP's labels say which module its blocks are for). Labels nest: an
-        end closes the innermost one open (its handle comes back as another object)."""
+        records it (FSDP's name modules). An end closes the innermost label open."""
         out = func(*args, **kwargs)
         if name == _LABEL_ENTER:
             self._labels.append(self.open(str(args[0]), OpKind.ANNOTATION))
@@ -657,8 +656,7 @@ _SIZE_RULES = {
 
 
 def _real_tensor(a) -> torch.Tensor | None:
-    """A tensor with real data among an op's argument ``a`` (a tensor or a list of them);
-    a DTensor is judged by its local shard."""
+    """A tensor with real data in argument ``a`` (a tensor, a list); a DTensor's is its shard."""
     if isinstance(a, torch.Tensor):
         a = local_tensor(a)
         return None if isinstance(a, FakeTensor) or a.device.type == "meta" else a
