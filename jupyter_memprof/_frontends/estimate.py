@@ -315,23 +315,11 @@ def cell_objects(shell, code) -> dict:
     return {k: ns[k] for k in wanted if holds_torch(ns[k])}
 
 
-def estimate_cell(
-    shell,
-    code,
-    *,
-    device: str | None,
-    limit: int | None,
-    label: str,
-    allocator: AllocatorConfig | None = None,
-    context: int | None = None,
-    prepare: Prepare | None = None,
-    remember: bool = True,
-    gpu: Gpu | None = None,
-    world_size: int | None = None,
-) -> Profile:
+def estimate_cell(shell, code, *, label: str, **options: Any) -> Profile:
     """Run a compiled cell (:class:`.cell.Code`) on fake copies of the tensors, modules and
-    optimizers it reads from the notebook (``prepare`` and ``remember``: as for
-    :func:`run_estimate`).
+    optimizers it reads from the notebook; ``options`` are :func:`run_estimate`'s
+    (``device`` and ``limit`` needed, ``allocator``, ``context``, ``prepare``,
+    ``remember``, ``gpu``, ``world_size``).
 
     While the cell runs, those names are bound to the fake copies in the notebook namespace
     itself, so notebook functions the cell calls see them too. Afterwards every name is bound
@@ -351,16 +339,9 @@ def estimate_cell(
             run_cell,
             (real,),
             {},
-            device=device,
-            limit=limit,
             names=real,
             label=label,
-            allocator=allocator,
-            context=context,
-            prepare=prepare,
-            remember=remember,
-            gpu=gpu,
-            world_size=world_size,
+            **options,
         )
     finally:
         _restore(ns, before)
