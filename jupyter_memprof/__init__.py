@@ -51,10 +51,14 @@ def __getattr__(name: str):
         from ._results.profile import load
 
         return load
-    if name in ("load_many", "ProfileSet"):
-        from ._results import profile_set
+    if name == "load_many":
+        from ._frontends.ranks import load_many
 
-        return getattr(profile_set, name)
+        return load_many
+    if name == "ProfileSet":
+        from ._results.profile_set import ProfileSet
+
+        return ProfileSet
     if name == "diff":
         from ._results.profile import diff
 

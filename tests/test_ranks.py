@@ -145,3 +145,28 @@ def test_profile_set_without_ranks_uses_file_order(mlp_adam_profile, tmp_path):
         ps[5]
     with pytest.raises(ValueError, match="ranks must be distinct"):
         ProfileSet([prof, prof], [0, 0])
+
+
+def test_load_many_lists_every_rank_in_the_panel(ddp_run):
+    """The panel lists the profiles of this kernel's session: each rank loaded is one entry,
+    labelled with its rank, ready to compare with another; release() takes them out."""
+    from jupyter_memprof._frontends import comm, session
+
+    before = {sid for sid, _ in session.items()}
+    ps = jupyter_memprof.load_many(str(ddp_run / "rank*"))
+    added = {sid: p for sid, p in session.items() if sid not in before}
+    assert sorted(p.meta["rank"] for p in added.values()) == [0, 1]
+    labels = sorted(comm._info(sid, p)["label"] for sid, p in added.items())
+    assert labels == ["rank 0", "rank 1"]  # as the ranks saved them: named once
+    unnamed = jupyter_memprof.load(ddp_run / "rank1")
+    unnamed.meta["label"] = "step"
+    (ddp_run / "relabelled").mkdir(exist_ok=True)
+    unnamed.save(ddp_run / "relabelled" / "rank1", format="parquet")
+    one = jupyter_memprof.load_many([ddp_run / "relabelled" / "rank1"])
+    assert one[1].label == "step (rank 1)" and one[1].session_id is not None
+    jupyter_memprof.release(one[1])
+    quiet = jupyter_memprof.load_many(str(ddp_run / "rank*"), panel=False)
+    assert all(p.session_id is None for p in quiet.profiles)
+    for p in ps.profiles:
+        jupyter_memprof.release(p)
+    assert not any(sid in added for sid, _ in session.items())
