@@ -1,6 +1,6 @@
 """One rank of a two-process FSDP2 (``fully_shard``) Adam step on the CPU (gloo), profiled.
 
-Run by tests/test_fsdp.py as ``python _fsdp_worker.py RANK WORLD_SIZE PORT OUT_DIR``: each
+Run by tests/test_distributed.py as ``python _fsdp_worker.py RANK WORLD_SIZE PORT OUT_DIR``: each
 rank warms up one step, profiles the next, and saves its profile as ``OUT_DIR/rank{rank}``
 (a Parquet folder).
 """

@@ -3,63 +3,25 @@
 from __future__ import annotations
 
 import os
-import socket
-import subprocess
-import sys
 
 import pandas as pd
 import pytest
+from _spawn import HERE, spawn_ranks
 
 import jupyter_memprof
 from jupyter_memprof._analysis import schema as S
 from jupyter_memprof._results.profile import Profile
 from jupyter_memprof._results.profile_set import ProfileSet
 
-HERE = os.path.dirname(__file__)
 WORLD = 2
 TIMEOUT_S = 240
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
 def ddp_run(tmp_path_factory):
     """Spawn two gloo ranks that each profile one DDP step and save ``rank{rank}``."""
     out = tmp_path_factory.mktemp("ddp")
-    port = _free_port()
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(sys.path)}
-    procs = [
-        subprocess.Popen(
-            [
-                sys.executable,
-                os.path.join(HERE, "_ddp_worker.py"),
-                str(r),
-                str(WORLD),
-                str(port),
-                str(out),
-            ],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )  # fmt: skip
-        for r in range(WORLD)
-    ]
-    logs = []
-    try:
-        for p in procs:
-            logs.append(p.communicate(timeout=TIMEOUT_S)[0])
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-    for p, log in zip(procs, logs):
-        assert p.returncode == 0, log[-3000:]
+    spawn_ranks("_ddp_worker.py", WORLD, str(out), TIMEOUT_S)
     return out
 
 
