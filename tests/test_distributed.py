@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections import Counter
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 import torch.distributed as dist
@@ -101,9 +102,9 @@ def test_unsharded_parameters_are_parameters_of_their_block(fsdp_run):
         for k in range(BLOCKS):
             path = f"model.blocks.{k}"
             unsharded = a[a["reason"] == f"unsharded by FSDP for {path}"]
-            # forward and backward each unshard the block: fc1/fc2 weights and biases (in
-            # about one run in ten one of backward's allocations is missing from torch's
-            # trace altogether: docs/dev-notes.md)
+            # forward and backward each unshard the block: fc1/fc2 weights and biases (one of
+            # backward's may share its address with a block gloo's thread made, whose
+            # allocation torch never sees: docs/dev-notes.md)
             one_pass = Counter({DIM * 4 * DIM * 4: 2, 4 * DIM * 4: 1, DIM * 4: 1})
             got = Counter(unsharded["size_bytes"].tolist())
             assert one_pass <= got <= one_pass + one_pass, got
@@ -159,16 +160,33 @@ def _estimate_fsdp(world_size: int, device: str = "cpu"):
 
 
 def _scheduled_peak(prof) -> int:
-    """The peak of a real capture with each of FSDP's communication buffers ended when FSDP
-    is done with it: gloo's threads hold some a while longer, and when they let go varies
-    from run to run (docs/dev-notes.md, "FSDP2 and DTensors")."""
-    a = prof.allocations
-    ends = fsdp_releases(a, prof.ops)
+    """The peak of a real capture with the ranks in step, as the estimate runs them: each of
+    FSDP's communication buffers ends when FSDP is done with it, and the blocks a
+    reduce-scatter makes besides the buffer FSDP keeps and the gradient shards (gloo's
+    copies, in ``post_backward_reduce``) end with the collective; an all-gather's output
+    ends with its copy-out. gloo's threads drop their references when the peer rank gets there, which
+    varies from run to run (docs/dev-notes.md, "FSDP2 and DTensors")."""
+    a, ops = prof.allocations, prof.ops
+    ends = fsdp_releases(a, ops)
     t0 = a["alloc_ns"].to_numpy(dtype=np.int64, na_value=np.iinfo(np.int64).min)
     t1 = a["free_ns"].to_numpy(dtype=np.int64, na_value=np.iinfo(np.int64).max)
-    end = prof.ops["end_ns"].to_numpy(dtype=np.int64)
+    start = ops["start_ns"].to_numpy(dtype=np.int64)
+    end = ops["end_ns"].to_numpy(dtype=np.int64)
     for i, op in ends.items():
         t1[i] = min(t1[i], end[op])
+    unnamed = a["name"].isna().to_numpy()  # the gradient shards made there are named
+    labels = ops["name"].astype(object).fillna("").to_numpy()
+    for row in np.flatnonzero(pd.Series(labels).str.startswith("FSDP::").to_numpy()).tolist():
+        made = np.flatnonzero(unnamed & (t0 >= start[row]) & (t0 <= end[row]))
+        if labels[row].startswith("FSDP::post_backward_reduce"):
+            for i in made[np.argsort(t0[made])][1:].tolist():  # all but FSDP's own buffer
+                t1[i] = min(t1[i], end[row])
+        elif labels[row].startswith("FSDP::all_gather ("):
+            # its output, whatever a lost allocation at its address later made it look like
+            out = "FSDP::all_gather_copy_out " + labels[row][len("FSDP::all_gather ") :]
+            after = [r for r in np.flatnonzero(labels == out).tolist() if start[r] > end[row]]
+            for i in made.tolist() if after else []:
+                t1[i] = min(t1[i], end[after[0]])
     size = a["size_bytes"].to_numpy(dtype=np.int64)
     times, delta = np.r_[t0, t1], np.r_[size, -size]
     order = np.lexsort((delta, times))  # frees first at one time
@@ -183,8 +201,9 @@ def test_estimate_for_two_ranks_matches_rank_0(fsdp_run):
     peak = int(est.peak_by("category").sum())
     target = _scheduled_peak(real)
     assert target <= int(real.peak_by("category").sum())
-    # rank 0's; rank 1's only where torch's trace of rank 0 lost an allocation (rare, one
-    # unsharded parameter in backward: docs/dev-notes.md)
+    # rank 0's; rank 1's only where torch's trace of rank 0 is off (rare: one unsharded
+    # parameter in backward lost, or an all-gather's output kept a block longer:
+    # docs/dev-notes.md)
     near = [abs(peak - t) <= 0.03 * t for t in (target, _scheduled_peak(fsdp_run[1]))]
     assert near[0] or near[1], (peak, target)
     # the same shards, by the same rules, as the real rank 0
@@ -306,6 +325,98 @@ def test_a_free_never_reported_ends_at_the_next_block_over_its_address():
     # 0 ends where 2 starts at its address; 4 where 5 starts inside it; the rest stay open
     assert has_f.tolist() == [True, False, False, False, True, False]
     assert free_ns.tolist() == [30, 0, 0, 0, 60, 0]
+
+
+def test_an_address_handed_out_again_under_a_live_id_is_a_new_block():
+    """torch numbers storages by address and keeps the live number when an address is
+    handed out again after a free it never recorded (gloo's thread dropped the block): the
+    second allocation is its own block, and the first ends where it starts."""
+    import pandas as pd
+
+    from jupyter_memprof._analysis import schema as S
+    from jupyter_memprof._analysis.blocks import build_allocations
+
+    rows = [  # time, ptr, size, tensor id, allocation id, op
+        (10, 100, 64, 7, 1, 0),
+        (20, 200, 16, 8, 2, 1),
+        (25, 200, -16, 8, 2, 2),
+        (30, 100, 32, 7, 1, 3),  # the same id again: the free of the first went unseen
+        (40, 100, -32, 7, 1, 4),
+        (50, 300, -8, 9, 3, 5),  # a free with no allocation: from before the capture
+    ]
+    time, ptr, size, tid, aid, op = (list(c) for c in zip(*rows))
+    mem = pd.DataFrame(
+        {
+            "time_ns": time,
+            "ptr": ptr,
+            "size": size,
+            "tensor_id": pd.array(tid, dtype="Int64"),
+            "allocation_id": aid,
+            "device": ["cpu"] * len(rows),
+            "op_id": pd.array(op, dtype="Int64"),
+            "total_allocated": -1,
+            "total_reserved": -1,
+        }
+    )
+    untracked = pd.DataFrame({"tensor_id": [], "ptr": [], "device": [], "extent": []})
+    a = build_allocations(mem, untracked.astype("int64"), S.empty(S.NAMES), ["cpu"])
+    got = {
+        (int(r.ptr), int(r.size_bytes)): (
+            None if pd.isna(r.alloc_ns) else int(r.alloc_ns),
+            None if pd.isna(r.free_ns) else int(r.free_ns),
+            None if pd.isna(r.free_op_id) else int(r.free_op_id),
+        )
+        for r in a.itertuples()
+    }
+    assert got == {
+        (100, 64): (10, 30, None),  # ended unseen where the next block at 100 starts
+        (100, 32): (30, 40, 4),
+        (200, 16): (20, 25, 2),
+        (300, 8): (None, 50, 5),
+    }
+
+
+def test_a_name_at_the_end_is_not_given_a_block_that_cannot_be_its_storage():
+    """A .grad made over a block whose free went unseen must not take that block's name
+    (and its bytes): on the CPU a storage is its allocation, so the sizes must agree."""
+    import pandas as pd
+
+    from jupyter_memprof._analysis import schema as S
+    from jupyter_memprof._analysis.tables import holds, match_names
+
+    assert holds("cpu", 66176, 66176) and not holds("cpu", 66176, 132352)
+    assert holds("cpu", 3000, 4096)  # pinned host memory: a power of two
+    assert holds("cuda:0", 66176, 66560) and not holds("cuda:0", 66560, 66176)
+    allocs = pd.DataFrame(
+        {
+            "alloc_id": [0, 1],
+            "device": ["cpu", "cpu"],
+            "ptr": [100, 900],
+            "size_bytes": [132352, 66176],
+            "alloc_ns": pd.array([10, 20], dtype="Int64"),
+            "free_ns": pd.array([None, None], dtype="Int64"),
+        }
+    )
+    names = S.empty(S.NAMES)
+    names = pd.concat(
+        [
+            names,
+            pd.DataFrame(
+                {
+                    "name": ["w.grad", "b.grad"],
+                    "role": ["gradient", "gradient"],
+                    "device": ["cpu", "cpu"],
+                    "ptr": [100, 900],
+                    "size_bytes": [66176, 66176],
+                    "when": ["end", "end"],
+                    "module": ["m", "m"],
+                }
+            ),
+        ],
+        ignore_index=True,
+    )
+    got = match_names(names, allocs)
+    assert got["alloc_id"].tolist() == [pd.NA, 1]
 
 
 def _estimate_ddp():

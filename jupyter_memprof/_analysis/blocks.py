@@ -149,8 +149,14 @@ def build_allocations(
 
 
 def _pair_events(mem: pd.DataFrame) -> _Blocks:
-    """Allocator events paired by (``allocation_id``, device): the first allocation and the
-    first free of each key make one block, in key order."""
+    """Allocator events paired by (``allocation_id``, device), in event order: each
+    allocation starts a block and the first free after it ends that block; a free before any
+    allocation of its key is a block from before the capture.
+
+    An id can carry several allocations: torch numbers storages by address and reuses the
+    live number when an address is handed out again while its last free went unrecorded (a
+    thread the profiler does not see, as gloo's, dropped it). Each such allocation is its
+    own block; the one before stays open here and :func:`unseen_frees` ends it."""
     time = mem["time_ns"].to_numpy()
     ptr = mem["ptr"].to_numpy()
     size = mem["size"].to_numpy()
@@ -160,22 +166,17 @@ def _pair_events(mem: pd.DataFrame) -> _Blocks:
     op = mem["op_id"].to_numpy(dtype=np.int64, na_value=-1)  # ids: negative is none
     dev_code, dev_names = pd.factorize(mem["device"].to_numpy(dtype=object), sort=True)
 
-    def firsts(rows: np.ndarray) -> np.ndarray:
-        order, first = runs((aid[rows], dev_code[rows]), by=2)
-        return rows[order[first]]
-
-    a = firsts(np.flatnonzero(size > 0))
-    f = firsts(np.flatnonzero(size < 0))
-    rows = np.concatenate([a, f])
-    is_f = np.concatenate([np.zeros(len(a), dtype=bool), np.ones(len(f), dtype=bool)])
-    order, first = runs((aid[rows], dev_code[rows], is_f), by=2)
-    rows, is_f = rows[order], is_f[order]
-    block = np.cumsum(first) - 1
-    nb = int(first.sum())
+    order, key_start = runs((aid, dev_code), by=2)  # event order within each key
+    is_a = size[order] > 0
+    block_start = key_start | is_a
+    block = np.cumsum(block_start) - 1
+    # a block's rows: its allocation (none before the capture), then frees; the first counts
+    first_free = ~is_a & (block_start | np.r_[False, is_a[:-1]])
+    nb = int(block_start.sum())
     a_row = np.full(nb, -1, dtype=np.int64)
     f_row = np.full(nb, -1, dtype=np.int64)
-    a_row[block[~is_f]] = rows[~is_f]
-    f_row[block[is_f]] = rows[is_f]
+    a_row[block[is_a]] = order[is_a]
+    f_row[block[first_free]] = order[first_free]
     has_a, has_f = a_row >= 0, f_row >= 0
     ar, fr = np.maximum(a_row, 0), np.maximum(f_row, 0)
     a_tid_ok = has_a & ~tid_na[ar]

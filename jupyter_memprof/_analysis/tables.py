@@ -476,16 +476,31 @@ def names_table(rows: list) -> pd.DataFrame:
     )
 
 
+def holds(device: str, name_bytes: int, block_bytes: int) -> bool:
+    """Whether a storage of ``name_bytes`` (as :func:`_devices.block_bytes` counts it) can be
+    the block of ``block_bytes`` at its address. On the CPU a storage is its allocation
+    (pinned memory's host allocator rounds up to a power of two); CUDA's blocks may be
+    rounded further (``roundup_power2_divisions``). A storage that cannot be the block found
+    at its address was made there after that block's free went unrecorded (a thread the
+    profiler does not see, as gloo's)."""
+    if name_bytes <= 0:
+        return True
+    if device == "cpu":
+        return name_bytes == block_bytes or block_bytes == 1 << (name_bytes - 1).bit_length()
+    return name_bytes <= block_bytes
+
+
 def match_names(names: pd.DataFrame, allocations: pd.DataFrame) -> pd.DataFrame:
     """Attach each named tensor to its block: names read at the start match blocks alive at
     the start (``alloc_ns`` NA), names read at the end match blocks alive at the end (``free_ns``
-    NA; the latest allocated when an address was reused)."""
+    NA; the latest allocated when an address was reused) that can hold them (:func:`holds`)."""
     if names.empty:
         return S.conform(names, S.NAMES, name="names")
     a = allocations
     device = a["device"].to_numpy(dtype=object)
     ptr = a["ptr"].to_numpy()
     ids = a["alloc_id"].to_numpy()
+    size_of = dict(zip(ids.tolist(), a["size_bytes"].to_numpy(dtype=np.int64).tolist()))
     start: dict = {}
     rows = np.flatnonzero(a["alloc_ns"].isna().to_numpy())
     for key, i in zip(zip(device[rows].tolist(), ptr[rows].tolist()), ids[rows].tolist()):
@@ -496,11 +511,13 @@ def match_names(names: pd.DataFrame, allocations: pd.DataFrame) -> pd.DataFrame:
     for key, i in zip(zip(device[rows].tolist(), ptr[rows].tolist()), ids[rows].tolist()):
         end[key] = i
     when = names["when"].to_numpy(dtype=object).tolist()
-    keys = zip(names["device"].to_numpy(dtype=object).tolist(), names["ptr"].to_numpy().tolist())
+    dev = names["device"].to_numpy(dtype=object).tolist()
+    keys = zip(dev, names["ptr"].to_numpy().tolist())
+    sizes = names["size_bytes"].to_numpy(dtype=np.int64).tolist()
     none: dict = {}
-    found = [
-        (start if w == "start" else end if w == "end" else none).get(key, -1)
-        for w, key in zip(when, keys)
-    ]
+    found = []
+    for w, key, size in zip(when, keys, sizes):
+        i = (start if w == "start" else end if w == "end" else none).get(key, -1)
+        found.append(i if i < 0 or holds(str(key[0]), size, size_of[i]) else -1)
     ids = np.array(found, dtype=np.int64)
     return S.conform(names.assign(alloc_id=S.integers(ids, ids < 0)), S.NAMES, name="names")
