@@ -71,13 +71,15 @@ def random_stream(seed: int, events: int, live_max: int) -> tuple[list[int], lis
 def one_by_one(
     keys, sizes, setting, capacity=None, places=None, stream=0
 ) -> tuple[DeviceAllocator, Replay]:
-    """The stream through malloc() and free(), one event at a time, and its Replay."""
+    """The stream through malloc() and free(), one event at a time, and its Replay;
+    ``stream``: the CUDA stream of every event, or a list of each event's."""
     a = DeviceAllocator(parse_config(setting), capacity, None if places is None else iter(places))
+    streams = [stream] * len(keys) if isinstance(stream, int) else stream
     where = {}
     for i, (key, size) in enumerate(zip(keys, sizes)):
         if size > 0:
             a.event = i
-            where[key] = (a.malloc(size, stream), a.last_list)
+            where[key] = (a.malloc(size, streams[i]), a.last_list)
         elif key in where:
             a.free(*where.pop(key))
     out = Replay(
@@ -114,6 +116,9 @@ def test_the_one_loop_replay_is_the_rules_one_event_at_a_time(setting, seed):
     assert_same(fast, slow, len(keys))
     assert len(slow.rows) > 10 and slow.peaks["cuda:0"].fragmentation > 0
     assert a.allocated > 0  # blocks still live at the end (and blocks requested again)
+    looped = DeviceAllocator(parse_config(setting))  # the loop itself, for every setting
+    allocator_fast.run_fast(looped, keys, sizes)
+    assert looped.rows == a.rows and looped.free_lists == a.free_lists
 
 
 @pytest.mark.parametrize("setting", SETTINGS)
@@ -135,7 +140,7 @@ def test_at_a_limit_the_one_loop_replay_empties_the_cache_and_runs_out_as_the_ru
         assert_same(fast, slow, len(keys))
         given_back = sum(t1 is not None for *_, t1 in slow.rows)
         assert given_back > 0 or "cuda:0" in slow.oom  # the limit was in the way
-    if "max_split" not in setting:  # where the one loop applies, it ran out too
+    if "max_split" not in setting:  # (there, freeing oversize blocks was enough)
         assert "cuda:0" in slow.oom
 
 
@@ -155,13 +160,55 @@ def test_with_recorded_placement_the_one_loop_replay_puts_segments_where_the_rul
     assert_same(fast, slow, len(keys))
 
 
-def test_the_one_loop_replay_applies_to_one_stream_without_max_split_size():
-    """Elsewhere replay() goes through malloc/free (max_split_size_mb changes which cached
-    blocks may be taken; several CUDA streams keep several free lists)."""
-    plain = DeviceAllocator(parse_config("expandable_segments:True"))
-    assert allocator_fast.applies(plain, None) and allocator_fast.applies(plain, [7, 7])
-    assert not allocator_fast.applies(plain, [0, 1])
-    assert not allocator_fast.applies(DeviceAllocator(parse_config("max_split_size_mb:64")), None)
+def stream_of_each_event(keys, sizes, seed: int, count: int = 3) -> list[int]:
+    """A CUDA stream per event: each request on one of ``count`` streams (at random), each
+    free on its block's stream (a free of a block never requested: on stream 0)."""
+    rng = random.Random(seed)
+    of_key: dict[int, int] = {}
+    streams = []
+    for key, size in zip(keys, sizes):
+        if size > 0:
+            of_key[key] = rng.randrange(count)
+        streams.append(of_key.get(key, 0))
+    return streams
+
+
+@pytest.mark.parametrize("setting", SETTINGS)
+@pytest.mark.parametrize("seed", [1, 2])
+def test_on_several_streams_the_one_loop_replay_is_the_rules_one_event_at_a_time(setting, seed):
+    """Each CUDA stream has its own free lists and segments: a block freed on one stream is
+    never given to a request on another; the loop replays every event (no repeats skipped)."""
+    keys, sizes = random_stream(seed, 6000, live_max=live_max(seed))
+    streams = stream_of_each_event(keys, sizes, seed)
+    fast = replay(
+        ["cuda:0"] * len(keys), keys, sizes, streams=streams, config=parse_config(setting)
+    )
+    a, slow = one_by_one(keys, sizes, setting, stream=streams)
+    assert_same(fast, slow, len(keys))
+    assert {s for s, _ in a.free_lists} == {0, 1, 2}
+    fast_alloc = DeviceAllocator(parse_config(setting))
+    assert allocator_fast.run_fast(fast_alloc, keys, sizes, streams) == len(keys)
+    assert fast_alloc.free_lists == a.free_lists and fast_alloc.allocated == a.allocated
+
+
+@pytest.mark.parametrize("setting", ["", "max_split_size_mb:40", "expandable_segments:True"])
+def test_on_several_streams_at_a_limit_the_one_loop_replay_runs_out_as_the_rules_do(setting):
+    keys, sizes = random_stream(6, 6000, live_max=60)
+    streams = stream_of_each_event(keys, sizes, 6, count=2)
+    config = parse_config(setting)
+    unlimited = replay(["cuda:0"] * len(keys), keys, sizes, streams=streams, config=config)
+    capacity = unlimited.peaks["cuda:0"].reserved // 2
+    fast = replay(
+        ["cuda:0"] * len(keys),
+        keys,
+        sizes,
+        streams=streams,
+        config=config,
+        capacity={"cuda:0": capacity},
+    )
+    _, slow = one_by_one(keys, sizes, setting, capacity=capacity, stream=streams)
+    assert_same(fast, slow, len(keys))
+    assert "cuda:0" in slow.oom
 
 
 def test_on_another_stream_the_one_loop_replay_keeps_that_streams_free_lists():

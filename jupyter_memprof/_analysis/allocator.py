@@ -517,15 +517,13 @@ def replay(
     where: dict[int, tuple[DeviceAllocator, int, list[int]]] = {}
     last, a = None, None
     one = set(devices)
-    if len(one) == 1:  # one device: the whole stream in one loop, where it applies
+    if len(one) == 1:  # one device: the whole stream in one loop
         dev = one.pop()
         places = (placement or {}).get(dev)
         first = DeviceAllocator(config, capacity.get(dev), None if places is None else iter(places))
         alloc[dev] = first
-        if allocator_fast.applies(first, streams):
-            stream = streams[0] if streams is not None and len(streams) else 0
-            allocator_fast.run_fast(first, keys, sizes, stream)
-            devices = ()
+        allocator_fast.run_fast(first, keys, sizes, streams)
+        devices = ()
     streams = streams if streams is not None else [0] * len(keys)
     for i, (dev, key, size, stream) in enumerate(zip(devices, keys, sizes, streams)):
         if dev != last:

@@ -1,5 +1,5 @@
-"""The caching allocator model's replay loop: a whole stream of one device and one CUDA
-stream in one function, its steps inline.
+"""The caching allocator model's replay loop: a whole stream of one device in one function,
+its steps inline.
 
 :class:`~jupyter_memprof._analysis.allocator.DeviceAllocator` states the allocator's rules
 one request (``malloc``) and one free (``free``) at a time. Replaying a million events
@@ -7,22 +7,23 @@ through those methods spends most of its time on calls and attribute look-ups, s
 :func:`run_fast` runs the same rules over a whole stream with the state in local names:
 
 - a request is rounded (512 bytes, or ``roundup_power2_divisions`` through a table of the
-  sizes seen), takes the first block of its pool's free list at or above its size (sorted
-  by size, then address: the best fit, lowest address first), and splits off the rest when
-  it is worth keeping (small pool and expandable segments: any 512 bytes; large pool: more
-  than 1 MiB);
+  sizes seen), takes the first block of its stream's and pool's free list at or above its
+  size (sorted by size, then address: the best fit, lowest address first), and splits off
+  the rest when it is worth keeping (small pool and expandable segments: any 512 bytes;
+  large pool: more than 1 MiB, and with ``max_split_size_mb`` only for requests under it);
 - with expandable segments, a block that could still grow (it ends where unmapped pages
   begin) is passed over for the next one when that one is smaller than what the first
   could grow to, as ``get_free_block`` does;
-- a free merges the block with its free neighbours (found by where they start and end);
+- with ``max_split_size_mb``, the block found is refused (a new block is taken instead)
+  when it is oversize for a smaller request, or too much larger than an oversize one;
+- a free merges the block with its free neighbours (found by where they start and end) and
+  returns it to the free list it came from (kept with the live block);
 - whatever needs new memory (a new segment, mapping pages, emptying the cache at a limit,
   an out-of-memory) goes through the allocator's own methods, with the counters handed
   over first and read back after.
 
-What it does not cover (``max_split_size_mb``, which changes which cached blocks may be
-taken and split; several CUDA streams in one stream of events) is replayed through the
-methods (:func:`applies`). Tests compare the two on seeded random streams for every
-setting, segment for segment.
+Tests compare the loop with the methods on seeded random streams for every setting, one
+CUDA stream and several, segment for segment.
 """
 
 from __future__ import annotations
@@ -34,31 +35,42 @@ from itertools import islice
 from . import allocator_repeat
 from .allocator_state import KEY_MASK, KEY_SHIFT, SMALL_SIZE, AllocatorState
 
-
-def applies(alloc: AllocatorState, streams: Sequence[int] | None) -> bool:
-    """Whether :func:`run_fast` can replay a stream on ``alloc``: no ``max_split_size_mb``
-    and one CUDA stream (``streams`` None or all equal)."""
-    if alloc.split_limit is not None:
-        return False
-    return streams is None or len(streams) == 0 or min(streams) == max(streams)
+#: a live block of the loop: (address, bytes, the free list it returns to)
+Block = tuple[int, int, list[int]]
 
 
 def run_fast(
-    alloc: AllocatorState, keys: Sequence[int], sizes: Sequence[int], stream: int = 0
+    alloc: AllocatorState,
+    keys: Sequence[int],
+    sizes: Sequence[int],
+    streams: Sequence[int] | None = None,
 ) -> int:
     """Replay requests and frees on ``alloc`` as ``malloc``/``free`` one by one would: event
-    i is a request of ``sizes[i]`` bytes (> 0) for block ``keys[i]``, or its free (a free of
-    a block not requested is ignored); every event is on CUDA stream ``stream``. Leaves
-    ``alloc``'s rows, counters and peaks as the methods would (``used``: the blocks whose
-    keys are still live). Repeats of a step that leave the allocator as they found it are
-    not replayed again (:mod:`.allocator_repeat`): returns how many events were replayed."""
-    where: dict[int, tuple[int, int]] = {}  # a live block's key -> (address, bytes)
+    i is a request of ``sizes[i]`` bytes (> 0) for block ``keys[i]`` on CUDA stream
+    ``streams[i]`` (default 0), or its free (a free of a block not requested is ignored).
+    Leaves ``alloc``'s rows, counters and peaks as the methods would (``used``: the blocks
+    whose keys are still live). On one CUDA stream, repeats of a step that leave the
+    allocator as they found it are not replayed again (:mod:`.allocator_repeat`): returns
+    how many events were replayed."""
+    where: dict[int, Block] = {}
     replayed = 0
-    for lo, hi in allocator_repeat.windows(alloc, keys, sizes, where):
-        _run(alloc, keys, sizes, lo, hi, stream, where)
-        replayed += hi - lo
-    alloc.used = dict(where.values())
+    streams = [] if streams is None else list(streams)
+    if streams and streams.count(streams[0]) != len(streams):
+        _run(alloc, keys, sizes, 0, len(sizes), where, streams)  # several streams: all
+        replayed = len(sizes)
+    else:
+        stream = streams[0] if streams else 0
+        for lo, hi in allocator_repeat.windows(alloc, keys, sizes, where):
+            _run(alloc, keys, sizes, lo, hi, where, stream)
+            replayed += hi - lo
+    alloc.used = {addr: size for addr, size, _ in where.values()}
     return replayed
+
+
+def _lists(alloc: AllocatorState, stream: int) -> tuple[list[int], list[int]]:
+    """The free lists of a CUDA stream: (small pool, large pool)."""
+    lists = alloc.free_lists
+    return lists.setdefault((stream, True), []), lists.setdefault((stream, False), [])
 
 
 def _run(
@@ -67,33 +79,40 @@ def _run(
     sizes: Sequence[int],
     lo: int,
     hi: int,
-    stream: int,
-    where: dict[int, tuple[int, int]],
+    where: dict[int, Block],
+    streams: int | Sequence[int],
 ) -> None:
-    """Events ``lo`` to ``hi`` (excluded), with ``where`` the live blocks (key -> (address,
-    bytes)), kept up to date."""
+    """Events ``lo`` to ``hi`` (excluded), with ``where`` the live blocks (key -> block),
+    kept up to date; ``streams``: the CUDA stream of every event, or of each."""
     a = alloc
-    large_l = a.free_lists.setdefault((stream, False), [])
-    small_l = a.free_lists.setdefault((stream, True), [])
+    multi = not isinstance(streams, int)
+    stream = streams[lo] if multi else streams
+    small_l, large_l = _lists(a, stream)
     free_at, free_end, unmapped = a.free_at, a.free_end, a.unmapped
-    expandable = a.expandable
-    rounded = a.rounded
+    expandable, rounded = a.expandable, a.rounded
     round_size, sizes_seen = a.config.round_size, {}
     split_large = 0 if expandable else SMALL_SIZE  # the rest a large block keeps
+    limited = a.split_limit is not None  # max_split_size_mb
     allocated, top, reserved_then = a.allocated, a.peak_allocated, a.reserved_then
     reserved, peak, peak_event = a.reserved, a.peak, a.peak_event
-    S, M, bisect, ins, w_pop = KEY_SHIFT, KEY_MASK, bisect_left, insort, where.pop
+    S, M, SMALL, bisect, ins = KEY_SHIFT, KEY_MASK, SMALL_SIZE, bisect_left, insort
+    w_pop = where.pop
     for i, size in enumerate(islice(sizes, lo, hi), lo):
         if size > 0:  # a request
+            if multi and streams[i] != stream:
+                stream = streams[i]
+                small_l, large_l = _lists(a, stream)
             if rounded:
                 size = sizes_seen.get(size) or sizes_seen.setdefault(size, round_size(size))
             elif size & 511:
                 size = (size | 511) + 1
-            if size <= SMALL_SIZE:
+            if size <= SMALL:
                 lst, keep = small_l, 0
             else:
                 lst, keep = large_l, split_large
             j = bisect(lst, size << S)
+            if limited:
+                j, keep = _limit(a, lst, j, size, keep)
             try:
                 found = lst.pop(j)
             except IndexError:  # nothing cached fits: new memory
@@ -106,13 +125,13 @@ def _run(
             addr = found & M
             block = found >> S
             end = addr + block
-            if expandable and j >= 0 and end in unmapped:  # a cached block that can grow
+            if expandable and j >= 0 and end in unmapped and not limited:  # it can grow
                 ins(lst, found)
                 found = lst.pop(_least_growable(lst, j, unmapped))
                 addr = found & M
                 block = found >> S
                 end = addr + block
-            del free_at[addr], free_end[end]
+            del free_at[addr]
             rest = block - size
             if rest > keep:  # split: the rest stays cached
                 r = addr + size
@@ -120,16 +139,17 @@ def _run(
                 free_end[end] = r
                 ins(lst, rest << S | r)
                 block = size
+            else:
+                del free_end[end]
             allocated += block
             if allocated > top:
                 top, reserved_then = allocated, reserved
-            where[keys[i]] = (addr, block)
+            where[keys[i]] = (addr, block, lst)
             continue
         found = w_pop(keys[i], None)  # a free
         if found is None:
             continue
-        addr, block = found
-        lst = small_l if block <= SMALL_SIZE else large_l  # small-pool blocks: <= 1 MiB
+        addr, block, lst = found
         allocated -= block
         end = addr + block
         if end in free_at:  # merge with the free block after
@@ -138,7 +158,7 @@ def _run(
             end += after
         if addr in free_end:  # and with the one before
             before = free_end.pop(addr)
-            del lst[bisect(lst, free_at.pop(before) << S | before)]
+            del lst[bisect(lst, free_at[before] << S | before)]
             addr = before
         block = end - addr
         free_at[addr] = block
@@ -146,6 +166,26 @@ def _run(
         ins(lst, block << S | addr)
     a.allocated, a.peak_allocated, a.reserved_then = allocated, top, reserved_then
     a.peak, a.peak_event = peak, peak_event
+
+
+def _limit(
+    alloc: AllocatorState, lst: list[int], j: int, size: int, keep: int
+) -> tuple[int, int | float]:
+    """With ``max_split_size_mb``: the position of the cached block a request of ``size``
+    bytes takes (``len(lst)``: none, new memory; with expandable segments the least
+    growable one, as ``get_free_block`` picks), and the rest its block keeps unsplit."""
+    limit = alloc.split_limit
+    if j < len(lst):
+        if alloc.expandable:
+            j = _least_growable(lst, j, alloc.unmapped)
+        block = lst[j] >> KEY_SHIFT
+        if size < limit <= block or (
+            size >= limit and block >= size + alloc.config.max_non_split_rounding
+        ):
+            j = len(lst)  # an oversize block for a smaller request, or one far too large
+    if size >= limit and keep and not alloc.expandable:
+        keep = float("inf")  # an oversize request's large block is never split
+    return j, keep
 
 
 def _least_growable(lst: list[int], j: int, unmapped: dict[int, int]) -> int:

@@ -28,8 +28,8 @@ import numpy as np
 
 from .allocator_state import AllocatorState
 
-#: the live blocks of a replay: key -> (address, bytes)
-Live = dict[int, tuple[int, int]]
+#: the live blocks of a replay: key -> (address, bytes, the free list the block returns to)
+Live = dict[int, tuple[int, int, list[int]]]
 MIN_EVENTS = 4096  # shorter streams are replayed whole
 MIN_PERIOD = 8  # shorter periods: the state is compared too often to pay off
 WARM_UP = 1024  # the events replayed before the period is looked for (at least)
@@ -211,7 +211,7 @@ def _skip(
 
 def _period_blocks(
     keys: Sequence[int], sizes: Sequence[int], where: Live, lo: int, hi: int
-) -> list[tuple[int, int] | None]:
+) -> list[tuple[int, int, list[int]] | None]:
     """Per event of ``[lo, hi)``: the block a request got, when it is its key's last
     request there and still live at ``hi`` (``where``); else None."""
     last = {keys[i]: i for i in range(lo, hi) if sizes[i] > 0}

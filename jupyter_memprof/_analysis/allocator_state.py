@@ -12,7 +12,10 @@ KEY_MASK = (1 << KEY_SHIFT) - 1
 
 
 class Rounding(Protocol):
-    """The allocator settings' rounding of a request (``AllocatorConfig.round_size``)."""
+    """What the loops read of the allocator's settings (``AllocatorConfig``): the rounding
+    of a request, and how much larger than an oversize request a cached block may be."""
+
+    max_non_split_rounding: int  # max_non_split_rounding_mb, in bytes
 
     def round_size(self, size: int) -> int: ...
 
