@@ -328,3 +328,29 @@ def test_repeated_steps_at_a_limit_and_with_recorded_placement(setting):
     )
     _, slow = one_by_one(keys, sizes, setting, capacity=capacity, places=places)
     assert_same(fast, slow, len(keys))
+
+
+@pytest.mark.parametrize(
+    "setting",
+    [
+        "roundup_power2_divisions:4",
+        "roundup_power2_divisions:[256:1,512:2,1024:4,>:8]",
+        "roundup_power2_divisions:[1:16,>:2]",
+        "roundup_power2_divisions:1",
+    ],
+)
+@pytest.mark.parametrize("huge", [False, True])
+def test_requests_rounded_all_at_once_are_each_rounded_as_the_rules_round_it(setting, huge):
+    """The loop rounds a stretch's requests with numpy (roundup_power2_divisions): each as
+    round_size gives it, at the edges of every power of two and of the divisions too;
+    frees stay as they are; sizes from 2**53 (not exact as floats) go one by one."""
+    rng = random.Random(7)
+    sizes = [rng.randint(-3, 1 << rng.randint(1, 40)) for _ in range(20_000)]
+    sizes += [(1 << k) + e for k in range(53) for e in (-1, 0, 1)]
+    sizes += [512 * d + e for d in (1, 2, 4, 8, 16) for e in (-1, 0, 1)]
+    if huge:
+        sizes.append((1 << 60) + 12345)
+    config = parse_config(setting)
+    want = [config.round_size(s) if s > 0 else s for s in sizes]
+    assert allocator_fast.rounded(config, sizes, 0, len(sizes)) == want
+    assert allocator_fast.rounded(config, sizes, 100, 200) == want[100:200]

@@ -6,10 +6,10 @@ one request (``malloc``) and one free (``free``) at a time. Replaying a million 
 through those methods spends most of its time on calls and attribute look-ups, so
 :func:`run_fast` runs the same rules over a whole stream with the state in local names:
 
-- a request is rounded (512 bytes, or ``roundup_power2_divisions`` through a table of the
-  sizes seen), takes the first block of its stream's and pool's free list at or above its
-  size (sorted by size, then address: the best fit, lowest address first), and splits off
-  the rest when it is worth keeping (small pool and expandable segments: any 512 bytes;
+- a request is rounded (512 bytes; ``roundup_power2_divisions``: a stretch's requests all
+  at once, :func:`rounded`), takes the first block of its stream's and pool's free list at
+  or above its size (sorted by size, then address: the best fit, lowest address first),
+  and splits off the rest when it is worth keeping (small pool and expandable segments: any 512 bytes;
   large pool: more than 1 MiB, and with ``max_split_size_mb`` only for requests under it);
 - with expandable segments, a block that could still grow (it ends where unmapped pages
   begin) is passed over for the next one when that one is smaller than what the first
@@ -32,8 +32,13 @@ from bisect import bisect_left, insort
 from collections.abc import Sequence
 from itertools import islice
 
+import numpy as np
+
 from . import allocator_repeat
-from .allocator_state import KEY_MASK, KEY_SHIFT, SMALL_SIZE, AllocatorState
+from .allocator_config import MIN_BLOCK
+from .allocator_state import KEY_MASK, KEY_SHIFT, SMALL_SIZE, AllocatorState, Rounding
+
+_EXACT = 1 << 53  # sizes below this are exact as floats (their bit length: frexp)
 
 #: a live block of the loop: (address, bytes, the free list it returns to)
 Block = tuple[int, int, list[int]]
@@ -89,22 +94,20 @@ def _run(
     stream = streams[lo] if multi else streams
     small_l, large_l = _lists(a, stream)
     free_at, free_end, unmapped = a.free_at, a.free_end, a.unmapped
-    expandable, rounded = a.expandable, a.rounded
-    round_size, sizes_seen = a.config.round_size, {}
+    expandable = a.expandable
+    window = rounded(a.config, sizes, lo, hi) if a.rounded else islice(sizes, lo, hi)
     split_large = 0 if expandable else SMALL_SIZE  # the rest a large block keeps
     limited = a.split_limit is not None  # max_split_size_mb
     allocated, top, reserved_then = a.allocated, a.peak_allocated, a.reserved_then
     reserved, peak, peak_event = a.reserved, a.peak, a.peak_event
     S, M, SMALL, bisect, ins = KEY_SHIFT, KEY_MASK, SMALL_SIZE, bisect_left, insort
     w_pop = where.pop
-    for i, size in enumerate(islice(sizes, lo, hi), lo):
+    for i, size in enumerate(window, lo):
         if size > 0:  # a request
             if multi and streams[i] != stream:
                 stream = streams[i]
                 small_l, large_l = _lists(a, stream)
-            if rounded:
-                size = sizes_seen.get(size) or sizes_seen.setdefault(size, round_size(size))
-            elif size & 511:
+            if size & 511:
                 size = (size | 511) + 1
             if size <= SMALL:
                 lst, keep = small_l, 0
@@ -199,3 +202,26 @@ def _least_growable(lst: list[int], j: int, unmapped: dict[int, int]) -> int:
     while j + 1 < len(lst) and growable(lst[j + 1]) < growable(lst[j]):
         j += 1
     return j
+
+
+def rounded(config: Rounding, sizes: Sequence[int], lo: int, hi: int) -> list[int]:
+    """Events ``lo`` to ``hi``'s sizes with every request rounded as ``config.round_size``
+    rounds it, with ``roundup_power2_divisions`` (frees as they are): all at once."""
+    try:
+        s = np.fromiter(islice(sizes, lo, hi), dtype=np.int64, count=hi - lo)
+    except (OverflowError, TypeError, ValueError):
+        s = None
+    if s is None or (s >= _EXACT).any():  # sizes numpy cannot take: one by one
+        return [config.round_size(x) if x > 0 else x for x in islice(sizes, lo, hi)]
+    request = s > 0
+    out = np.where(request, np.maximum(-(-s // MIN_BLOCK) * MIN_BLOCK, MIN_BLOCK), s)
+    bits = np.frexp(np.maximum(s, 1).astype(np.float64))[1].astype(np.int64)  # bit length
+    table = np.array(config.roundup_power2_divisions, dtype=np.int64)
+    divisions = table[np.clip(bits - 21, 0, len(table) - 1)]
+    fine = request & (divisions > 1) & (s > MIN_BLOCK * divisions) & (s & (s - 1) != 0)
+    s, bits, divisions = s[fine], bits[fine], divisions[fine]
+    floor = np.left_shift(1, bits - 1)
+    step = floor >> (np.frexp(divisions.astype(np.float64))[1] - 1)  # floor / divisions
+    down = s & ~(np.maximum(step, 1) - 1)
+    out[fine] = np.where(step == 0, floor << 1, np.where(down == s, s, down + step))
+    return out.tolist()
