@@ -9,14 +9,17 @@ Two streams of 1,000,000 events (requests and frees) on one device, made here wi
 - churn: requests of random sizes (under 4 KiB, up to 1 MiB, up to 64 MiB) and frees of
   random live blocks, up to 2,000 live: long free lists, many splits and merges.
 
-Each is replayed with the default settings and with ``expandable_segments:True``
-(:func:`jupyter_memprof._analysis.allocator.replay`); the table gives the median of
+Each is replayed (:func:`jupyter_memprof._analysis.allocator.replay`) with the default
+settings, ``expandable_segments:True``, ``max_split_size_mb:32`` and
+``roundup_power2_divisions:4``, and with the default settings on two CUDA streams (each
+block's request and free on one of them, at random). The table gives the median of
 ``--rounds`` rounds, wall time (min-max in brackets) and the process's CPU time, the CPU
 time over the reference loop's, the events replayed one by one (the rest are repeated steps
-skipped exactly, ``_analysis/allocator_repeat.py``) and the reserved peak. The reference
-loop (10 million dict stores in Python) is timed before and after each round: on another
-machine, or on this one less loaded, a replay takes about the ratio times the reference's
-time there. The CPU times hold better than the wall times on a shared machine.
+skipped exactly, ``_analysis/allocator_repeat.py``; on several CUDA streams every event is
+replayed) and the reserved peak. The reference loop (10 million dict stores in Python) is
+timed before and after each round: on another machine, or on this one less loaded, a
+replay takes about the ratio times the reference's time there. The CPU times hold better
+than the wall times on a shared machine.
 
 Run: ``.venv/bin/python benchmarks/bench_allocator.py [--events 1000000] [--rounds 5]``
 """
@@ -104,6 +107,18 @@ def churn_stream(events: int, seed: int = 0) -> tuple[list, list]:
     return keys[:events], sizes[:events]
 
 
+def two_streams(keys: list, sizes: list, seed: int = 0) -> list[int]:
+    """A CUDA stream (0 or 1, at random) per block: its request's and its free's."""
+    rng = random.Random(seed)
+    of_key: dict[int, int] = {}
+    streams = []
+    for key, size in zip(keys, sizes):
+        if size > 0:
+            of_key[key] = rng.randrange(2)
+        streams.append(of_key.get(key, 0))
+    return streams
+
+
 def timed(fn) -> tuple[float, float, object]:
     """(wall seconds, CPU seconds of this process, result) of ``fn()``."""
     wall, cpu = time.perf_counter(), time.process_time()
@@ -111,21 +126,21 @@ def timed(fn) -> tuple[float, float, object]:
     return time.perf_counter() - wall, time.process_time() - cpu, out
 
 
-def measure(name: str, stream: tuple[list, list], setting: str, rounds: int) -> tuple:
+def measure(name: str, stream: tuple, setting: str, rounds: int) -> tuple:
     """(wall, CPU) seconds per round, each round between two reference loops, the
     reference loops' (wall, CPU) seconds, the events replayed one by one, the reserved
-    peak."""
-    keys, sizes = stream
+    peak. ``stream``: keys, sizes and the CUDA stream of each event (None: all on one)."""
+    keys, sizes, streams = stream
     devices = ["cuda:0"] * len(keys)
     config = parse_config(setting)
     times, refs = [], [timed(reference_loop)[:2]]
     peak = 0
     for _ in range(rounds):
-        wall, cpu, out = timed(lambda: replay(devices, keys, sizes, config=config))
+        wall, cpu, out = timed(lambda: replay(devices, keys, sizes, streams=streams, config=config))
         times.append((wall, cpu))
         refs.append(timed(reference_loop)[:2])
         peak = out.peaks["cuda:0"].reserved
-    replayed = run_fast(DeviceAllocator(config), keys, sizes)
+    replayed = run_fast(DeviceAllocator(config), keys, sizes, streams)
     return name, setting or "(default)", len(keys), times, refs, replayed, peak
 
 
@@ -145,12 +160,18 @@ def main() -> None:
     ap.add_argument("--events", type=int, default=1_000_000)
     ap.add_argument("--rounds", type=int, default=5, help="rounds per row (median reported)")
     args = ap.parse_args()
-    streams = {"training": training_stream(args.events), "churn": churn_stream(args.events)}
-    rows = [
-        measure(name, stream, setting, args.rounds)
-        for name, stream in streams.items()
-        for setting in ("", "expandable_segments:True")
-    ]
+    settings = (
+        "",
+        "expandable_segments:True",
+        "max_split_size_mb:32",
+        "roundup_power2_divisions:4",
+    )
+    rows = []
+    for name, make in (("training", training_stream), ("churn", churn_stream)):
+        keys, sizes = make(args.events)
+        rows += [measure(name, (keys, sizes, None), s, args.rounds) for s in settings]
+        two = (keys, sizes, two_streams(keys, sizes))
+        rows.append(measure(f"{name}, 2 CUDA streams", two, "", args.rounds))
     refs = [r for row in rows for r in row[4]]
     print(
         f"\nMedian of {args.rounds} rounds, wall time (min-max in brackets) and CPU time of "

@@ -98,6 +98,7 @@ def _run(
     window = rounded(a.config, sizes, lo, hi) if a.rounded else islice(sizes, lo, hi)
     split_large = 0 if expandable else SMALL_SIZE  # the rest a large block keeps
     limited = a.split_limit is not None  # max_split_size_mb
+    limit, every = a.split_limit or 0, limited and expandable  # (every request checked)
     allocated, top, reserved_then = a.allocated, a.peak_allocated, a.reserved_then
     reserved, peak, peak_event = a.reserved, a.peak, a.peak_event
     S, M, SMALL, bisect, ins = KEY_SHIFT, KEY_MASK, SMALL_SIZE, bisect_left, insort
@@ -114,7 +115,7 @@ def _run(
             else:
                 lst, keep = large_l, split_large
             j = bisect(lst, size << S)
-            if limited:
+            if limited and (every or size >= limit or (j < len(lst) and lst[j] >> S >= limit)):
                 j, keep = _limit(a, lst, j, size, keep)
             try:
                 found = lst.pop(j)
