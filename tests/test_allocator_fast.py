@@ -354,3 +354,54 @@ def test_requests_rounded_all_at_once_are_each_rounded_as_the_rules_round_it(set
     want = [config.round_size(s) if s > 0 else s for s in sizes]
     assert allocator_fast.rounded(config, sizes, 0, len(sizes)) == want
     assert allocator_fast.rounded(config, sizes, 100, 200) == want[100:200]
+
+
+# -- several devices ------------------------------------------------------------------------
+
+
+def by_rules_per_device(devices, keys, sizes, setting, capacity) -> Replay:
+    """Several devices' events through malloc() and free(), one at a time: one allocator a
+    device (made where the device first appears), a free going to its block's allocator."""
+    alloc: dict[str, DeviceAllocator] = {}
+    where = {}
+    for i, (dev, key, size) in enumerate(zip(devices, keys, sizes)):
+        a = alloc.get(dev)
+        if a is None:
+            a = alloc[dev] = DeviceAllocator(parse_config(setting), capacity.get(dev))
+        if size > 0:
+            a.event = i
+            where[key] = (a, a.malloc(size), a.last_list)
+        elif key in where:
+            block, addr, lst = where.pop(key)
+            block.free(addr, lst)
+    out = Replay()
+    for dev, a in alloc.items():
+        out.rows.extend((dev, small, size, t0, t1) for small, size, t0, t1 in a.rows)
+        out.peaks[dev] = Peak(a.peak, a.peak_event, a.peak_allocated, a.reserved_then)
+        if a.oom is not None:
+            out.oom[dev] = a.oom
+    return out
+
+
+@pytest.mark.parametrize("setting", ["", "expandable_segments:True", "max_split_size_mb:40"])
+def test_several_devices_each_replay_in_one_loop_as_the_rules_do(setting):
+    """Each device's events in one loop, positions in the whole stream kept: the same
+    segments, peaks and out-of-memory (at a limit on one device) as the rules one event at
+    a time; a free labelled with another device frees its block where it was asked for,
+    and a device whose only event is such a free still has its (empty) allocator."""
+    keys, sizes = random_stream(8, 6000, live_max=200)
+    rng = random.Random(8)
+    of_key: dict[int, str] = {}
+    devices = []
+    for key, size in zip(keys, sizes):
+        if size > 0:
+            of_key[key] = rng.choice(["cuda:0", "cuda:1"])
+        dev = of_key.get(key, "cuda:0")
+        devices.append("cuda:1" if size <= 0 and rng.random() < 0.05 else dev)
+    devices[0], keys[0], sizes[0] = "cuda:2", keys[1], 0  # frees a block not yet asked for
+    capacity = {"cuda:1": 2 * 1024 * MiB}
+    fast = replay(devices, keys, sizes, config=parse_config(setting), capacity=capacity)
+    slow = by_rules_per_device(devices, keys, sizes, setting, capacity)
+    assert list(fast.peaks) == list(slow.peaks) == ["cuda:2", "cuda:0", "cuda:1"]
+    assert_same(fast, slow, len(keys))
+    assert "cuda:1" in slow.oom and slow.peaks["cuda:0"].event > 0

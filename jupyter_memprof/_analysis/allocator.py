@@ -512,35 +512,18 @@ def replay(
     device -> the bytes it may reserve; ``placement``: device -> the addresses CUDA gave its
     new segments, in order (from a recorded trace)."""
     config = config or AllocatorConfig()
-    capacity = capacity or {}
+    capacity, placement = capacity or {}, placement or {}
     alloc: dict[str, DeviceAllocator] = {}
-    where: dict[int, tuple[DeviceAllocator, int, list[int]]] = {}
-    last, a = None, None
-    one = set(devices)
-    if len(one) == 1:  # one device: the whole stream in one loop
-        dev = one.pop()
-        places = (placement or {}).get(dev)
-        first = DeviceAllocator(config, capacity.get(dev), None if places is None else iter(places))
-        alloc[dev] = first
-        allocator_fast.run_fast(first, keys, sizes, streams)
-        devices = ()
-    streams = streams if streams is not None else [0] * len(keys)
-    for i, (dev, key, size, stream) in enumerate(zip(devices, keys, sizes, streams)):
-        if dev != last:
-            a = alloc.get(dev)
-            if a is None:
-                places = (placement or {}).get(dev)
-                a = alloc[dev] = DeviceAllocator(
-                    config, capacity.get(dev), None if places is None else iter(places)
-                )
-            last = dev
-        if size > 0:
-            a.event = i  # frees never take or give back segments: only requests need it
-            where[key] = (a, a.malloc(size, stream), a.last_list)
-        else:
-            block = where.pop(key, None)
-            if block is not None:
-                block[0].free(block[1], block[2])
+    for dev in dict.fromkeys(devices):  # in the order they first appear
+        places = placement.get(dev)
+        alloc[dev] = DeviceAllocator(
+            config, capacity.get(dev), None if places is None else iter(places)
+        )
+    if len(alloc) == 1:  # one device: the whole stream in one loop
+        allocator_fast.run_fast(next(iter(alloc.values())), keys, sizes, streams)
+    else:  # each device's events in one loop (a free goes to its block's device)
+        for dev, events in allocator_fast.by_device(devices, keys, sizes).items():
+            allocator_fast.run_part(alloc[dev], events, keys, sizes, streams)
     out = Replay()
     for dev, a in alloc.items():
         out.rows.extend((dev, small, size, t0, t1) for small, size, t0, t1 in a.rows)

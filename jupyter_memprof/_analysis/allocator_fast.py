@@ -72,6 +72,52 @@ def run_fast(
     return replayed
 
 
+def by_device(
+    devices: Sequence[str], keys: Sequence[int], sizes: Sequence[int]
+) -> dict[str, list[int]]:
+    """Device -> the positions of its events in a stream of several devices' events: its
+    requests, and the frees of the blocks it was last asked for (a free of a block never
+    requested: where it says)."""
+    of_key: dict[int, str] = {}
+    parts: dict[str, list[int]] = {}
+    for i, (dev, key, size) in enumerate(zip(devices, keys, sizes)):
+        if size > 0:
+            of_key[key] = dev
+        else:
+            dev = of_key.get(key, dev)
+        part = parts.get(dev)
+        if part is None:
+            part = parts[dev] = []
+        part.append(i)
+    return parts
+
+
+def run_part(
+    alloc: AllocatorState,
+    events: list[int],
+    keys: Sequence[int],
+    sizes: Sequence[int],
+    streams: Sequence[int] | None = None,
+) -> int:
+    """:func:`run_fast` on the events at ``events`` (ascending positions) of a stream:
+    ``alloc``'s rows, peak and out-of-memory then give positions in the whole stream."""
+    replayed = run_fast(
+        alloc,
+        [keys[i] for i in events],
+        [sizes[i] for i in events],
+        None if streams is None else [streams[i] for i in events],
+    )
+    for row in alloc.rows:
+        row[2] = events[row[2]]
+        if row[3] is not None:
+            row[3] = events[row[3]]
+    if alloc.peak_event >= 0:
+        alloc.peak_event = events[alloc.peak_event]
+    if alloc.oom is not None:
+        alloc.oom.event = events[alloc.oom.event]
+    return replayed
+
+
 def _lists(alloc: AllocatorState, stream: int) -> tuple[list[int], list[int]]:
     """The free lists of a CUDA stream: (small pool, large pool)."""
     lists = alloc.free_lists

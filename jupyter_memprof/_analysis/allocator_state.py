@@ -20,6 +20,12 @@ class Rounding(Protocol):
     def round_size(self, size: int) -> int: ...
 
 
+class Moment(Protocol):
+    """Something noted at a position of the replayed stream (``OutOfMemory``)."""
+
+    event: int
+
+
 class AllocatorState(Protocol):
     """One device's allocator, as ``DeviceAllocator`` keeps it."""
 
@@ -38,6 +44,7 @@ class AllocatorState(Protocol):
     reserved: int
     peak: int
     peak_event: int
+    oom: Moment | None  # the first request that could not be served
     peak_allocated: int
     reserved_then: int
     event: int
