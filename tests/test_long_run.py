@@ -7,6 +7,7 @@ capture of the same loop (the same steps, the same leaks, byte for byte).
 
 import warnings
 
+import pandas as pd
 import pytest
 import torch
 from IPython.core.error import UsageError
@@ -326,3 +327,58 @@ def test_bad_magic_options_are_one_line_and_run_nothing(run, shell, line, messag
     assert message in out
     assert len([ln for ln in out.splitlines() if ln.strip()]) == 1
     assert shell.user_ns["ran"] == 0 and not profiler_running()
+
+
+# -- the window's joins, read from a real window's tables ----------------------------------
+def _window_tables():
+    """The tables of a real two-step capture (what a long run's window gives)."""
+    prof, _ = _train(2)
+    return prof, {k: getattr(prof, k) for k in ("ops", "allocations", "steps")}
+
+
+def test_carried_blocks_are_forgotten_by_device_and_address():
+    prof, tables = _window_tables()
+    a = tables["allocations"]
+    made = a[a["alloc_ns"].notna().to_numpy()]
+    ptr, size = int(made["ptr"].iloc[0]), int(made["size_bytes"].iloc[0])
+    carried = S.conform(
+        pd.DataFrame(
+            {
+                "alloc_id": [0, 1, 2],
+                "device": ["cpu", "cuda:0", "cpu"],
+                "ptr": [ptr, ptr, 8],  # the window allocated at ptr on the CPU only
+                "size_bytes": [size, size, 16],
+                "alloc_ns": pd.array([1, 1, 1], dtype="Int64"),
+                "step": [0, 0, 0],
+                "category": [None, None, None],
+                "callsite": [None, None, None],
+            }
+        ),
+        S.CARRIED,
+        name="carried",
+    )
+    left = W.forget_freed(carried, tables)
+    # the CPU block at ptr was freed between the windows (the window made one there again);
+    # the CUDA block at the same address and the CPU block the window never saw stay
+    assert list(zip(left["device"].astype(str), left["ptr"])) == [("cuda:0", ptr), ("cpu", 8)]
+    assert W.live_offset(carried, tables) == {"cpu": size + 16, "cuda:0": size}
+
+
+def test_survivors_carry_the_callsite_of_the_op_that_made_them():
+    prof, tables = _window_tables()
+    new = W.survivors(tables, 5, 100)
+    a = tables["allocations"]
+    alive = a[a["free_ns"].isna().to_numpy() & a["alloc_ns"].notna().to_numpy()]
+    assert new["alloc_id"].tolist() == (alive["alloc_id"] + 100).tolist()
+    assert new["size_bytes"].tolist() == alive["size_bytes"].tolist()
+    assert set(new["step"]) <= {5, 6}  # the run's steps of the window's two
+    by_op = dict(zip(prof.ops["op_id"], prof.ops["callsite"].astype(object)))
+    for op, site in zip(alive["alloc_op_id"].tolist(), new["callsite"].astype(object)):
+        want = by_op.get(op) if op is not pd.NA else None
+        assert (site if isinstance(site, str) else None) == (
+            want if isinstance(want, str) else None
+        )
+    # Adam's state, made in the first step and kept: named at this file's optimizer line
+    assert any(
+        isinstance(s, str) and "test_long_run.py" in s for s in new["callsite"].astype(object)
+    )

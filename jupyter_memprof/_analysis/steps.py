@@ -32,10 +32,11 @@ def _marks(ops: pd.DataFrame) -> np.ndarray:
     end) and torch's ``ProfilerStep#N`` annotations (their start: each one opens a step)."""
     if ops.empty:
         return np.zeros(0, dtype=np.int64)
-    name = ops["name"].astype(object)
-    annotation = (ops["kind"] == OpKind.ANNOTATION.value).to_numpy()
-    ours = annotation & (name == STEP_MARKER).to_numpy()
-    torch_steps = annotation & name.str.startswith(PROFILER_STEP_PREFIX).to_numpy(dtype=bool)
+    # names are read only for the annotations (a few of the ops)
+    at = np.flatnonzero((ops["kind"] == OpKind.ANNOTATION.value).to_numpy())
+    name = ops["name"].to_numpy()[at]
+    ours = at[[n == STEP_MARKER for n in name.tolist()]]
+    torch_steps = at[[str(n).startswith(PROFILER_STEP_PREFIX) for n in name.tolist()]]
     return np.sort(
         np.concatenate(
             [ops["end_ns"].to_numpy()[ours], ops["start_ns"].to_numpy()[torch_steps]]
@@ -47,14 +48,13 @@ def _optimizer_steps(ops: pd.DataFrame) -> np.ndarray:
     """The ends of the outermost ``optimizer.step()`` calls."""
     if ops.empty:
         return np.zeros(0, dtype=np.int64)
-    kind = ops["kind"]
-    is_step = (kind == OpKind.OPTIMIZER.value).to_numpy() & (
-        ops["name"].astype(object).str.startswith(_OPTIMIZER_STEP).to_numpy(dtype=bool)
-    )
-    parent = ops["parent_id"].to_numpy(dtype=np.int64, na_value=-1)
+    optimizer = (ops["kind"] == OpKind.OPTIMIZER.value).to_numpy()
+    at = np.flatnonzero(optimizer)  # names are read only for the optimizer's ops
+    at = at[[str(n).startswith(_OPTIMIZER_STEP) for n in ops["name"].to_numpy()[at].tolist()]]
+    parent = ops["parent_id"].to_numpy(dtype=np.int64, na_value=-1)[at]
     pos = pd.Index(ops["op_id"].to_numpy()).get_indexer(parent)
-    inside_optimizer = (pos >= 0) & (kind.to_numpy()[np.maximum(pos, 0)] == OpKind.OPTIMIZER.value)
-    return np.sort(ops["end_ns"].to_numpy()[is_step & ~inside_optimizer].astype(np.int64))
+    inside_optimizer = (pos >= 0) & optimizer[np.maximum(pos, 0)]
+    return np.sort(ops["end_ns"].to_numpy()[at[~inside_optimizer]].astype(np.int64))
 
 
 def step_bounds(

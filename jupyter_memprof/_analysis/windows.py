@@ -89,9 +89,22 @@ def forget_freed(carried: pd.DataFrame, tables: dict[str, pd.DataFrame]) -> pd.D
     a = tables["allocations"]
     freed = a["free_ns"].notna().to_numpy() & a["alloc_ns"].isna().to_numpy()
     made = a["alloc_ns"].notna().to_numpy()
-    gone = _keys(a["device"], a["ptr"])[freed | made]
-    keep = ~_keys(carried["device"], carried["ptr"]).isin(gone)
+    gone = freed | made
+    keep = ~_among(carried, a["device"].to_numpy()[gone], a["ptr"].to_numpy()[gone])
     return carried[keep].reset_index(drop=True)
+
+
+def _among(blocks: pd.DataFrame, device: np.ndarray, ptr: np.ndarray) -> np.ndarray:
+    """Which of ``blocks`` (few: the carried ones) have their (device, address) among the
+    pairs ``device``, ``ptr`` (many: a window's blocks), one device at a time."""
+    out = np.zeros(len(blocks), dtype=bool)
+    mine = blocks["device"].astype(object).to_numpy().astype(str)
+    theirs = np.asarray(device, dtype=object).astype(str)
+    ptrs = blocks["ptr"].to_numpy(dtype=np.int64)
+    for d in np.unique(mine).tolist():
+        on = mine == d
+        out[on] = np.isin(ptrs[on], np.asarray(ptr, dtype=np.int64)[theirs == d])
+    return out
 
 
 def survivors(
@@ -117,9 +130,7 @@ def survivors(
     else:
         step = np.full(len(rows), first_step, dtype=np.int64)
     step = np.where(rows["alloc_ns"].isna().to_numpy(), -1, step)
-    ops = tables["ops"]
-    callsite = pd.Series(ops["callsite"].to_numpy(), index=ops["op_id"].to_numpy())
-    site = callsite.reindex(rows["alloc_op_id"].to_numpy(dtype=np.int64, na_value=-1))
+    site = _callsites(tables["ops"], rows["alloc_op_id"].to_numpy(dtype=np.int64, na_value=-1))
     out = pd.DataFrame(
         {
             "alloc_id": rows["alloc_id"].to_numpy(dtype=np.int64) + id_offset,
@@ -129,10 +140,21 @@ def survivors(
             "alloc_ns": rows["alloc_ns"].to_numpy(),
             "step": step.astype(np.int64),
             "category": rows["category"].to_numpy(),
-            "callsite": site.to_numpy(),
+            "callsite": site,
         }
     )
     return S.conform(out, S.CARRIED, name="carried")
+
+
+def _callsites(ops: pd.DataFrame, op_ids: np.ndarray) -> np.ndarray:
+    """The ``callsite`` of each op in ``op_ids`` (None where there is none), read only for
+    those ops."""
+    pos = pd.Index(ops["op_id"].to_numpy()).get_indexer(op_ids)
+    out = np.full(len(op_ids), None, dtype=object)
+    found = pos >= 0
+    if found.any():
+        out[found] = ops["callsite"].take(pos[found]).to_numpy(dtype=object)
+    return out
 
 
 def next_id_offset(tables: dict[str, pd.DataFrame], id_offset: int) -> int:

@@ -133,7 +133,7 @@ class LongRun:
                 capture = read()
                 window = (self._windows == 0, False)
                 tables, meta = analyse(capture, allocator=self.allocator, window=window)
-            self.absorb(tables, meta, capture.trace.event_count)
+                self.absorb(tables, meta, capture.trace.event_count)
         except Exception as err:  # the window is lost, the run and the user's loop go on
             log.warning("analysing a window of a long run failed", exc_info=True)
             self.window_errors.append(f"{type(err).__name__}: {err}")

@@ -277,6 +277,8 @@ def read_trace(
     memory: list[MemoryRecord] = []
     dev_names: dict[Any, str] = {}
     mutable_arguments = _mutable_arguments
+    known_schemas = _schema_cache.get  # most ops: the cached answer, no call
+    ambiguous = _AMBIGUOUS
     # records are built with tuple.__new__ (a C call), not the NamedTuple's Python __new__
     new_op = functools.partial(tuple.__new__, OpRecord)
     new_memory = functools.partial(tuple.__new__, MemoryRecord)
@@ -325,7 +327,9 @@ def read_trace(
             backward = backward or in_autograd
             inputs = f.inputs
             shapes = []
-            mutable = mutable_arguments(name, inputs)
+            mutable = known_schemas((name, len(inputs)), ambiguous)
+            if mutable is ambiguous:  # not cached yet, or overloads to match per call
+                mutable = mutable_arguments(name, inputs)
             module_index = NO_ID
             module_ctx_child = module_ctx
             if mutable is not None:  # a dispatcher op: the common case, decided cheaply
