@@ -9,7 +9,13 @@ table reports the median of the rounds:
   Python stacks) and a schedule of windows of the same length (``schedule(wait=0,
   warmup=0, active=W)``, ``on_trace_ready`` doing nothing, ``prof.step()`` in the loop):
   what torch needs to profile a long loop in bounded memory;
-- torch, one window: the same profiler without a schedule, every step in one window
+- torch + trace files: the windowed torch profiler as torch documents it for a schedule,
+  ``on_trace_ready=tensorboard_trace_handler(dir)`` writing each window's trace file (a
+  temporary folder, removed after);
+- torch + table: the windowed torch profiler, with ``on_trace_ready`` reading each window's
+  table (``prof.key_averages()``, which builds torch's Python events of the window first:
+  what any reading of a window through torch's Python API starts with);
+- torch one window: the same profiler without a schedule, every step in one window
   (what one capture keeps: memory grows with the loop, and the stop waits for all of it);
 - torch + timeline: the windowed torch profiler, with ``on_trace_ready`` building torch's own memory timeline
   of each window (``MemoryProfile(result).timeline``, what ``export_memory_timeline``
@@ -25,7 +31,8 @@ windows, the largest window's events and the blocks carried to the end.
 and a new one started, as :class:`WindowRecorder` does) against torch's schedule (the
 ``prof.step()`` that ends a window), medians of 10 windows in one process.
 
-Run: ``.venv/bin/python benchmarks/bench_steps.py [--steps 1000] [--window 20] [--rounds 3]``
+Run: ``.venv/bin/python benchmarks/bench_steps.py [--steps 1000] [--window 20] [--rounds 3]
+[--variants none,torch,ours]``
 or ``.venv/bin/python benchmarks/bench_steps.py --switch [--window 20]``
 """
 
@@ -35,9 +42,11 @@ import argparse
 import json
 import os
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import warnings
 
@@ -57,11 +66,29 @@ def _nothing(tp) -> None:
     """A window's results, dropped."""
 
 
+def _table(tp) -> None:
+    """torch's table of one window (its events built first)."""
+    tp.key_averages()
+
+
 def _memory_timeline(tp) -> None:
     """torch's memory timeline of one window (categories, live bytes over time)."""
     from torch.profiler._memory_profiler import MemoryProfile
 
     _ = MemoryProfile(tp.profiler.kineto_results).timeline
+
+
+def _on_trace_ready(variant: str, trace_dir: str):
+    """What a windowed torch variant does with each window (see the module's docstring)."""
+    import torch
+
+    if variant.endswith("trace files"):
+        return torch.profiler.tensorboard_trace_handler(trace_dir)
+    if variant.endswith("table"):
+        return _table
+    if variant.endswith("timeline"):
+        return _memory_timeline
+    return _nothing
 
 
 def one(variant: str, steps: int, window: int) -> dict:
@@ -80,6 +107,7 @@ def one(variant: str, steps: int, window: int) -> dict:
     if variant != "none":  # torch's first profiler start imports torch._inductor: not timed
         with torch.autograd.profiler.profile():
             pass
+    trace_dir = tempfile.mkdtemp(prefix="bench_steps_")
     rss0 = _rss()
     out: dict = {}
     if variant == "none":
@@ -88,16 +116,14 @@ def one(variant: str, steps: int, window: int) -> dict:
             step()
         t1 = t2 = time.perf_counter()
     elif variant.startswith("torch"):
-        windowed = variant != "torch, one window"
+        windowed = variant != "torch one window"
         tp = torch.profiler.profile(
             activities=[torch.profiler.ProfilerActivity.CPU],
             profile_memory=True,
             record_shapes=True,
             with_stack=True,
             schedule=torch.profiler.schedule(wait=0, warmup=0, active=window) if windowed else None,
-            on_trace_ready=(_memory_timeline if variant.endswith("timeline") else _nothing)
-            if windowed
-            else None,
+            on_trace_ready=_on_trace_ready(variant, trace_dir) if windowed else None,
         )
         with tp:
             t0 = time.perf_counter()
@@ -121,6 +147,7 @@ def one(variant: str, steps: int, window: int) -> dict:
             carried=run["carried_blocks"],
             leaks=len(prof.leaks()),
         )
+    shutil.rmtree(trace_dir, ignore_errors=True)
     out.update(
         step_ms=(t1 - t0) / steps * 1e3,
         wait_s=t2 - t1,
@@ -188,6 +215,32 @@ def switch(window: int, windows: int = 10) -> None:
     )
 
 
+#: every variant, in the table's order; what each includes: :data:`INCLUDES`
+VARIANTS = (
+    "none",
+    "torch",
+    "torch + trace files",
+    "torch + table",
+    "torch one window",
+    "torch + timeline",
+    "ours",
+)
+#: what each variant's time per step includes, printed under the table
+INCLUDES = {
+    "none": "the loop alone",
+    "torch": "torch's profiler (memory, shapes, Python stacks) in windows of W steps: "
+    "recording, and stopping and starting at each window's end; nothing read",
+    "torch + trace files": "the same, each window's trace written by "
+    "tensorboard_trace_handler (torch's documented on_trace_ready)",
+    "torch + table": "the same, each window's key_averages() (torch's Python events built)",
+    "torch one window": "the same profiler without a schedule: every step in one window, "
+    "read by nobody (the stop waits for all of it)",
+    "torch + timeline": "the same windows, each window's MemoryProfile(...).timeline",
+    "ours": "profile(steps=W): the same flags and windows, each window read and analysed "
+    "(steps rows, carried blocks, kept tables) as it ends",
+}
+
+
 def _child(variant: str, steps: int, window: int) -> dict:
     cmd = [sys.executable, __file__, "--child", variant, "--steps", str(steps)]
     cmd += ["--window", str(window)]
@@ -202,6 +255,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--child")
     ap.add_argument("--switch", action="store_true")
+    ap.add_argument("--variants", default=",".join(VARIANTS))
     args = ap.parse_args()
     if args.switch:
         switch(args.window)
@@ -209,7 +263,10 @@ def main() -> None:
     if args.child:
         print(json.dumps(one(args.child, args.steps, args.window)))
         return
-    variants = ("none", "torch", "torch, one window", "torch + timeline", "ours")
+    variants = tuple(v.strip() for v in args.variants.split(","))
+    unknown = set(variants) - set(VARIANTS)
+    if unknown or "none" not in variants:
+        ap.error(f"--variants: choose among {', '.join(VARIANTS)}, none included")
     runs: dict[str, list[dict]] = {v: [] for v in variants}
     for r in range(args.rounds):
         for v in variants:
@@ -234,6 +291,11 @@ def main() -> None:
             f"{'-' if v == 'none' else f'{over:.2f} ms'} | "
             f"{med(v, 'wait_s'):.2f} s | {med(v, 'rss_mib'):.0f} MiB |"
         )
+    print()
+    for v in variants:
+        print(f"- {v}: {INCLUDES[v].replace('W steps', f'{args.window} steps')}")
+    if "ours" not in variants:
+        return
     ours = runs["ours"][-1]
     print()
     print(
