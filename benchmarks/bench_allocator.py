@@ -1,11 +1,13 @@
 """How long the model of CUDA's caching allocator takes to replay a million events.
 
-Two streams of 1,000,000 events (requests and frees) on one device, made here without a GPU:
+Three streams of 1,000,000 events (requests and frees) on one device, made here without a GPU:
 
 - training: steps of a 48-layer model, as a training step allocates: each layer's
   activations in forward (sizes from 4 KiB to 24 MiB, fixed per layer, so later steps reuse
   the cached blocks), freed in reverse in backward while gradients and temporaries come and
   go, then the optimizer's temporaries; parameters, gradients and optimizer state stay;
+- training, lengths vary: the same steps with every batch of its own length (64 to 512),
+  activations scaled with it: nothing repeats, free lists stay as short as training's;
 - churn: requests of random sizes (under 4 KiB, up to 1 MiB, up to 64 MiB) and frees of
   random live blocks, up to 2,000 live: long free lists, many splits and merges.
 
@@ -77,6 +79,45 @@ def training_stream(events: int, layers: int = 48, seed: int = 0) -> tuple[list,
         for p in param:  # optimizer
             t = alloc(p)
             free(t)
+    return keys[:events], sizes[:events]
+
+
+def varying_stream(events: int, layers: int = 48, seed: int = 0) -> tuple[list, list]:
+    """(keys, sizes) of training steps whose batches vary in length (as with dynamic
+    padding): every step's activations are scaled by a sequence length drawn from 64 to
+    512, so no step repeats the one before."""
+    rng = random.Random(seed)
+    act = [
+        rng.choice([4 * KiB, 96 * KiB, 700 * KiB, 3 * MiB, 9 * MiB, 24 * MiB])
+        for _ in range(layers)
+    ]
+    param = [rng.choice([256 * KiB, 1 * MiB, 4 * MiB]) for _ in range(layers)]
+    keys: list[int] = []
+    sizes: list[int] = []
+    nid = 0
+
+    def alloc(size: int) -> int:
+        nonlocal nid
+        nid += 1
+        keys.append(nid)
+        sizes.append(size)
+        return nid
+
+    for p in param:
+        for _ in range(4):
+            alloc(p)
+    while len(keys) < events:
+        length = rng.randint(64, 512)
+        step = [max(1, a * length // 512) for a in act]
+        saved = [alloc(a) for a in step]
+        for i in reversed(range(layers)):
+            made = (saved[i], alloc(step[i] // 2 + 512), alloc(step[i]))
+            for key in made:
+                keys.append(key)
+                sizes.append(0)
+        for p in param:
+            keys.append(alloc(p))
+            sizes.append(0)
     return keys[:events], sizes[:events]
 
 
@@ -167,7 +208,12 @@ def main() -> None:
         "roundup_power2_divisions:4",
     )
     rows = []
-    for name, make in (("training", training_stream), ("churn", churn_stream)):
+    streams = (
+        ("training", training_stream),
+        ("training, lengths vary", varying_stream),
+        ("churn", churn_stream),
+    )
+    for name, make in streams:
         keys, sizes = make(args.events)
         rows += [measure(name, (keys, sizes, None), s, args.rounds) for s in settings]
         two = (keys, sizes, two_streams(keys, sizes))
