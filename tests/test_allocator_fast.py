@@ -13,7 +13,6 @@ import pytest
 from jupyter_memprof._analysis import allocator_fast
 from jupyter_memprof._analysis.allocator import (
     DeviceAllocator,
-    Peak,
     Replay,
     replay,
     reserved_timeline,
@@ -82,12 +81,7 @@ def one_by_one(
             where[key] = (a.malloc(size, streams[i]), a.last_list)
         elif key in where:
             a.free(*where.pop(key))
-    out = Replay(
-        rows=[("cuda:0", small, size, t0, t1) for small, size, t0, t1 in a.rows],
-        peaks={"cuda:0": Peak(a.peak, a.peak_event, a.peak_allocated, a.reserved_then)},
-        oom={} if a.oom is None else {"cuda:0": a.oom},
-    )
-    return a, out
+    return a, Replay.of({"cuda:0": a})
 
 
 def assert_same(fast: Replay, slow: Replay, events: int) -> None:
@@ -374,13 +368,7 @@ def by_rules_per_device(devices, keys, sizes, setting, capacity) -> Replay:
         elif key in where:
             block, addr, lst = where.pop(key)
             block.free(addr, lst)
-    out = Replay()
-    for dev, a in alloc.items():
-        out.rows.extend((dev, small, size, t0, t1) for small, size, t0, t1 in a.rows)
-        out.peaks[dev] = Peak(a.peak, a.peak_event, a.peak_allocated, a.reserved_then)
-        if a.oom is not None:
-            out.oom[dev] = a.oom
-    return out
+    return Replay.of(alloc)
 
 
 @pytest.mark.parametrize("setting", ["", "expandable_segments:True", "max_split_size_mb:40"])

@@ -495,6 +495,17 @@ class Replay:
     peaks: dict[str, Peak] = field(default_factory=dict)
     oom: dict[str, OutOfMemory] = field(default_factory=dict)
 
+    @classmethod
+    def of(cls, alloc: Mapping[str, DeviceAllocator]) -> Replay:
+        """What each device's allocator (device -> allocator) holds after a replay."""
+        out = cls()
+        for dev, a in alloc.items():
+            out.rows.extend((dev, small, size, t0, t1) for small, size, t0, t1 in a.rows)
+            out.peaks[dev] = Peak(a.peak, a.peak_event, a.peak_allocated, a.reserved_then)
+            if a.oom is not None:
+                out.oom[dev] = a.oom
+        return out
+
 
 def replay(
     devices: Sequence[str],
@@ -524,13 +535,7 @@ def replay(
     else:  # each device's events in one loop (a free goes to its block's device)
         for dev, events in allocator_fast.by_device(devices, keys, sizes).items():
             allocator_fast.run_part(alloc[dev], events, keys, sizes, streams)
-    out = Replay()
-    for dev, a in alloc.items():
-        out.rows.extend((dev, small, size, t0, t1) for small, size, t0, t1 in a.rows)
-        out.peaks[dev] = Peak(a.peak, a.peak_event, a.peak_allocated, a.reserved_then)
-        if a.oom is not None:
-            out.oom[dev] = a.oom
-    return out
+    return Replay.of(alloc)
 
 
 # -- a profile's allocator ----------------------------------------------------------------------
