@@ -41,8 +41,12 @@ from jupyter_memprof._units import format_bytes
 KiB, MiB = 1024, 1024 * 1024
 
 
-def training_stream(events: int, layers: int = 48, seed: int = 0) -> tuple[list, list]:
-    """(keys, sizes) of training steps until ``events`` events (size 0: a free)."""
+def training_stream(
+    events: int, layers: int = 48, seed: int = 0, *, lengths_vary: bool = False
+) -> tuple[list, list]:
+    """(keys, sizes) of training steps until ``events`` events (size 0: a free).
+    ``lengths_vary``: every step's activations scaled by a batch length drawn from 64 to
+    512 (as with dynamic padding), so no step repeats the one before."""
     rng = random.Random(seed)
     act = [
         rng.choice([4 * KiB, 96 * KiB, 700 * KiB, 3 * MiB, 9 * MiB, 24 * MiB])
@@ -69,10 +73,15 @@ def training_stream(events: int, layers: int = 48, seed: int = 0) -> tuple[list,
         for _ in range(4):
             alloc(p)
     while len(keys) < events:
-        saved = [alloc(a) for a in act]  # forward
+        if lengths_vary:
+            length = rng.randint(64, 512)
+            step = [max(1, a * length // 512) for a in act]
+        else:
+            step = act
+        saved = [alloc(a) for a in step]  # forward
         for i in reversed(range(layers)):  # backward
-            tmp = alloc(act[i] // 2 + 512)
-            grad_in = alloc(act[i])
+            tmp = alloc(step[i] // 2 + 512)
+            grad_in = alloc(step[i])
             free(saved[i])
             free(tmp)
             free(grad_in)
@@ -82,43 +91,9 @@ def training_stream(events: int, layers: int = 48, seed: int = 0) -> tuple[list,
     return keys[:events], sizes[:events]
 
 
-def varying_stream(events: int, layers: int = 48, seed: int = 0) -> tuple[list, list]:
-    """(keys, sizes) of training steps whose batches vary in length (as with dynamic
-    padding): every step's activations are scaled by a sequence length drawn from 64 to
-    512, so no step repeats the one before."""
-    rng = random.Random(seed)
-    act = [
-        rng.choice([4 * KiB, 96 * KiB, 700 * KiB, 3 * MiB, 9 * MiB, 24 * MiB])
-        for _ in range(layers)
-    ]
-    param = [rng.choice([256 * KiB, 1 * MiB, 4 * MiB]) for _ in range(layers)]
-    keys: list[int] = []
-    sizes: list[int] = []
-    nid = 0
-
-    def alloc(size: int) -> int:
-        nonlocal nid
-        nid += 1
-        keys.append(nid)
-        sizes.append(size)
-        return nid
-
-    for p in param:
-        for _ in range(4):
-            alloc(p)
-    while len(keys) < events:
-        length = rng.randint(64, 512)
-        step = [max(1, a * length // 512) for a in act]
-        saved = [alloc(a) for a in step]
-        for i in reversed(range(layers)):
-            made = (saved[i], alloc(step[i] // 2 + 512), alloc(step[i]))
-            for key in made:
-                keys.append(key)
-                sizes.append(0)
-        for p in param:
-            keys.append(alloc(p))
-            sizes.append(0)
-    return keys[:events], sizes[:events]
+def varying_stream(events: int) -> tuple[list, list]:
+    """:func:`training_stream` with every batch of its own length."""
+    return training_stream(events, lengths_vary=True)
 
 
 def churn_stream(events: int, seed: int = 0) -> tuple[list, list]:
