@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
@@ -45,3 +46,21 @@ def spawn_ranks(worker: str, world: int, out: str, timeout_s: float) -> None:
     for r, (p, log) in enumerate(zip(procs, logs)):
         if p.returncode != 0:
             raise AssertionError(f"rank {r} of {worker} failed:\n{log[-3000:]}")
+
+
+@contextlib.contextmanager
+def gloo_rank(argv: list[str]):
+    """In a worker run by :func:`spawn_ranks` (``argv``: its ``sys.argv``): ``(rank, out)``,
+    inside this rank's gloo process group, one intra-op thread."""
+    import torch
+    import torch.distributed as dist
+
+    rank, world, port, out = int(argv[1]), int(argv[2]), int(argv[3]), argv[4]
+    torch.set_num_threads(1)
+    dist.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world
+    )
+    try:
+        yield rank, out
+    finally:
+        dist.destroy_process_group()
