@@ -143,6 +143,26 @@ def _close_views(page) -> None:
     )
 
 
+def test_a_dashboard_drawn_before_a_reload_draws_again(lab):
+    """The notebook saved with its dashboard, the page reloaded: the widget comes back from
+    the running kernel and draws (the page had no BokehJS until the panel's link loaded it)."""
+    base, page = lab
+    page.evaluate(f"() => {APP}.commands.execute('docmanager:save')")
+    page.wait_for_function(f"() => !{NOTEBOOK}.context.model.dirty", timeout=30_000)
+    page.errors.clear()
+    page.reload()
+    _kernel_idle(page)
+    _cell(page, 1).locator(".memprof-timeline").first.wait_for(timeout=120_000)
+    # drawn again: no error view is left (the first try, before BokehJS came, may have failed)
+    page.wait_for_function(
+        "() => !document.querySelector('.jupyter-widgets-error-widget')", timeout=60_000
+    )
+    assert page.get_by_text(BROKEN).count() == 0
+    assert page.evaluate("() => !!(window.Bokeh && window.Bokeh.Widgets && window.Bokeh.Tables)")
+    # redrawn from the running kernel's widgets: the notebook itself was not changed
+    assert not page.evaluate(f"() => {NOTEBOOK}.context.model.dirty")
+
+
 def test_a_new_dashboard_after_a_reload(lab):
     base, page = lab
     page.reload()

@@ -276,6 +276,23 @@ def test_a_malformed_request_is_answered_to_its_sender_only(panels, data, says):
     assert b.sent == []
 
 
+def test_a_reloaded_page_gets_bokehjs_from_the_kernel_its_sender_only(panels):
+    """A panel on a page without BokehJS asks for it: the answer is the script a dashboard's
+    output runs (this Bokeh version's bundles), to that panel alone."""
+    from bokeh import __version__ as bokeh_version
+
+    from jupyter_memprof._views.dashboard_html import notebook_bokehjs
+
+    a, b = panels
+    a.receive({"type": "bokehjs"})
+    (reply,) = a.sent
+    assert reply == {"type": "bokehjs", "js": notebook_bokehjs()}
+    assert "function memprof_load_bokehjs(" in reply["js"]
+    assert f'memprof_load_bokehjs("{bokeh_version}", ' in reply["js"]
+    assert len(reply["js"]) > 1_000_000  # BokehJS with its widgets and tables
+    assert b.sent == []
+
+
 def test_releasing_an_unknown_id_answers_the_sender_and_tells_nobody_else(panels):
     a, b = panels
     a.receive({"type": "release", "sid": 10**9})

@@ -12,7 +12,10 @@ The panel (``labextension/``) and the kernel talk over comms with the target nam
   (``{"type": "hide", "sid": n}``) and asks to compare two profiles
   (``{"type": "compare", "sids": [a, b]}``; the kernel answers with the same message plus the
   comparison's headline ``summary``, and the panel then opens a tab running
-  :func:`show_comparison`).
+  :func:`show_comparison`). A page without BokehJS (reloaded) asks for it
+  (``{"type": "bokehjs"}``; the answer ``{"type": "bokehjs", "js": ...}`` is the script a
+  dashboard's output runs, :func:`.dashboard_html.notebook_bokehjs`), so that the dashboards
+  it restores from the kernel can draw.
 - The kernel sends ``{"type": "list", "profiles": [...]}``, ``{"type": "added", "profile": {...}}``
   for every profile registered with :mod:`_session` (``%%memprofile`` or
   ``jupyter_memprof.profile()``) and ``{"type": "released", "sid": n}`` to every open panel.
@@ -60,6 +63,7 @@ REQUESTS: dict[str, dict[str, type]] = {
     "release": {"sid": int},
     "hide": {"sid": int},
     "compare": {"sids": list},  # two different ints: checked by _compare_reply
+    "bokehjs": {},
 }
 
 
@@ -242,6 +246,10 @@ def _answer(msg) -> dict | None:
     if kind == "hide":  # a dashboard tab closed: a comparison tab of it stays open
         _session.close_tracked(data["sid"], "dashboard")
         return None
+    if kind == "bokehjs":  # a reloaded page: the dashboards it restores need BokehJS first
+        from .._views.dashboard_html import notebook_bokehjs
+
+        return {"type": "bokehjs", "js": notebook_bokehjs()}
     return _compare_reply(data)
 
 

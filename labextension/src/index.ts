@@ -18,6 +18,7 @@ import { CodeCell } from '@jupyterlab/cells';
 import { INotebookTracker, NotebookPanel } from '@jupyterlab/notebook';
 import { OutputArea } from '@jupyterlab/outputarea';
 import { LabIcon } from '@jupyterlab/ui-components';
+import { Panel } from '@lumino/widgets';
 
 import { DashboardWidget } from './dashboard';
 import { IProfileInfo, LinkRegistry, ProfileLink } from './link';
@@ -47,6 +48,40 @@ const LOAD_CODE =
   "get_ipython().run_line_magic('load_ext', 'jupyter_memprof')";
 
 const MAGIC = /^\s*%%memprofile\b/;
+
+const WIDGET_MIME = 'application/vnd.jupyter.widget-view+json';
+
+/**
+ * Draw again every widget output of `notebook` that shows ipywidgets' error view (a view
+ * that failed as it was made: jupyter_bokeh's, on a page without BokehJS). The output's
+ * renderer makes a new view of the same widget; the notebook's model is not touched.
+ */
+function redrawFailedWidgets(notebook: NotebookPanel): void {
+  for (const cell of notebook.content.widgets) {
+    if (!(cell instanceof CodeCell)) {
+      continue;
+    }
+    const area = cell.outputArea;
+    for (let i = 0; i < area.model.length; i++) {
+      const output = area.model.get(i);
+      const child = area.widgets[i];
+      if (!(WIDGET_MIME in output.data) || !child) {
+        continue;
+      }
+      if (!child.node.querySelector('.jupyter-widgets-error-widget')) {
+        continue;
+      }
+      const renderers = child instanceof Panel ? [...child.widgets] : [child];
+      for (const r of renderers) {
+        if ('renderModel' in r) {
+          void (r as unknown as { renderModel(m: typeof output): Promise<void> }).renderModel(
+            output
+          );
+        }
+      }
+    }
+  }
+}
 
 const plugin: JupyterFrontEndPlugin<void> = {
   id: PLUGIN_ID,
@@ -109,6 +144,14 @@ const plugin: JupyterFrontEndPlugin<void> = {
         app.shell.activateById(view.id);
       });
       link.reset.connect(l => closeWhere(d => d.link === l));
+      // BokehJS came after a reload: redraw the dashboards that could not draw without it.
+      link.bokehLoaded.connect(l => {
+        tracker.forEach(notebook => {
+          if (notebook.sessionContext.session?.kernel === l.kernel) {
+            redrawFailedWidgets(notebook);
+          }
+        });
+      });
     });
 
     // Every notebook kernel gets a link, so a kernel that loads the extension while its

@@ -46,7 +46,8 @@ export type PanelRequest =
   | { type: 'list' }
   | { type: 'release'; sid: number }
   | { type: 'hide'; sid: number }
-  | { type: 'compare'; sids: [number, number] };
+  | { type: 'compare'; sids: [number, number] }
+  | { type: 'bokehjs' };
 
 /** What the kernel sends. `error` answers one request, on the comm that sent it only. */
 export type KernelData =
@@ -55,6 +56,8 @@ export type KernelData =
   | { type: 'added'; profile: IProfileInfo }
   | { type: 'released'; sid: number }
   | { type: 'compare'; sids: [number, number]; summary: string }
+  /** The script a dashboard's output runs to put BokehJS into the page. */
+  | { type: 'bokehjs'; js: string }
   | {
       type: 'error';
       message: string;
@@ -131,6 +134,14 @@ export class ProfileLink implements IDisposable {
   }
 
   /**
+   * BokehJS was put into a page that had none (a reload): the dashboards restored from the
+   * kernel before it came could not draw, and can now.
+   */
+  get bokehLoaded(): ISignal<this, void> {
+    return this._bokehLoaded;
+  }
+
+  /**
    * Open a comm if the kernel already serves the panel. Kernels that never loaded the
    * extension have no open comm with our target: nothing is sent to them.
    */
@@ -201,6 +212,12 @@ export class ProfileLink implements IDisposable {
     }
     const list: PanelRequest = { type: 'list' };
     comm.send(list);
+    if (!hasBokehJS()) {
+      // A reloaded page: the notebook's dashboards come back from the kernel, and
+      // jupyter_bokeh's views need BokehJS in the page to draw.
+      const bokehjs: PanelRequest = { type: 'bokehjs' };
+      comm.send(bokehjs);
+    }
     this._changed.emit();
   }
 
@@ -230,6 +247,14 @@ export class ProfileLink implements IDisposable {
         break;
       case 'compare':
         this._compared.emit({ sids: data.sids, summary: data.summary });
+        return;
+      case 'bokehjs':
+        if (!hasBokehJS() && typeof data.js === 'string') {
+          // The script a dashboard's output runs (the kernel's notebook_loader.js): it
+          // loads this Bokeh version's bundles unless the page has them.
+          new Function(data.js).call(window);
+          this._bokehLoaded.emit();
+        }
         return;
       case 'error':
         console.warn(`jupyter_memprof: ${data.message}`);
@@ -264,6 +289,13 @@ export class ProfileLink implements IDisposable {
   private _released = new Signal<this, number>(this);
   private _reset = new Signal<this, void>(this);
   private _compared = new Signal<this, IComparison>(this);
+  private _bokehLoaded = new Signal<this, void>(this);
+}
+
+/** Whether the page has BokehJS with the widgets and tables the dashboards use. */
+export function hasBokehJS(): boolean {
+  const bokeh = (window as any).Bokeh;
+  return !!(bokeh && bokeh.Widgets && bokeh.Tables);
 }
 
 /** One link per kernel connection, created on demand, dropped with the connection. */
