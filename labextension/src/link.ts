@@ -253,6 +253,10 @@ export class ProfileLink implements IDisposable {
           // The script a dashboard's output runs (the kernel's notebook_loader.js): it
           // loads this Bokeh version's bundles unless the page has them.
           new Function(data.js).call(window);
+        }
+        if (hasBokehJS()) {
+          // also when another kernel's answer brought it first: this kernel's dashboards
+          // may have failed before either came
           this._bokehLoaded.emit();
         }
         return;
