@@ -256,6 +256,10 @@ def _drive(page, base: str) -> None:
         '<b id="memprof-markup">bold</b>',
         "bs1024",
     ]
+    # Its notebook shows no dashboard, so the page fetched no BokehJS from the kernel (a
+    # reply would come within a second of the comm's list).
+    page.wait_for_timeout(1500)
+    assert page.evaluate("() => window.Bokeh === undefined")
 
     # The panel follows the active notebook: another notebook's kernel has no profiles.
     page.evaluate(

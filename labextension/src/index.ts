@@ -51,6 +51,21 @@ const MAGIC = /^\s*%%memprofile\b/;
 
 const WIDGET_MIME = 'application/vnd.jupyter.widget-view+json';
 
+/** Whether a code cell of `notebook` has a widget among its outputs (a saved dashboard). */
+function hasWidgetOutputs(notebook: NotebookPanel): boolean {
+  for (const cell of notebook.content.widgets) {
+    if (cell instanceof CodeCell) {
+      const outputs = cell.model.outputs;
+      for (let i = 0; i < outputs.length; i++) {
+        if (WIDGET_MIME in outputs.get(i).data) {
+          return true;
+        }
+      }
+    }
+  }
+  return false;
+}
+
 /**
  * Draw again every widget output of `notebook` that shows ipywidgets' error view (a view
  * that failed as it was made: jupyter_bokeh's, on a page without BokehJS). The output's
@@ -144,7 +159,18 @@ const plugin: JupyterFrontEndPlugin<void> = {
         app.shell.activateById(view.id);
       });
       link.reset.connect(l => closeWhere(d => d.link === l));
-      // BokehJS came after a reload: redraw the dashboards that could not draw without it.
+      // A page without BokehJS (reloaded) whose notebooks on this kernel show widgets:
+      // fetch it from the kernel, then redraw the dashboards that could not draw without it.
+      link.attached.connect(l => {
+        let widgets = false;
+        tracker.forEach(notebook => {
+          const mine = notebook.sessionContext.session?.kernel === l.kernel;
+          widgets ||= mine && hasWidgetOutputs(notebook);
+        });
+        if (widgets) {
+          l.requestBokehJS();
+        }
+      });
       link.bokehLoaded.connect(l => {
         tracker.forEach(notebook => {
           if (notebook.sessionContext.session?.kernel === l.kernel) {

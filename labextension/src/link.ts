@@ -141,6 +141,25 @@ export class ProfileLink implements IDisposable {
     return this._bokehLoaded;
   }
 
+  /** A comm to the kernel was opened (the kernel serves the panel from now on). */
+  get attached(): ISignal<this, void> {
+    return this._attached;
+  }
+
+  /**
+   * Ask the kernel for BokehJS (once per comm), unless the page has it: a reloaded page's
+   * dashboards come back from the kernel, and jupyter_bokeh's views need it to draw.
+   * `bokehLoaded` says when it came.
+   */
+  requestBokehJS(): void {
+    const comm = this._comm;
+    if (!comm || comm.isDisposed || this._bokehAsked === comm || hasBokehJS()) {
+      return;
+    }
+    this._bokehAsked = comm;
+    this._send({ type: 'bokehjs' });
+  }
+
   /**
    * Open a comm if the kernel already serves the panel. Kernels that never loaded the
    * extension have no open comm with our target: nothing is sent to them.
@@ -212,13 +231,8 @@ export class ProfileLink implements IDisposable {
     }
     const list: PanelRequest = { type: 'list' };
     comm.send(list);
-    if (!hasBokehJS()) {
-      // A reloaded page: the notebook's dashboards come back from the kernel, and
-      // jupyter_bokeh's views need BokehJS in the page to draw.
-      const bokehjs: PanelRequest = { type: 'bokehjs' };
-      comm.send(bokehjs);
-    }
     this._changed.emit();
+    this._attached.emit();
   }
 
   private _send(data: PanelRequest): void {
@@ -294,6 +308,8 @@ export class ProfileLink implements IDisposable {
   private _reset = new Signal<this, void>(this);
   private _compared = new Signal<this, IComparison>(this);
   private _bokehLoaded = new Signal<this, void>(this);
+  private _attached = new Signal<this, void>(this);
+  private _bokehAsked: Kernel.IComm | null = null;
 }
 
 /** Whether the page has BokehJS with the widgets and tables the dashboards use. */
