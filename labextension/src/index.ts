@@ -111,6 +111,16 @@ const plugin: JupyterFrontEndPlugin<void> = {
     restorer: ILayoutRestorer | null
   ) => {
     const links = new LinkRegistry();
+    /** The open notebooks running the kernel of `link`. */
+    const notebooksOn = (link: ProfileLink): NotebookPanel[] => {
+      const out: NotebookPanel[] = [];
+      tracker.forEach(notebook => {
+        if (notebook.sessionContext.session?.kernel === link.kernel) {
+          out.push(notebook);
+        }
+      });
+      return out;
+    };
     const panel = new ProfilesPanel(links);
     panel.title.icon = memoryIcon;
     app.shell.add(panel, 'left', { rank: 900 });
@@ -162,22 +172,11 @@ const plugin: JupyterFrontEndPlugin<void> = {
       // A page without BokehJS (reloaded) whose notebooks on this kernel show widgets:
       // fetch it from the kernel, then redraw the dashboards that could not draw without it.
       link.attached.connect(l => {
-        let widgets = false;
-        tracker.forEach(notebook => {
-          const mine = notebook.sessionContext.session?.kernel === l.kernel;
-          widgets ||= mine && hasWidgetOutputs(notebook);
-        });
-        if (widgets) {
+        if (notebooksOn(l).some(hasWidgetOutputs)) {
           l.requestBokehJS();
         }
       });
-      link.bokehLoaded.connect(l => {
-        tracker.forEach(notebook => {
-          if (notebook.sessionContext.session?.kernel === l.kernel) {
-            redrawFailedWidgets(notebook);
-          }
-        });
-      });
+      link.bokehLoaded.connect(l => notebooksOn(l).forEach(redrawFailedWidgets));
     });
 
     // Every notebook kernel gets a link, so a kernel that loads the extension while its

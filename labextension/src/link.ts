@@ -134,8 +134,9 @@ export class ProfileLink implements IDisposable {
   }
 
   /**
-   * BokehJS was put into a page that had none (a reload): the dashboards restored from the
-   * kernel before it came could not draw, and can now.
+   * BokehJS is in the page after this link asked for it (its answer brought it, or another
+   * kernel's did first): the dashboards restored from the kernel before it came could not
+   * draw, and can now.
    */
   get bokehLoaded(): ISignal<this, void> {
     return this._bokehLoaded;
@@ -313,7 +314,7 @@ export class ProfileLink implements IDisposable {
 }
 
 /** Whether the page has BokehJS with the widgets and tables the dashboards use. */
-export function hasBokehJS(): boolean {
+function hasBokehJS(): boolean {
   const bokeh = (window as any).Bokeh;
   return !!(bokeh && bokeh.Widgets && bokeh.Tables);
 }
