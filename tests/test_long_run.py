@@ -188,7 +188,10 @@ def test_a_long_run_is_saved_and_shown_with_its_window(tmp_path):
     back = jupyter_memprof.load(prof.save(tmp_path / "run.memprof"))
     assert back.steps[SAME].equals(prof.steps[SAME])
     assert back.leaks().equals(prof.leaks()) and back.leaks()["holder"].tolist() == ["cache"]
-    assert back.meta["long_run"] == prof.meta["long_run"] and back.kept == {}
+    assert back.meta["long_run"] == prof.meta["long_run"]
+    assert list(back.kept) == list(prof.kept) and back.kept["last"].steps.equals(
+        prof.kept["last"].steps
+    )
     # the dashboard marks the steps inside the window it shows, not the run's others
     first, last = prof.meta["long_run"]["tables_steps"]
     marks = step_boundaries(prof.steps, "cpu", (prof.start_ns, prof.end_ns))

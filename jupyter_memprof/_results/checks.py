@@ -29,8 +29,9 @@ MAX_RATIO = 100
 SIZE_FLOOR = 32 * 2**20
 #: ``meta.json`` may declare at most this much (real ones are under a few KiB).
 MAX_META_BYTES = 2**20
-#: Entries in a zip (a profile has nine).
-MAX_MEMBERS = 64
+#: Entries in a zip (a profile has eleven, and each kept window of a long run up to eleven
+#: more: ``kept.MAX_WINDOWS`` of them fit).
+MAX_MEMBERS = 1024
 #: Nesting of JSON values kept from a file (meta values, ``ops.input_shapes``).
 MAX_DEPTH = 32
 #: The JSON values (counted before parsing: commas and brackets) a zip may hold: at most

@@ -23,6 +23,7 @@ from .._analysis import schema as S
 from .._errors import ProfileFileError
 from .._io import atomic_write_dir, json_default
 from .._units import format_bytes
+from . import kept as K
 from .checks import (
     MAX_META_BYTES,
     Bad,
@@ -111,37 +112,25 @@ def write_folder(
     path: str | os.PathLike,
     *,
     overwrite: bool = False,
+    kept: list[K.Window] = (),
 ) -> str:
-    """Write ``tables`` and ``meta`` as a folder of Parquet files; returns the absolute path.
+    """Write ``tables`` and ``meta`` as a folder of Parquet files, and a long run's ``kept``
+    windows in subfolders ``kept/<i>/`` (:mod:`.kept`); returns the absolute path.
 
     Written atomically (a temporary folder renamed into place). An existing folder is
     replaced only when it is a saved profile, or with ``overwrite=True``.
     """
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
     doc = {"format": FORMAT, "format_version": FORMAT_VERSION, "meta": meta}
-    meta_text = json.dumps(doc, default=json_default)
+    if kept:
+        doc[K.KEY] = K.to_doc(list(kept))
 
     def write(folder: str) -> None:
-        for name, df in tables.items():
-            df = df.copy(deep=False)
-            for col in JSON_COLUMNS.get(name, ()):
-                df[col] = _encode_json_column(df[col])
-            table = pa.Table.from_pandas(df, preserve_index=False)
-            encodings = _encodings(table)
-            # a Python file, not a path: pyarrow spells paths in UTF-8, which a name of
-            # another encoding (decoded with surrogate escapes) is not
-            with open(os.path.join(folder, f"{name}.parquet"), "wb") as fh:
-                pq.write_table(
-                    table,
-                    fh,
-                    compression="zstd",
-                    use_dictionary=[c for c in table.column_names if c not in encodings],
-                    column_encoding=encodings,
-                )
-        with open(os.path.join(folder, META), "w", encoding="utf-8") as fh:
-            fh.write(meta_text)
+        _write_profile(folder, tables, doc)
+        for i, window in enumerate(kept):
+            sub = os.path.join(folder, K.prefix(i))
+            os.makedirs(sub)
+            own = {"format": FORMAT, "format_version": FORMAT_VERSION, "meta": window.meta}
+            _write_profile(sub, window.tables, own)
 
     return atomic_write_dir(
         path,
@@ -152,8 +141,35 @@ def write_folder(
     )
 
 
-def read_folder(path: str | os.PathLike) -> tuple[dict[str, pd.DataFrame], dict]:
-    """Read the tables and meta written by :func:`write_folder`.
+def _write_profile(folder: str, tables: dict[str, pd.DataFrame], doc: dict) -> None:
+    """One profile's tables (a Parquet file each) and ``meta.json`` into ``folder``."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    for name, df in tables.items():
+        df = df.copy(deep=False)
+        for col in JSON_COLUMNS.get(name, ()):
+            df[col] = _encode_json_column(df[col])
+        table = pa.Table.from_pandas(df, preserve_index=False)
+        encodings = _encodings(table)
+        # a Python file, not a path: pyarrow spells paths in UTF-8, which a name of
+        # another encoding (decoded with surrogate escapes) is not
+        with open(os.path.join(folder, f"{name}.parquet"), "wb") as fh:
+            pq.write_table(
+                table,
+                fh,
+                compression="zstd",
+                use_dictionary=[c for c in table.column_names if c not in encodings],
+                column_encoding=encodings,
+            )
+    with open(os.path.join(folder, META), "w", encoding="utf-8") as fh:
+        fh.write(json.dumps(doc, default=json_default))
+
+
+def read_folder(
+    path: str | os.PathLike,
+) -> tuple[dict[str, pd.DataFrame], dict, list[K.Window]]:
+    """Read the tables, meta and kept windows written by :func:`write_folder`.
 
     The folder is untrusted: sizes are checked before anything is decompressed (the sizes
     each Parquet footer declares, under the rule of :mod:`jupyter_memprof._results.checks`: at most
@@ -184,7 +200,8 @@ def _file(path: str, name: str) -> tuple[str, int]:
         raise ProfileFileError(f"{shown(file)} is a link to nothing") from None
 
 
-def _read_meta(path: str) -> tuple[dict, int]:
+def _read_meta(path: str) -> tuple[dict, dict, int]:
+    """The folder's ``meta.json``: (the document, its checked meta, its size)."""
     file, size = _file(path, META)
     where = shown(file)
     if size > MAX_META_BYTES:
@@ -207,7 +224,7 @@ def _read_meta(path: str) -> tuple[dict, int]:
             f"{shown(path)} was saved by a newer jupyter_memprof (format {version!r}); upgrade "
             "to read it"
         )
-    return check_meta(doc.get("meta", {}), path), size
+    return doc, check_meta(doc.get("meta", {}), path), size
 
 
 def _declared(file: str) -> int:
@@ -306,12 +323,31 @@ def _shapes(values: pd.Series, text: TextBudget) -> pd.Series:
     return pd.Series(decoded, dtype=object)
 
 
-def _read_folder(path: str) -> tuple[dict[str, pd.DataFrame], dict]:
+def _read_folder(path: str) -> tuple[dict[str, pd.DataFrame], dict, list[K.Window]]:
+    doc, meta, stored = _read_meta(path)
+    try:
+        listed = K.from_doc(doc.get(K.KEY))
+    except Bad as exc:
+        raise ProfileFileError(f"{shown(os.path.join(path, META))} {exc}") from None
+    tables = check_tables(_read_tables(path, S.TABLES, stored), path)
+    kept = []
+    for i, (keep, shares) in enumerate(listed):
+        sub = os.path.join(path, K.prefix(i))
+        if not os.path.isdir(sub):
+            raise ProfileFileError(f"{shown(path)} lacks {K.prefix(i)}, a kept window it lists")
+        _, own, size = _read_meta(sub)
+        window = _read_tables(sub, K.OWN_TABLES if shares else S.TABLES, size)
+        kept.append(K.Window(keep, own, window if shares else check_tables(window, sub), shares))
+    return tables, meta, kept
+
+
+def _read_tables(path: str, names, stored: int) -> dict[str, pd.DataFrame]:
+    """The tables ``names`` of the profile folder ``path`` (``stored``: its ``meta.json``'s
+    size), each checked against its schema; sizes first (see :func:`read_folder`)."""
     import pyarrow.parquet as pq
 
-    meta, stored = _read_meta(path)
     files = {}
-    for name in S.TABLES:
+    for name in names:
         if name in S.ADDED_TABLES and not os.path.lexists(os.path.join(path, f"{name}.parquet")):
             continue  # a table added since the folder was written: empty
         files[name], size = _file(path, f"{name}.parquet")
@@ -328,7 +364,8 @@ def _read_folder(path: str) -> tuple[dict[str, pd.DataFrame], dict]:
         raise size_refusal(path, declared, stored)
     budget = TextBudget(stored)  # what text columns may spell out
     tables = {}
-    for name, schema in S.TABLES.items():
+    for name in names:
+        schema = S.TABLES[name]
         if name not in files:
             tables[name] = S.empty(schema)
             continue
@@ -374,4 +411,4 @@ def _read_folder(path: str) -> tuple[dict[str, pd.DataFrame], dict]:
             raise
         except Exception as exc:  # pyarrow and pandas refusing damage
             raise ProfileFileError(f"{where} is not a readable table ({one_line(exc)})") from None
-    return check_tables(tables, path), meta
+    return tables

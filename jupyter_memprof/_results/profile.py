@@ -52,7 +52,7 @@ class Profile:
     steps: pd.DataFrame = field(default_factory=lambda: _schema.empty(_schema.STEPS))
     meta: dict[str, Any] = field(default_factory=dict)
     #: a long run's kept steps ("first", "peak", "last", step numbers) -> their window's
-    #: profile (``profile(steps=N)``); empty otherwise, and not saved
+    #: profile (``profile(steps=N)``), saved with it (:mod:`.kept`); empty otherwise
     kept: dict[Any, Profile] = field(default_factory=dict, compare=False, repr=False)
     session_id: int | None = field(default=None, compare=False)
 
@@ -225,15 +225,18 @@ class Profile:
         replaced only when it is a saved profile (of that format), or with
         ``overwrite=True``; otherwise :class:`jupyter_memprof._io.WriteRefused`."""
         path = self._expand(path)
+        if format not in ("zip", "parquet"):
+            raise ValueError(f"unknown format {format!r}: use 'zip' or 'parquet'")
+        from .kept import windows_of
+
+        kept = windows_of(self.tables, self.kept)
         if format == "parquet":
             from .parquet import write_folder
 
-            return write_folder(self.tables, self.meta, path, overwrite=overwrite)
-        if format != "zip":
-            raise ValueError(f"unknown format {format!r}: use 'zip' or 'parquet'")
+            return write_folder(self.tables, self.meta, path, overwrite=overwrite, kept=kept)
         from .storage import write
 
-        return write(self.tables, self.meta, path, overwrite=overwrite)
+        return write(self.tables, self.meta, path, overwrite=overwrite, kept=kept)
 
     def _expand(self, path: str | bytes | os.PathLike) -> str:
         path = os.path.expanduser(_path(path))
@@ -265,14 +268,20 @@ def load(path: str | os.PathLike) -> Profile:
     if os.path.isdir(path):
         from .parquet import read_folder
 
-        tables, meta = read_folder(path)
+        tables, meta, kept = read_folder(path)
     else:
         from .storage import read
 
-        tables, meta = read(path)
+        tables, meta, kept = read(path)
     if tables["steps"].empty and not tables["timeline"].empty:  # saved before steps existed
         tables["steps"] = _rebuilt_steps(tables, meta)
-    return Profile(**tables, meta=meta)
+    prof = Profile(**tables, meta=meta)
+    for window in kept:  # a long run's kept windows; a shared one takes the profile's tables
+        own = {**prof.tables, **window.tables} if window.shares_tables else window.tables
+        p = Profile(**own, meta=window.meta)
+        for what in window.keep:
+            prof.kept[what] = p
+    return prof
 
 
 def _path(path: str | bytes | os.PathLike) -> str:

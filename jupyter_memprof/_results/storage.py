@@ -10,7 +10,8 @@ profile that loads works: its metadata and tables are checked on load, not when 
 first reads them.
 
 **Sizes are checked before anything is decompressed.** The members a profile reads (its
-``meta.json`` and one JSON document per table) declare their uncompressed sizes in the zip's
+``meta.json``, one JSON document per table, and the same for each kept window of a long run
+under ``kept/<i>/``, :mod:`.kept`) declare their uncompressed sizes in the zip's
 directory; their sum may be at most :data:`.checks.SIZE_FLOOR` (32 MiB) or :data:`.checks.MAX_RATIO` (100)
 times the size of the file, whichever is larger. Every member is read with a bounded read,
 so a member whose header lies cannot inflate to more than it declares; a zip of more than
@@ -47,6 +48,7 @@ from .._analysis import schema as S
 from .._errors import ProfileFileError
 from .._io import atomic_write, json_default
 from .._units import format_bytes
+from . import kept as K
 from .checks import (
     INT64,
     MAX_DEPTH,
@@ -194,20 +196,34 @@ def is_saved_profile(path: str) -> bool:
 
 
 def write(
-    tables: dict[str, pd.DataFrame], meta: dict, path: str | os.PathLike, *, overwrite: bool = False
+    tables: dict[str, pd.DataFrame],
+    meta: dict,
+    path: str | os.PathLike,
+    *,
+    overwrite: bool = False,
+    kept: list[K.Window] = (),
 ) -> str:
-    """Write ``tables`` and ``meta`` to ``path`` (a zip of JSON); returns the absolute path.
+    """Write ``tables`` and ``meta`` to ``path`` (a zip of JSON), and a long run's ``kept``
+    windows under ``kept/<i>/`` (:mod:`.kept`); returns the absolute path.
 
     Atomic: written to a temporary file in the target folder and renamed into place. An
     existing file is replaced only when it is a saved profile, or with ``overwrite=True``.
     """
     doc = {"format": FORMAT, "format_version": FORMAT_VERSION, "meta": meta}
+    if kept:
+        doc[K.KEY] = K.to_doc(list(kept))
 
     def write_zip(tmp: str) -> None:
         with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as z:
             z.writestr(_META, json.dumps(doc, default=json_default))
             for name, df in tables.items():
                 z.writestr(f"{name}.json", _table_to_json(df))
+            for i, window in enumerate(kept):
+                at = K.prefix(i)
+                own = {"format": FORMAT, "format_version": FORMAT_VERSION, "meta": window.meta}
+                z.writestr(at + _META, json.dumps(own, default=json_default))
+                for name, df in window.tables.items():
+                    z.writestr(f"{at}{name}.json", _table_to_json(df))
 
     return atomic_write(
         path,
@@ -256,27 +272,28 @@ def _read_member(z: zipfile.ZipFile, info: zipfile.ZipInfo, text: TextBudget) ->
     return data
 
 
-def _read_zip(z: zipfile.ZipFile, path: str, stored: int) -> tuple[dict, dict]:
-    where = shown(path)
-    infos = z.infolist()
-    if len(infos) > MAX_MEMBERS:
-        raise ProfileFileError(f"{where} holds {len(infos)} entries, not a saved profile")
+def _members(
+    z: zipfile.ZipFile, where: str, stored: int, at: str = "", only=None
+) -> dict[str, zipfile.ZipInfo]:
+    """The members of the profile stored under ``at`` (the main one: ""; a kept window:
+    its prefix): its meta and a document per table (``only`` those), checked before
+    anything is read."""
     present = set(z.namelist())
     names = [
-        _META,
+        at + _META,
         *(
-            f"{name}.json"
-            for name in S.TABLES
-            if name not in S.ADDED_TABLES or f"{name}.json" in present
+            f"{at}{name}.json"
+            for name in (only or S.TABLES)
+            if name not in S.ADDED_TABLES or f"{at}{name}.json" in present
         ),
     ]
-    try:
-        members = {n: z.getinfo(n) for n in names}
-    except KeyError:
-        if _META not in z.namelist():
-            raise ProfileFileError(f"{where} is not a saved jupyter_memprof profile") from None
-        lacking = [n for n in names if n not in z.namelist()]
-        raise ProfileFileError(f"{where} lacks the table {lacking[0]}") from None
+    lacking = [n for n in names if n not in present]
+    if lacking:
+        if not at and _META in lacking:
+            raise ProfileFileError(f"{where} is not a saved jupyter_memprof profile")
+        what = "" if lacking[0].endswith(_META) else "the table "
+        raise ProfileFileError(f"{where} lacks {what}{lacking[0]}")
+    members = {n: z.getinfo(n) for n in names}
     for n, info in members.items():
         if info.flag_bits & 0x1:
             raise ProfileFileError(f"{where}: {n} is encrypted")
@@ -286,25 +303,17 @@ def _read_zip(z: zipfile.ZipFile, path: str, stored: int) -> tuple[dict, dict]:
             )
         if info.compress_size > stored:
             raise ProfileFileError(f"{where}: {n} declares more compressed bytes than the file has")
-    declared = sum(info.file_size for info in members.values())
-    if declared > size_budget(stored):
-        raise size_refusal(path, declared, stored)
-    if members[_META].file_size > MAX_META_BYTES:
+    meta = members[at + _META]
+    if meta.file_size > MAX_META_BYTES:
         raise ProfileFileError(
-            f"{where}: {_META} declares {format_bytes(members[_META].file_size)}, over "
+            f"{where}: {at}{_META} declares {format_bytes(meta.file_size)}, over "
             f"{format_bytes(MAX_META_BYTES)}"
         )
+    return members
 
-    text = TextBudget(stored)  # what the members left to parse may hold and spell out
 
-    def load(n: str):
-        try:
-            text.values -= 1
-            return parse_json(decode_utf8(_read_member(z, members[n], text)))
-        except Bad as exc:
-            raise ProfileFileError(f"{where}: {n} {exc}") from None
-
-    doc = load(_META)
+def _document(doc, where: str) -> dict:
+    """A ``meta.json`` document, checked to be one this package wrote and can read."""
     if type(doc) is not dict or doc.get("format") != FORMAT:
         raise ProfileFileError(f"{where} is not a saved jupyter_memprof profile")
     version = doc.get("format_version", 0)
@@ -314,25 +323,76 @@ def _read_zip(z: zipfile.ZipFile, path: str, stored: int) -> tuple[dict, dict]:
         raise ProfileFileError(
             f"{where} was saved by a newer jupyter_memprof (format {version}); upgrade to read it"
         )
+    return doc
+
+
+def _declared(members: list[dict[str, zipfile.ZipInfo]], path: str, stored: int) -> None:
+    declared = sum(info.file_size for m in members for info in m.values())
+    if declared > size_budget(stored):
+        raise size_refusal(path, declared, stored)
+
+
+def _read_zip(z: zipfile.ZipFile, path: str, stored: int) -> tuple[dict, dict, list]:
+    where = shown(path)
+    infos = z.infolist()
+    if len(infos) > MAX_MEMBERS:
+        raise ProfileFileError(f"{where} holds {len(infos)} entries, not a saved profile")
+    main = _members(z, where, stored)
+    _declared([main], path, stored)
+    text = TextBudget(stored)  # what the members left to parse may hold and spell out
+
+    def load(n: str, members: dict[str, zipfile.ZipInfo]):
+        try:
+            text.values -= 1
+            return parse_json(decode_utf8(_read_member(z, members[n], text)))
+        except Bad as exc:
+            raise ProfileFileError(f"{where}: {n} {exc}") from None
+
+    doc = _document(load(_META, main), where)
+    try:
+        listed = K.from_doc(doc.get(K.KEY))
+    except Bad as exc:
+        raise ProfileFileError(f"{where}: {_META} {exc}") from None
+    windows = [
+        _members(z, where, stored, K.prefix(i), K.OWN_TABLES if shares else None)
+        for i, (_, shares) in enumerate(listed)
+    ]
+    _declared([main, *windows], path, stored)
     meta = check_meta(doc.get("meta", {}), path)
+    tables = check_tables(_tables(load, main, "", S.TABLES, where, text), path)
+    kept = []
+    for i, ((keep, shares), members) in enumerate(zip(listed, windows)):
+        at, label = K.prefix(i), f"{path}, kept window {i}"
+        own = check_meta(_document(load(at + _META, members), where).get("meta", {}), label)
+        names = K.OWN_TABLES if shares else S.TABLES
+        window = _tables(load, members, at, names, where, text)
+        kept.append(K.Window(keep, own, window if shares else check_tables(window, label), shares))
+    return tables, meta, kept
+
+
+def _tables(load, members: dict, at: str, names, where: str, text: TextBudget) -> dict:
+    """The tables ``names`` of the profile stored under ``at``, each checked against its
+    schema (one absent from the file because it was added later: empty)."""
     tables = {}
-    for name, schema in S.TABLES.items():
-        if f"{name}.json" not in members:  # a table added since the file was written
+    for name in names:
+        schema = S.TABLES[name]
+        member = f"{at}{name}.json"
+        if member not in members:  # a table added since the file was written
             tables[name] = S.empty(schema)
             continue
         try:
-            tables[name] = _table_from_json(load(f"{name}.json"), schema, name, text)
+            tables[name] = _table_from_json(load(member, members), schema, name, text)
         except Bad as exc:
-            raise ProfileFileError(f"{where}: table {name!r} {exc}") from None
+            raise ProfileFileError(f"{where}: table {at + name!r} {exc}") from None
         except ProfileFileError:  # from reading the member
             raise
         except (ValueError, TypeError, OverflowError) as exc:  # pandas refusing a cast
-            raise ProfileFileError(f"{where}: table {name!r} ({one_line(exc)})") from None
-    return check_tables(tables, path), meta
+            raise ProfileFileError(f"{where}: table {at + name!r} ({one_line(exc)})") from None
+    return tables
 
 
-def read(path: str | os.PathLike) -> tuple[dict[str, pd.DataFrame], dict]:
-    """Read the tables and meta written by :func:`write`, checking sizes before anything is
+def read(path: str | os.PathLike) -> tuple[dict[str, pd.DataFrame], dict, list[K.Window]]:
+    """Read the tables, meta and kept windows written by :func:`write`, checking sizes before anything is
     decompressed (see the module's docstring) and every table and field on the way; never
     executes code from the file. Raises FileNotFoundError when there is no such file and
     :class:`ProfileFileError` (one line) for anything else wrong with it."""
