@@ -20,6 +20,7 @@ import zipfile
 
 import pytest
 import torch
+from _loading import check_load, works
 
 import jupyter_memprof
 from jupyter_memprof import ProfileFileError
@@ -80,13 +81,6 @@ def _refused(path, match: str | None = None) -> str:
     if match:
         assert match in msg, msg
     return msg
-
-
-def _works(p) -> None:
-    """What a loaded profile must do without failing."""
-    repr(p), str(p), p.label, p.start_ns, p.end_ns, p.devices, p.summary()
-    p.peak()
-    p.peak_by("category")
 
 
 # -- the zip: one test per kind of damage ----------------------------------------------------
@@ -417,7 +411,7 @@ def test_failed_save_leaves_the_previous_file(prof, tmp_path, monkeypatch):
     assert open(path, "rb").read() == before  # before: emptied, then half written
     assert os.listdir(tmp_path) == ["p.memprof"]  # no temporary file left
     monkeypatch.undo()
-    _works(jupyter_memprof.load(path))
+    works(jupyter_memprof.load(path))
 
 
 def test_save_refuses_to_replace_other_files(prof, tmp_path):
@@ -466,15 +460,6 @@ def _mutate_json(data, doc):
     return root[0]
 
 
-def _check_load(path) -> None:
-    try:
-        p = jupyter_memprof.load(path)
-    except ProfileFileError as exc:
-        assert "\n" not in str(exc)
-        return
-    _works(p)
-
-
 def _bytes_mutation(data, raw: bytes) -> bytes:
     how = data.draw(st.sampled_from(["flip", "truncate", "zero"]))
     at = data.draw(st.integers(0, max(len(raw) - 1, 0)))
@@ -521,7 +506,7 @@ def test_mutated_zip_loads_or_raises_profile_file_error(saved, data):
             name = data.draw(st.sampled_from(sorted(members)))
             doc = _mutate_json(data, json.loads(members[name]))
             _zip(path, {**members, name: json.dumps(doc).encode("utf-8", "surrogatepass")})
-        _check_load(path)
+        check_load(path)
 
 
 @_SETTINGS
@@ -541,7 +526,7 @@ def test_mutated_parquet_folder_loads_or_raises_profile_file_error(folder, data)
             raw = _bytes_mutation(data, raw)
         with open(file, "wb") as fh:
             fh.write(raw)
-        _check_load(path)
+        check_load(path)
 
 
 # -- issue 25: memory bounded before anything is built ---------------------------------------
