@@ -689,6 +689,69 @@ def test_a_torch_profiler_in_another_thread_is_refused_not_a_crash(kind):
     ]
 
 
+@pytest.mark.parametrize("steps", [None, 2])
+def test_a_torch_profiler_started_in_another_thread_during_a_capture_is_refused(steps):
+    """A capture runs in the main thread (a plain one, or a long run between its windows);
+    another thread starts torch's profiler (both of torch's Python APIs). Before: no error,
+    then a segmentation fault (exit 139) when the capture stopped, since torch keeps its
+    "profiler enabled" state per thread. Now the other thread's start raises ProfilerBusy
+    before torch changes anything; the capture finishes with what it recorded, and once it
+    has, the other thread's profiler works and torch's functions are torch's own again."""
+    out = _python(
+        f"""
+        import threading, torch, jupyter_memprof
+        import torch.autograd.profiler as tap
+        from jupyter_memprof._producers.profiler_guard import GUARDED
+
+        own = {{name: getattr(tap, name) for name in GUARDED}}
+        kinds = {{"new": torch.profiler.profile, "autograd": torch.autograd.profiler.profile}}
+
+        def other(kind, result):
+            try:
+                with kinds[kind]() as p:
+                    torch.ones(10) * 2
+                result.append("ran")
+            except RuntimeError as err:
+                result.append(f"{{type(err).__name__}}: {{err}}")
+
+        def in_thread(kind):
+            result = []
+            t = threading.Thread(target=other, args=(kind, result))
+            t.start()
+            t.join(60)
+            return result[0]
+
+        model = torch.nn.Linear(8, 8)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        with jupyter_memprof.profile(namespace={{}}, steps={steps}) as prof:
+            for i, kind in enumerate(["new", "autograd", "new"]):
+                print(kind, "during:", in_thread(kind), flush=True)
+                model(torch.ones(4, 8)).sum().backward()
+                opt.step()
+            torch.ones(250)
+        print("capture", 1000 in prof.allocations["size_bytes"].tolist(), len(prof.steps))
+        print("restored", all(getattr(tap, n) is f for n, f in own.items()))
+        for kind in kinds:
+            print(kind, "after:", in_thread(kind))
+        """
+    )
+    assert out.returncode == 0, (out.returncode, out.stdout, out.stderr[-3000:])
+    busy = (
+        "ProfilerBusy: jupyter_memprof: a memory capture is running in thread 'MainThread'; "
+        "torch runs one profiler per process (a second one would crash it): start this "
+        "profiler after the capture has finished"
+    )
+    assert out.stdout.splitlines() == [
+        f"new during: {busy}",
+        f"autograd during: {busy}",
+        f"new during: {busy}",
+        "capture True 4",  # three steps and the stretch after them
+        "restored True",
+        "new after: ran",
+        "autograd after: ran",
+    ]
+
+
 def test_a_legacy_torch_profiler_in_another_thread_does_not_crash_a_capture():
     """The legacy profiler keeps no process-wide state: it cannot be seen from another
     thread, and a capture beside it works, whichever starts first."""

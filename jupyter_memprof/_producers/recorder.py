@@ -20,6 +20,7 @@ import torch
 
 from .._errors import CaptureError
 from .._records import Capture, DeviceTotals, WatchedFree
+from . import profiler_guard
 from . import torch_profiler as events
 from .live import ModuleHooks, SessionNames, held_rows, modules_by_id
 
@@ -376,6 +377,7 @@ class Recorder:
         self.totals_start: dict[str, DeviceTotals] = {}
         self.totals_end: dict[str, DeviceTotals] = {}
         self.watched_frees: list[WatchedFree] = []
+        self._lift_guard: Callable[[], None] | None = None
 
     def start(self) -> None:
         """Start torch's profiler and the hooks. Exception safe: when anything fails (or an
@@ -387,6 +389,8 @@ class Recorder:
         try:
             events.prepare()
             _check_no_torch_profiler()
+            # from here on, torch's profiler refuses to start in any other thread
+            self._lift_guard = profiler_guard.refuse_other_threads(threading.current_thread())
             self._watch = _FreeWatch()
             self.start_rows = SessionNames(self._namespace()).rows("start", watch=self._watch)
             activities = [torch.profiler.ProfilerActivity.CPU]
@@ -444,7 +448,7 @@ class Recorder:
             if watch is not None:
                 watch.close()
 
-        _run_all(remove_hooks, settle_profiler, drop_watch)
+        _run_all(self._lift, remove_hooks, settle_profiler, drop_watch)
 
     def _undo(self) -> None:
         """Remove the hooks and stop the profiler if this start got that far."""
@@ -458,7 +462,7 @@ class Recorder:
             if tp is not None and events.profiler_running():  # it was off before start
                 _stop_profiler(tp)
 
-        _run_all(remove_hooks, stop_profiler)
+        _run_all(remove_hooks, stop_profiler, self._lift)
 
     def stop(self) -> None:
         """Always stops the profiler and removes every hook, whatever happened before (each
@@ -488,9 +492,15 @@ class Recorder:
             return
         self._running = False
         try:
-            _run_all(remove_hooks, stop_profiler, read_end)
+            _run_all(remove_hooks, stop_profiler, self._lift, read_end)
         finally:
             self._release_slot()
+
+    def _lift(self) -> None:
+        """Let torch's profiler start in other threads again (once its own has stopped)."""
+        lift, self._lift_guard = self._lift_guard, None
+        if lift is not None:
+            lift()
 
     def _release_slot(self) -> None:
         claim, self._claim = self._claim, None
