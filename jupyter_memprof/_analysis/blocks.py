@@ -17,14 +17,17 @@ import pandas as pd
 from .._devices import cuda_block_bytes
 from . import schema as S
 from .arrays import runs
+from .lost_frees import frees_from_totals
 
 __all__ = ["allocated_at_start", "build_allocations", "infer_invisible_frees"]
 
 
 def allocated_at_start(mem: pd.DataFrame, totals_start: dict | None) -> dict[str, int]:
-    """Per CUDA device, the bytes the caching allocator held just before the capture: its
-    first recorded event's total less the event's own size (exact: the allocator's own
-    count), else the counter read when the capture started."""
+    """Per CUDA device, the bytes the caching allocator held just before the capture: the
+    counter read when the capture started, or its first recorded event's total less the
+    event's own size (the allocator's own count) where that is more (blocks other threads
+    made in between). The counter is more when frees went unreported before the first event
+    (without Python stacks: :mod:`.lost_frees`)."""
     out = {d: int(t.allocated) for d, t in (totals_start or {}).items()}
     known = mem[mem["total_allocated"].to_numpy() >= 0] if len(mem) else mem
     if len(known):
@@ -32,7 +35,7 @@ def allocated_at_start(mem: pd.DataFrame, totals_start: dict | None) -> dict[str
         for d, total, size in zip(
             first["device"].tolist(), first["total_allocated"].tolist(), first["size"].tolist()
         ):
-            out[str(d)] = int(total) - int(size)
+            out[str(d)] = max(int(total) - int(size), out.get(str(d), 0))
     return out
 
 
@@ -114,6 +117,7 @@ def build_allocations(
     devices: list[str],
     totals_start: dict | None = None,
     watched_frees: list | None = None,
+    totals_end: dict | None = None,
 ) -> pd.DataFrame:
     """One row per block, from allocation to free.
 
@@ -128,6 +132,8 @@ def build_allocations(
     capture never touches it (:func:`_untouched_blocks`); its free, when a weak reference saw
     one (``watched_frees``), ends it. On a CUDA device whose allocator held more at the start
     than every block known, the rest is one block of address 0 (:func:`_unreachable_blocks`).
+    Frees the profiler did not report end blocks where the CUDA allocator's totals say they
+    were freed (:func:`.lost_frees.frees_from_totals`; ``totals_end``: the totals at the stop).
 
     Rows: the blocks existing before the capture first, then by allocation time, then by
     free time; ties keep the order of (``allocation_id``, device) and blocks seen only as op
@@ -143,8 +149,14 @@ def build_allocations(
     _watched_frees(watched_frees, b)
     # Preexisting blocks first (alloc_ns NA), then by allocation time.
     b.reorder(np.lexsort((b.free_ns, b.has_f, b.alloc_ns, b.has_a)))
+    reported = b.has_f.copy()
     infer_invisible_frees(b.has_a, b.alloc_ns, b.has_f, b.free_ns, b.dev, b.ptr)
     unseen_frees(b.dev, b.ptr, b.size, b.has_a, b.has_f, b.alloc_ns, b.free_ns)
+    n = len(b.dev)
+    end = {d: t.allocated for d, t in (totals_end or {}).items()}
+    frees_from_totals(b, mem, reported, (allocated_at_start(mem, totals_start), end), names)
+    if len(b.dev) > n:  # a block split off what nothing named at the start
+        b.reorder(np.lexsort((b.free_ns, b.has_f, b.alloc_ns, b.has_a)))
     return b.frame()
 
 

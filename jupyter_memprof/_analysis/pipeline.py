@@ -141,6 +141,7 @@ def _record_tables(
         devices,
         totals_start=capture.totals_start,
         watched_frees=capture.watched_frees,
+        totals_end=capture.totals_end,
     )
     names_df = T.match_names(names_df, allocations)
     ops = T.finish_ops(ops, flows, allocations)
