@@ -752,6 +752,37 @@ def test_a_torch_profiler_started_in_another_thread_during_a_capture_is_refused(
     ]
 
 
+@pytest.mark.parametrize("kind", [torch.profiler.profile, torch.autograd.profiler.profile])
+@pytest.mark.parametrize("steps", [None, 1])
+def test_a_torch_profiler_started_inside_a_capture_is_refused_and_the_capture_keeps_its_data(
+    kind, steps
+):
+    """Before: torch's profiler started in the captured code itself took the recording
+    over, and the capture came back with no blocks at all, without a word. Now its start
+    raises ProfilerBusy (the user's code sees it, as any error of its own), the capture
+    keeps what it recorded, and torch's profiler works again once the capture is over."""
+    from jupyter_memprof._producers.profiler_guard import ProfilerBusy
+
+    model = torch.nn.Linear(8, 8)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with jupyter_memprof.profile(namespace={"opt": opt}, steps=steps) as prof:
+        torch.ones(1000)
+        model(torch.ones(4, 8)).sum().backward()
+        opt.step()  # with steps=1: the next window starts here, as the capture's own
+        with pytest.raises(ProfilerBusy, match="a memory capture is running in this thread"):
+            with kind():
+                torch.ones(2000)
+        torch.ones(3000)
+    windows = [prof, *prof.kept.values()]
+    sizes = {z for p in windows for z in p.allocations["size_bytes"].tolist()}
+    assert {4000, 12000} <= sizes and 8000 not in sizes
+    if steps:
+        assert prof.meta["long_run"]["windows"] == 2
+    with kind() as p:
+        torch.ones(10)
+    assert p is not None
+
+
 def test_a_legacy_torch_profiler_in_another_thread_does_not_crash_a_capture():
     """The legacy profiler keeps no process-wide state: it cannot be seen from another
     thread, and a capture beside it works, whichever starts first."""

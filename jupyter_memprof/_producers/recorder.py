@@ -377,7 +377,7 @@ class Recorder:
         self.totals_start: dict[str, DeviceTotals] = {}
         self.totals_end: dict[str, DeviceTotals] = {}
         self.watched_frees: list[WatchedFree] = []
-        self._lift_guard: Callable[[], None] | None = None
+        self._guard: profiler_guard.Guard | None = None
 
     def start(self) -> None:
         """Start torch's profiler and the hooks. Exception safe: when anything fails (or an
@@ -389,8 +389,8 @@ class Recorder:
         try:
             events.prepare()
             _check_no_torch_profiler()
-            # from here on, torch's profiler refuses to start in any other thread
-            self._lift_guard = profiler_guard.refuse_other_threads(threading.current_thread())
+            # from here on, torch's profiler starts only as the capture's own
+            self._guard = profiler_guard.Guard(threading.current_thread())
             self._watch = _FreeWatch()
             self.start_rows = SessionNames(self._namespace()).rows("start", watch=self._watch)
             activities = [torch.profiler.ProfilerActivity.CPU]
@@ -407,7 +407,7 @@ class Recorder:
             # the baseline on CUDA: read just before the profiler records
             self.totals_start = cuda_totals(self.devices)
             self._torch_profiler = tp  # before it starts: a failed start is stopped again
-            with _quiet_stderr():
+            with _quiet_stderr(), self._guard.starting():
                 tp.__enter__()
                 # torch warns once per process, on file descriptor 2, when a block allocated
                 # before the capture is freed inside it. Spend that warning here, silently.
@@ -497,10 +497,10 @@ class Recorder:
             self._release_slot()
 
     def _lift(self) -> None:
-        """Let torch's profiler start in other threads again (once its own has stopped)."""
-        lift, self._lift_guard = self._lift_guard, None
-        if lift is not None:
-            lift()
+        """Let torch's profiler start anywhere again (once the capture's has stopped)."""
+        guard, self._guard = self._guard, None
+        if guard is not None:
+            guard.lift()
 
     def _release_slot(self) -> None:
         claim, self._claim = self._claim, None

@@ -19,6 +19,7 @@ code has marked a step itself, only its marks count, as in the analysis of steps
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import threading
@@ -221,10 +222,14 @@ class WindowRecorder(Recorder):
         self._burner_ptr, self.watched_frees = None, []
         self.totals_start = cuda_totals(self.devices)
         tp = _new_profiler(self.devices, self.with_stack)
-        with _quiet_stderr():
+        with _quiet_stderr(), self._starting():
             tp.__enter__()
         self._torch_profiler = tp
         self.start_ns = time.time_ns()
+
+    def _starting(self):
+        """The guard's permission for the run's own profiler to start (none: no guard)."""
+        return self._guard.starting() if self._guard is not None else contextlib.nullcontext()
 
     @property
     def kineto_results(self):
