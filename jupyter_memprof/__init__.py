@@ -10,6 +10,7 @@ __all__ = [
     "CaptureError",
     "Profile",
     "ProfileFileError",
+    "ProfilerBusy",
     "EstimateError",
     "ProfileSet",
     "__version__",
@@ -43,7 +44,7 @@ def __getattr__(name: str):
         from ._frontends.estimate import estimate
 
         return estimate
-    if name in ("CaptureError", "EstimateError", "ProfileFileError"):
+    if name in ("CaptureError", "EstimateError", "ProfileFileError", "ProfilerBusy"):
         from . import _errors
 
         return getattr(_errors, name)

@@ -7,6 +7,12 @@ class CaptureError(ValueError):
     """The capture cannot start (bad device, another profiler running)."""
 
 
+class ProfilerBusy(RuntimeError):
+    """torch's profiler was started while a memory capture runs, by anything but the capture
+    (another thread, or the captured code itself): torch runs one profiler at a time. Raised
+    where that start was made, before torch changes anything."""
+
+
 class ProfileFileError(ValueError):
     """The file is not a saved jupyter_memprof profile, or is damaged or crafted: one line
     naming the file and what is wrong. :func:`jupyter_memprof.load` raises nothing else for

@@ -25,6 +25,7 @@ def test_public_surface_is_small():
             "Profile",
             "ProfileFileError",
             "ProfileSet",
+            "ProfilerBusy",
             "__version__",
             "compare",
             "diff",

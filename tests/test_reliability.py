@@ -761,7 +761,7 @@ def test_a_torch_profiler_started_inside_a_capture_is_refused_and_the_capture_ke
     over, and the capture came back with no blocks at all, without a word. Now its start
     raises ProfilerBusy (the user's code sees it, as any error of its own), the capture
     keeps what it recorded, and torch's profiler works again once the capture is over."""
-    from jupyter_memprof._producers.profiler_guard import ProfilerBusy
+    from jupyter_memprof import ProfilerBusy
 
     model = torch.nn.Linear(8, 8)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)

@@ -29,12 +29,10 @@ from collections.abc import Callable, Iterator
 
 import torch.autograd.profiler as _torch_profiler
 
+from .._errors import ProfilerBusy
+
 #: the functions every Python start of torch's profiler calls, in the order it calls them
 GUARDED = ("_prepare_profiler", "_run_on_profiler_start", "_enable_profiler")
-
-
-class ProfilerBusy(RuntimeError):
-    """torch's profiler was started while a memory capture runs (not by the capture)."""
 
 
 class Guard:
