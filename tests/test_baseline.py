@@ -440,10 +440,15 @@ def test_frees_lost_without_python_stacks_are_found_from_the_allocators_totals(p
         meta["baseline_bytes"]["cuda:0"]
         == data["totals"]["step_start"]["allocated_bytes.all.current"]
     )
+    found = meta["inferred_frees"]["cuda:0"]
+    assert found["blocks"] > 0 and found["unexplained_bytes"] == 0
+    assert "inferred_frees" not in analyse(full)[1]  # with stacks: nothing to find
     # without any name, the same at every event; at the end, a gap no set of blocks explains
     # keeps its blocks open (the fragment step's 272 frees after its last event, among the
     # 18 blocks it keeps): never less than the allocator held
-    bare = analyse(capture)[0]["allocations"]
+    bare, bare_meta = analyse(capture)
+    bare = bare["allocations"]
     assert _live_at_events(bare, capture.trace.memory) == totals
     left = int(bare.loc[bare["free_ns"].isna(), "size_bytes"].sum())
     assert left >= end and (left == end) == (path.stem != "fragment__default")
+    assert bare_meta["inferred_frees"]["cuda:0"]["unexplained_bytes"] == left - end

@@ -105,6 +105,8 @@ def test_inner_meta_not_an_object(saved, tmp_path):
         ("oom", {"device": 1}),
         ("analysis_interrupted", "yes"),  # read by the summary and the magic
         ("stop_error", ["x"]),
+        ("inferred_frees", {"cuda:0": {"blocks": -1}}),  # read by the summary
+        ("inferred_frees", {"gpu": {"blocks": 1}}),
     ],
 )
 def test_meta_field_of_the_wrong_type(saved, tmp_path, field, value):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from jupyter_memprof import Profile
 from jupyter_memprof._analysis.pipeline import analyse
 from jupyter_memprof._records import NO_ID, Capture, DeviceTotals, MemoryRecord, Trace
 
@@ -27,9 +28,12 @@ def _capture(events, start: int, end: int | None, device: str = "cuda:0") -> Cap
     return Capture(trace, [], [], [], [device], T0, held, done, [])
 
 
-def _ends(capture) -> dict[int, int | None]:
-    """ptr -> when its block ended (time from T0; None: open), for blocks made in it."""
-    a = analyse(capture)[0]["allocations"]
+def _ends(capture, inferred=None) -> dict[int, int | None]:
+    """ptr -> when its block ended (time from T0; None: open), for blocks made in it;
+    ``inferred``: what ``meta["inferred_frees"]`` must say."""
+    tables, meta = analyse(capture)
+    assert meta.get("inferred_frees") == inferred
+    a = tables["allocations"]
     made = a[a["alloc_ns"].notna()]
     return {
         int(p): (None if pd.isna(f) else int(f) - T0)
@@ -54,13 +58,23 @@ def test_each_gap_gets_the_block_its_bytes_name_and_another_threads_block_is_not
         (60, F, 512, 5096),
         # C freed unseen after the last event: the allocator holds 4072 at the stop
     ]
-    ends = _ends(_capture(events, start=1000, end=4072))
+    found = {"cuda:0": {"blocks": 3, "unexplained_bytes": 0}}
+    ends = _ends(_capture(events, start=1000, end=4072), found)
     assert ends == {A: 29, B: 59, C: 61, D: None, E: None, F: None}
 
 
 def test_a_gap_no_blocks_explain_leaves_them_open():
     events = [(10, A, 4096, 5096), (20, B, 1536, 6632), (30, C, 1024, 7000)]  # 656 lost
-    assert _ends(_capture(events, start=1000, end=None)) == {A: None, B: None, C: None}
+    cap = _capture(events, start=1000, end=None)
+    found = {"cuda:0": {"blocks": 0, "unexplained_bytes": 656}}
+    assert _ends(cap, found) == {A: None, B: None, C: None}
+    tables, meta = analyse(cap)
+    prof = Profile(**tables, meta=meta)
+    assert (
+        "cuda:0: 0 blocks ended where the allocator's totals say (torch reports no free "
+        "outside an op without Python stacks); 656 B freed matched no blocks and is still "
+        "counted live"
+    ) in str(prof)
 
 
 def test_blocks_of_one_size_go_latest_made_first_and_a_run_of_the_last_ones_made():
@@ -72,7 +86,9 @@ def test_blocks_of_one_size_go_latest_made_first_and_a_run_of_the_last_ones_made
         (50, E, 2048, 5096),
         (60, F, 512, 2536),  # 3072 freed unseen: D and E, the last two made
     ]
-    ends = _ends(_capture(events, start=1000, end=None))
+    ends = _ends(
+        _capture(events, start=1000, end=None), {"cuda:0": {"blocks": 3, "unexplained_bytes": 0}}
+    )
     assert ends == {A: None, B: 29, C: None, D: 59, E: 59, F: None}
 
 

@@ -118,6 +118,7 @@ def build_allocations(
     totals_start: dict | None = None,
     watched_frees: list | None = None,
     totals_end: dict | None = None,
+    inferred: dict | None = None,
 ) -> pd.DataFrame:
     """One row per block, from allocation to free.
 
@@ -133,7 +134,8 @@ def build_allocations(
     one (``watched_frees``), ends it. On a CUDA device whose allocator held more at the start
     than every block known, the rest is one block of address 0 (:func:`_unreachable_blocks`).
     Frees the profiler did not report end blocks where the CUDA allocator's totals say they
-    were freed (:func:`.lost_frees.frees_from_totals`; ``totals_end``: the totals at the stop).
+    were freed (:func:`.lost_frees.frees_from_totals`; ``totals_end``: the totals at the stop;
+    what it did per device is put in ``inferred``).
 
     Rows: the blocks existing before the capture first, then by allocation time, then by
     free time; ties keep the order of (``allocation_id``, device) and blocks seen only as op
@@ -154,7 +156,9 @@ def build_allocations(
     unseen_frees(b.dev, b.ptr, b.size, b.has_a, b.has_f, b.alloc_ns, b.free_ns)
     n = len(b.dev)
     end = {d: t.allocated for d, t in (totals_end or {}).items()}
-    frees_from_totals(b, mem, reported, (allocated_at_start(mem, totals_start), end), names)
+    found = frees_from_totals(b, mem, reported, (allocated_at_start(mem, totals_start), end), names)
+    if inferred is not None:
+        inferred.update(found)
     if len(b.dev) > n:  # a block split off what nothing named at the start
         b.reorder(np.lexsort((b.free_ns, b.has_f, b.alloc_ns, b.has_a)))
     return b.frame()

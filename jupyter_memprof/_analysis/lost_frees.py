@@ -52,15 +52,18 @@ def frees_from_totals(
     reported: np.ndarray,
     held: tuple[dict, dict],
     names: pd.DataFrame,
-) -> None:
+) -> dict[str, dict[str, int]]:
     """End the blocks of ``b`` (``blocks._Blocks``) that were freed unseen, device by device,
     where ``mem`` (the allocator events) carries the allocator's totals. ``reported``: the
     blocks whose free the profiler reported; ``held``: device -> the bytes the allocator
     held at the capture's start (``blocks.allocated_at_start``) and at its stop; ``names``:
     what the session reaches at the end is alive (the last block at each of those
-    addresses). Updates ``b.has_f`` and ``b.free_ns``."""
+    addresses). Updates ``b.has_f`` and ``b.free_ns``. Returns, per device where frees went
+    unreported, ``{"blocks": the blocks ended here, "unexplained_bytes": freed bytes no
+    block explains}`` (``meta["inferred_frees"]``)."""
+    out: dict[str, dict[str, int]] = {}
     if mem.empty or (mem["total_allocated"].to_numpy() < 0).all():
-        return
+        return out
     end = names[names["when"].astype(object).to_numpy() == "end"]
     alive = set(zip(end["device"].astype(object).tolist(), end["ptr"].tolist()))
     for code, device in enumerate(b.dev_names):
@@ -76,9 +79,12 @@ def frees_from_totals(
         cands = np.flatnonzero((b.dev == code) & (b.has_a | (b.ptr != 0)) & ~reported)
         named = [(device, p) in alive for p in b.ptr[cands].tolist()]
         cands = cands[~(np.array(named, dtype=bool) & ~b.has_f[cands])]  # reached at the end
-        unmatched = _assign(b, gaps, cands)
+        unmatched, ended = _assign(b, gaps, cands)
         if gaps[0][0] == -_NEVER and unmatched[0] > 0:
-            _split_rest(b, code, unmatched[0], gaps[0][1])
+            if _split_rest(b, code, unmatched[0], gaps[0][1]):
+                unmatched[0] = 0
+        out[device] = {"blocks": ended, "unexplained_bytes": int(sum(unmatched))}
+    return out
 
 
 def _gaps(rows: pd.DataFrame, start: int | None, end: int | None) -> list[tuple[int, int, int]]:
@@ -110,28 +116,29 @@ def _gaps(rows: pd.DataFrame, start: int | None, end: int | None) -> list[tuple[
     return gaps
 
 
-def _split_rest(b, code: int, lost: int, before: int) -> None:
+def _split_rest(b, code: int, lost: int, before: int) -> bool:
     """What the allocator held at the start that no block accounts for (the block of address
     0) less ``lost`` bytes freed before the first event (``before``): those become a block of
     their own, ended there."""
     rest = np.flatnonzero((b.dev == code) & (b.ptr == 0) & ~b.has_a & ~b.has_f)
     if not len(rest) or b.size[rest[0]] <= lost:
-        return
+        return False
     b.size[rest[0]] -= lost
     b.append_preexisting([b.dev_names[code]], np.array([0]), np.array([lost]), None)
     b.has_f[-1], b.free_ns[-1] = True, before - 1
+    return True
 
 
-def _assign(b, gaps: list[tuple[int, int, int]], cands: np.ndarray) -> list[int]:
+def _assign(b, gaps: list[tuple[int, int, int]], cands: np.ndarray) -> tuple[list[int], int]:
     """Hand each gap the blocks it freed (see the module's docstring); returns the bytes of
-    each gap left unexplained. The open blocks made so far are kept as the gaps go by (by
+    each gap left unexplained, and how many blocks were ended. The open blocks made so far are kept as the gaps go by (by
     size, and those due by their deadline), so a gap that one block explains costs little."""
     deadline = {r: (int(b.free_ns[r]) if b.has_f[r] else _NEVER) for r in cands.tolist()}
     born = {r: (int(b.alloc_ns[r]) if b.has_a[r] else -_NEVER) for r in deadline}
     order = sorted(deadline, key=born.__getitem__)
     pool = _Pool(b.size, lambda r: (deadline[r], -born[r]))
     due: list[tuple[int, int]] = []
-    unmatched, k = [], 0
+    unmatched, k, ended = [], 0, 0
     for after, before, lost in gaps:
         while k < len(order) and born[order[k]] <= after:
             pool.add(order[k])
@@ -150,9 +157,10 @@ def _assign(b, gaps: list[tuple[int, int, int]], cands: np.ndarray) -> list[int]
         when = after + 1 if before == _NEVER else max(after + 1, before - 1)  # the latest
         for r in (*must, *(pick or ())):
             b.has_f[r], b.free_ns[r] = True, min(when, deadline[r])
+            ended += 1
         for r in pick or ():
             pool.drop(r)
-    return unmatched
+    return unmatched, ended
 
 
 class _Pool:

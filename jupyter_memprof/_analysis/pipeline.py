@@ -91,7 +91,8 @@ def analyse(
     long run, whether it is the run's first and its last (how its ends split steps:
     :func:`.steps.step_bounds`)."""
     stages = _Stages(progress)
-    tables, mem = _record_tables(capture, stages)
+    inferred: dict = {}  # frees torch did not report, found from the allocator's totals
+    tables, mem = _record_tables(capture, stages, inferred)
     allocations, versions = categorise(tables)
     allocations = end_unseen_frees(allocations, tables["ops"])  # FSDP's, on gloo's threads
     tables.update(allocations=allocations, versions=versions)
@@ -119,14 +120,16 @@ def analyse(
         **allocator_meta,
         **baseline,
         **({"reserved_peak_bytes": reserved} if reserved else {}),
+        **({"inferred_frees": inferred} if inferred else {}),
     }
 
 
 def _record_tables(
-    capture: Capture, stages: _Stages
+    capture: Capture, stages: _Stages, inferred: dict
 ) -> tuple[dict[str, pd.DataFrame], pd.DataFrame]:
     """The tables the records give (ops, flows, allocations, names, uses, versions; no
-    categories yet), and the allocator events."""
+    categories yet), and the allocator events; ``inferred`` gets what
+    :func:`.lost_frees.frees_from_totals` did."""
     trace, devices = capture.trace, capture.devices
     ops = T.build_ops(trace, capture.module_paths, capture.module_classes)
     flows = T.build_flows(ops)
@@ -142,6 +145,7 @@ def _record_tables(
         totals_start=capture.totals_start,
         watched_frees=capture.watched_frees,
         totals_end=capture.totals_end,
+        inferred=inferred,
     )
     names_df = T.match_names(names_df, allocations)
     ops = T.finish_ops(ops, flows, allocations)

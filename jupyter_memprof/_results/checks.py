@@ -237,6 +237,9 @@ META_FIELDS = {
     "reserved_peak_ns": lambda v: _by_device(v, is_int),
     "fragmentation_bytes": lambda v: _by_device(v, nonneg_int),
     "reserved_model_error": lambda v: _by_device(v, _is_num),
+    "inferred_frees": lambda v: _by_device(
+        v, lambda x: type(x) is dict and all(nonneg_int(n) for n in x.values())
+    ),
 }
 
 

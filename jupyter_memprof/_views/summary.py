@@ -117,6 +117,7 @@ def summary(prof: ProfileLike) -> dict[str, Any]:
         "note": _estimate_note(meta),
         "growth": _growth(prof),
         "long_run": meta.get("long_run") or None,
+        "inferred_frees": meta.get("inferred_frees") or {},
     }
 
 
@@ -232,6 +233,20 @@ def growth_phrase(s: dict[str, Any]) -> str | None:
         what = where or "blocks no variable reaches"
     more = f" and {g['leaks'] - 1} more" if g["leaks"] > 1 else ""
     return f"memory grows {format_bytes(g['bytes_per_step'])} per step: {what}{more}"
+
+
+def inferred_phrase(device: str, found: dict[str, int]) -> str:
+    """One line for frees torch did not report (CUDA without Python stacks), found from the
+    allocator's totals: how many blocks were ended that way, and what no block explains."""
+    n = found.get("blocks", 0)
+    line = (
+        f"{device}: {n} block{'' if n == 1 else 's'} ended where the allocator's totals say "
+        "(torch reports no free outside an op without Python stacks)"
+    )
+    left = found.get("unexplained_bytes", 0)
+    if left:
+        line += f"; {format_bytes(left)} freed matched no blocks and is still counted live"
+    return line
 
 
 def long_run_phrase(s: dict[str, Any]) -> str | None:
@@ -443,12 +458,16 @@ _MUTED_STYLE = "color: var(--jp-ui-font-color2, #616161);"
 
 def _detail_rows(s: dict) -> list[tuple[str, str, str]]:
     """The lines between the peaks and the counts, as ``(kind, HTML style, text)``: what was
-    live before the capture, CUDA's own view, memory that grows with every step, a long
-    run's windows."""
+    live before the capture, CUDA's own view, frees found from the allocator's totals,
+    memory that grows with every step, a long run's windows."""
     rows = [("baseline", _MUTED_STYLE, baseline_phrase(d, b)) for d, b in s["baseline"].items()]
     rows += [
         ("cuda", _MUTED_STYLE, cuda_phrase(d, c, s["peaks"][d]["bytes"]))
         for d, c in s["cuda"].items()
+    ]
+    rows += [
+        ("inferred", _MUTED_STYLE, inferred_phrase(d, found))
+        for d, found in s["inferred_frees"].items()
     ]
     growth, long_run = growth_phrase(s), long_run_phrase(s)
     if growth:
