@@ -131,8 +131,9 @@ def _split_rest(b, code: int, lost: int, before: int) -> bool:
 
 def _assign(b, gaps: list[tuple[int, int, int]], cands: np.ndarray) -> tuple[list[int], int]:
     """Hand each gap the blocks it freed (see the module's docstring); returns the bytes of
-    each gap left unexplained, and how many blocks were ended. The open blocks made so far are kept as the gaps go by (by
-    size, and those due by their deadline), so a gap that one block explains costs little."""
+    each gap left unexplained, and how many blocks were ended. The open blocks made so far
+    are kept as the gaps go by (by size, and those due by their deadline), so a gap that
+    one block explains costs little."""
     deadline = {r: (int(b.free_ns[r]) if b.has_f[r] else _NEVER) for r in cands.tolist()}
     born = {r: (int(b.alloc_ns[r]) if b.has_a[r] else -_NEVER) for r in deadline}
     order = sorted(deadline, key=born.__getitem__)
