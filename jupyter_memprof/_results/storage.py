@@ -392,9 +392,9 @@ def _tables(load, members: dict, at: str, names, where: str, text: TextBudget) -
 
 
 def read(path: str | os.PathLike) -> tuple[dict[str, pd.DataFrame], dict, list[K.Window]]:
-    """Read the tables, meta and kept windows written by :func:`write`, checking sizes before anything is
-    decompressed (see the module's docstring) and every table and field on the way; never
-    executes code from the file. Raises FileNotFoundError when there is no such file and
+    """Read the tables, meta and kept windows written by :func:`write`, checking sizes
+    before anything is decompressed (see the module's docstring) and every table and field
+    on the way; never executes code from the file. Raises FileNotFoundError when there is no such file and
     :class:`ProfileFileError` (one line) for anything else wrong with it."""
     path = os.fspath(path)
     where = shown(path)
