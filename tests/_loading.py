@@ -1,9 +1,35 @@
-"""What a file ``load`` accepts must do, shared by the tests of damaged and crafted files."""
+"""Files for ``load`` and what it must do with them, shared by the tests of damaged and
+crafted files."""
 
 from __future__ import annotations
 
+import os
+import zipfile
+
+import pytest
+
 import jupyter_memprof
 from jupyter_memprof import ProfileFileError
+
+
+def zip_of(path, members: dict[str, bytes]) -> str:
+    """A zip at ``path`` holding ``members`` (name -> bytes), deflated."""
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as z:
+        for name, data in members.items():
+            z.writestr(name, data)
+    return os.fspath(path)
+
+
+def refused(path, match: str | None = None) -> str:
+    """``load(path)`` raises one ProfileFileError line naming ``path`` (and saying
+    ``match``); returns it."""
+    with pytest.raises(ProfileFileError) as info:
+        jupyter_memprof.load(path)
+    msg = str(info.value)
+    assert "\n" not in msg and str(path) in msg, msg
+    if match:
+        assert match in msg, msg
+    return msg
 
 
 def works(p) -> None:

@@ -422,7 +422,7 @@ def test_frees_lost_without_python_stacks_are_found_from_the_allocators_totals(p
     from jupyter_memprof._analysis.pipeline import analyse
 
     full, data = _h100_capture(path)
-    truth, _ = analyse(full)
+    truth, truth_meta = analyse(full)
     capture, _ = _h100_capture(path, with_stack=False)
     assert len(capture.trace.memory) < len(full.trace.memory)  # frees were lost
     names = _session_names(truth["allocations"])
@@ -442,7 +442,7 @@ def test_frees_lost_without_python_stacks_are_found_from_the_allocators_totals(p
     )
     found = meta["inferred_frees"]["cuda:0"]
     assert found["blocks"] > 0 and found["unexplained_bytes"] == 0
-    assert "inferred_frees" not in analyse(full)[1]  # with stacks: nothing to find
+    assert "inferred_frees" not in truth_meta  # with stacks: nothing to find
     # without any name, the same at every event; at the end, a gap no set of blocks explains
     # keeps its blocks open (the fragment step's 272 frees after its last event, among the
     # 18 blocks it keeps): never less than the allocator held

@@ -17,9 +17,11 @@ import zipfile
 import pytest
 import torch
 from _loading import check_load, works
+from _loading import refused as _refused
+from _loading import zip_of as _zip
 
 import jupyter_memprof
-from jupyter_memprof import Profile, ProfileFileError
+from jupyter_memprof import Profile
 from jupyter_memprof._analysis import schema as S
 from jupyter_memprof._results import checks, kept
 
@@ -59,21 +61,6 @@ def _same(a: Profile, b: Profile) -> None:
         assert b.tables[name].equals(a.tables[name]), name
         assert list(b.tables[name].dtypes) == list(a.tables[name].dtypes), name
     assert b.meta == a.meta
-
-
-def _refused(path, match: str) -> str:
-    with pytest.raises(ProfileFileError) as info:
-        jupyter_memprof.load(path)
-    msg = str(info.value)
-    assert "\n" not in msg and str(path) in msg and match in msg, msg
-    return msg
-
-
-def _zip(path, members: dict[str, bytes]) -> str:
-    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as z:
-        for name, data in members.items():
-            z.writestr(name, data)
-    return os.fspath(path)
 
 
 # -- the round trip ----------------------------------------------------------------------------

@@ -21,6 +21,8 @@ import zipfile
 import pytest
 import torch
 from _loading import check_load, works
+from _loading import refused as _refused
+from _loading import zip_of as _zip
 
 import jupyter_memprof
 from jupyter_memprof import ProfileFileError
@@ -57,13 +59,6 @@ def folder(prof, tmp_path_factory):
     return prof.save(tmp_path_factory.mktemp("pq") / "p", format="parquet")
 
 
-def _zip(path, members: dict[str, bytes]) -> str:
-    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as z:
-        for name, data in members.items():
-            z.writestr(name, data)
-    return os.fspath(path)
-
-
 def _with_json(saved, path, member: str, change) -> str:
     """The saved zip with ``change(doc)`` applied to one member's JSON (or its return)."""
     members = dict(saved[1])
@@ -71,16 +66,6 @@ def _with_json(saved, path, member: str, change) -> str:
     out = change(doc)
     members[member] = json.dumps(doc if out is None else out).encode()
     return _zip(path, members)
-
-
-def _refused(path, match: str | None = None) -> str:
-    with pytest.raises(ProfileFileError) as info:
-        jupyter_memprof.load(path)
-    msg = str(info.value)
-    assert "\n" not in msg and str(path) in msg, msg
-    if match:
-        assert match in msg, msg
-    return msg
 
 
 # -- the zip: one test per kind of damage ----------------------------------------------------

@@ -147,7 +147,8 @@ def build_allocations(
     live = _start_sizes(names) if (~b.has_a).any() or not untracked.empty else {}
     _fix_stale_sizes(b, live)
     _add_op_inputs(b, untracked, devices, live)
-    _add_baseline(b, mem, untracked, names, devices, totals_start)
+    held_at_start = allocated_at_start(mem, totals_start)
+    _add_baseline(b, mem, untracked, names, devices, held_at_start)
     _watched_frees(watched_frees, b)
     # Preexisting blocks first (alloc_ns NA), then by allocation time.
     b.reorder(np.lexsort((b.free_ns, b.has_f, b.alloc_ns, b.has_a)))
@@ -156,7 +157,7 @@ def build_allocations(
     unseen_frees(b.dev, b.ptr, b.size, b.has_a, b.has_f, b.alloc_ns, b.free_ns)
     n = len(b.dev)
     end = {d: t.allocated for d, t in (totals_end or {}).items()}
-    found = frees_from_totals(b, mem, reported, (allocated_at_start(mem, totals_start), end), names)
+    found = frees_from_totals(b, mem, reported, (held_at_start, end), names)
     if inferred is not None:
         inferred.update(found)
     if len(b.dev) > n:  # a block split off what nothing named at the start
@@ -246,7 +247,7 @@ def _add_op_inputs(b: _Blocks, untracked: pd.DataFrame, devices: list[str], live
     b.append_preexisting(g_dev.tolist(), g_ptr, g_size, g["tensor_id"].to_numpy(np.int64))
 
 
-def _add_baseline(b, mem, untracked, names, devices, totals_start) -> None:
+def _add_baseline(b, mem, untracked, names, devices, held_at_start: dict) -> None:
     """The baseline: storages named at the start but never seen, then (after them: they are
     known too) what nothing names on CUDA. A CUDA device the capture did not use gets none:
     its counters stay in the meta."""
@@ -255,7 +256,7 @@ def _add_baseline(b, mem, untracked, names, devices, totals_start) -> None:
     extra = _untouched_blocks(names, baseline_devices, b)
     if extra:
         _append_found(b, extra)
-    extra = _unreachable_blocks(allocated_at_start(mem, totals_start), baseline_devices, b)
+    extra = _unreachable_blocks(held_at_start, baseline_devices, b)
     if extra:
         _append_found(b, extra)
 

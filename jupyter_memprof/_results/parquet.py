@@ -106,6 +106,11 @@ def _encodings(table) -> dict:
     return out
 
 
+def _document_of(meta: dict) -> dict:
+    """The ``meta.json`` document of a saved profile (a kept window's too)."""
+    return {"format": FORMAT, "format_version": FORMAT_VERSION, "meta": meta}
+
+
 def write_folder(
     tables: dict[str, pd.DataFrame],
     meta: dict,
@@ -120,7 +125,7 @@ def write_folder(
     Written atomically (a temporary folder renamed into place). An existing folder is
     replaced only when it is a saved profile, or with ``overwrite=True``.
     """
-    doc = {"format": FORMAT, "format_version": FORMAT_VERSION, "meta": meta}
+    doc = _document_of(meta)
     if kept:
         doc[K.KEY] = K.to_doc(list(kept))
 
@@ -129,7 +134,7 @@ def write_folder(
         for i, window in enumerate(kept):
             sub = os.path.join(folder, K.prefix(i))
             os.makedirs(sub)
-            own = {"format": FORMAT, "format_version": FORMAT_VERSION, "meta": window.meta}
+            own = _document_of(window.meta)
             _write_profile(sub, window.tables, own)
 
     return atomic_write_dir(

@@ -195,6 +195,11 @@ def is_saved_profile(path: str) -> bool:
         return False
 
 
+def _document_of(meta: dict) -> dict:
+    """The ``meta.json`` document of a saved profile (a kept window's too)."""
+    return {"format": FORMAT, "format_version": FORMAT_VERSION, "meta": meta}
+
+
 def write(
     tables: dict[str, pd.DataFrame],
     meta: dict,
@@ -209,7 +214,7 @@ def write(
     Atomic: written to a temporary file in the target folder and renamed into place. An
     existing file is replaced only when it is a saved profile, or with ``overwrite=True``.
     """
-    doc = {"format": FORMAT, "format_version": FORMAT_VERSION, "meta": meta}
+    doc = _document_of(meta)
     if kept:
         doc[K.KEY] = K.to_doc(list(kept))
 
@@ -220,7 +225,7 @@ def write(
                 z.writestr(f"{name}.json", _table_to_json(df))
             for i, window in enumerate(kept):
                 at = K.prefix(i)
-                own = {"format": FORMAT, "format_version": FORMAT_VERSION, "meta": window.meta}
+                own = _document_of(window.meta)
                 z.writestr(at + _META, json.dumps(own, default=json_default))
                 for name, df in window.tables.items():
                     z.writestr(f"{at}{name}.json", _table_to_json(df))
