@@ -10,7 +10,7 @@ STAMP  := $(VENV)/.memprof-installed
 ROOT_FLAG := $(shell [ "$$(id -u)" = 0 ] && echo --allow-root)
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test lint unit bench chromium clean
+.PHONY: setup demo test lint unit bench chromium clean docs
 
 setup: $(STAMP) chromium
 
@@ -67,10 +67,16 @@ lint: setup $(ESLINT)
 	@for f in $(JS_DIR)/*.js; do node --check $$f || exit 1; done
 	$(ESLINT) --config labextension/eslint.config.mjs --max-warnings 0 $(JS_DIR)
 
+# The documentation site (Sphinx + MyST + myst-nb, docs/conf.py) into docs/_build/html,
+# offline, warnings as errors. Incremental: a second run only rebuilds changed pages.
+docs: setup
+	$(BIN)/python -m sphinx -W --keep-going -q -b html docs docs/_build/html
+	@echo "docs: open docs/_build/html/index.html"
+
 # Unit, magic, browser and notebook (nbval) tests in one pytest run, so one summary line
 # says what ran. pytest exits 5 when nothing was collected, which fails this target.
 # Notebook outputs are compared after the sanitisers in notebooks/nbval-sanitize.cfg.
-test: lint
+test: lint docs
 	$(BIN)/python -m pytest tests notebooks --nbval --nbval-current-env \
 	  --nbval-sanitize-with notebooks/nbval-sanitize.cfg $(PYTEST_ARGS)
 
@@ -78,4 +84,4 @@ bench: setup
 	@for b in benchmarks/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
 
 clean:
-	rm -rf $(VENV) build dist *.egg-info jupyter_memprof/labextension labextension/lib labextension/node_modules
+	rm -rf $(VENV) build dist *.egg-info docs/_build docs/_generated docs/reference/api docs/notebooks jupyter_memprof/labextension labextension/lib labextension/node_modules

@@ -78,9 +78,9 @@ def test_ranks_agree_on_parameters_and_buckets_hold_gradients(ddp_run):
 
 
 def test_duckdb_over_the_parquet_folders(ddp_run):
-    """The README's query: bytes at each rank's peak, by category, straight from the files."""
+    """The query in docs/guide/files.md: bytes at each rank's peak, by category, from the files."""
     duckdb = pytest.importorskip("duckdb")
-    query = open(os.path.join(HERE, "..", "README.md"), encoding="utf-8").read()
+    query = open(os.path.join(HERE, "..", "docs", "guide", "files.md"), encoding="utf-8").read()
     sql = query.split("```sql\n", 1)[1].split("```", 1)[0]
     run = str(ddp_run)
     con = duckdb.connect()
