@@ -10,7 +10,8 @@
 - the pages other parts of the project add (``OPTIONAL_PAGES``) join the index's table of
   contents only when they exist, so the build passes with or without each.
 
-Everything written here is git-ignored and rewritten only when its text changes (Sphinx
+autodoc's directives sit in ``eval-rst`` blocks: what they generate is reStructuredText,
+which MyST would otherwise read as Markdown. Everything written here is git-ignored and rewritten only when its text changes (Sphinx
 then rebuilds only what changed).
 """
 
@@ -73,10 +74,13 @@ def api_pages() -> tuple[dict[str, str], str]:
             )
             summary = "The installed version."
         elif kind == "function":
-            body = f"```{{autofunction}} {full}\n```\n"
+            body = f"```{{eval-rst}}\n.. autofunction:: {full}\n```\n"
             summary = _summary(obj)
         else:
-            body = f"```{{autoclass}} {full}\n:members:\n:show-inheritance:\n```\n"
+            body = (
+                f"```{{eval-rst}}\n.. autoclass:: {full}\n   :members:\n"
+                "   :show-inheritance:\n```\n"
+            )
             summary = _summary(obj)
         pages[page_name(name)] = f"# `{name}`\n\n{body}"
         rows[kind].append(f"| [`{name}`](api/{page_name(name)}.md) | {summary} |")
