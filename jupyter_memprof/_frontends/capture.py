@@ -30,10 +30,19 @@ __all__ = ["CaptureError", "build_tables", "profile", "step"]
 
 
 def step() -> None:
-    """Mark the end of one step of a loop, for loops without an optimizer (evaluation,
-    inference): ``prof.steps`` and ``prof.leaks()`` split the capture here instead of at
-    each ``optimizer.step()``. Costs next to nothing, and does nothing outside a capture or
-    an estimate."""
+    """Mark the end of one step of a loop.
+
+    For loops without an optimizer (evaluation, inference): ``prof.steps`` and
+    ``prof.leaks()`` split the capture here instead of at each ``optimizer.step()``. It costs
+    next to nothing, and does nothing outside a capture or an estimate.
+
+    Examples
+    --------
+    >>> with jupyter_memprof.profile() as prof:  # doctest: +SKIP
+    ...     for x in batches:
+    ...         outputs.append(model(x))
+    ...         jupyter_memprof.step()
+    """
     from .._producers.live import mark_step
 
     mark_step()
@@ -42,38 +51,57 @@ def step() -> None:
 class profile(contextlib.AbstractContextManager):  # lower case: reads like a function
     """Profile the memory of a block of PyTorch code.
 
-    ``with jupyter_memprof.profile() as prof: ...`` returns a :class:`Profile` that is filled
-    with its tables when the block exits.
+    ``with jupyter_memprof.profile() as prof:`` gives a :class:`Profile` that is filled with
+    its tables when the block exits (also when it raises: the error is noted in
+    ``meta["error"]`` and propagates). The code runs exactly as it would without it.
 
     Parameters
     ----------
-    device:
-        ``None`` (the CPU and every visible CUDA device), ``"cpu"``, ``"cuda"``, ``"cuda:N"``,
-        or a list of those: which devices' memory to record.
-    with_stack:
-        Record Python stacks (gives ``callsite`` on every op). Turning it off makes the
-        capture cheaper on small-op models; modules are recorded either way.
-    namespace:
-        Variables used to name things (models, optimizers, tensors). Defaults to the
-        caller's globals and locals; the magic passes the notebook's namespace.
-    label:
-        A name for the profile in summaries and the JupyterLab panel.
-    progress:
-        ``progress(stage, done, total)``, called after the code: before torch's profiler
-        stops, while its events are read and while the tables are built (``done`` out of
-        ``total`` steps of all that work).
-    allocator:
+    device : str or list of str, optional
+        Which devices' memory to record: ``"cpu"``, ``"cuda"``, ``"cuda:N"``, or a list of
+        those. Default: the CPU and every visible CUDA device.
+    with_stack : bool, default True
+        Record Python stacks (``callsite`` on every op). Off, the capture is cheaper on
+        small-op models; modules are recorded either way.
+    namespace : dict, optional
+        Variables used to name models, optimizers and tensors. Default: the caller's
+        globals and locals (the magic passes the notebook's namespace).
+    label : str, optional
+        The profile's name in summaries and the JupyterLab panel.
+    progress : callable, optional
+        ``progress(stage, done, total)``, called after the code while torch's profiler
+        stops, its events are read and the tables are built.
+    allocator : str, optional
         ``PYTORCH_CUDA_ALLOC_CONF`` settings for the model of CUDA's caching allocator that
-        gives ``prof.segments`` and the reserved peaks (e.g. ``"expandable_segments:True"``
-        to see what that setting would change); default: the environment's, as torch reads
-        it. A bad setting raises :class:`CaptureError` (one line) before anything runs.
-    steps:
+        gives ``prof.segments`` and the reserved peaks (``"expandable_segments:True"`` shows
+        what that setting would change). Default: the environment's.
+    steps : int, optional
         A long run: record the loop in windows of this many steps, each analysed as it
-        ends, so memory does not grow with the loop's length (see README, "Long runs").
-        Every step keeps its row in ``prof.steps``; ``prof.leaks()`` covers the whole run.
-    keep:
+        ends, so memory does not grow with the loop. Every step keeps its row in
+        ``prof.steps``; ``prof.leaks()`` covers the whole run.
+    keep : str or list, optional
         With ``steps``: the steps whose window keeps its full tables (``prof.kept``):
         ``"first"``, ``"peak"``, ``"last"`` (the default: all three) and step numbers.
+
+    Returns
+    -------
+    Profile
+        From ``with ... as prof`` (or :meth:`start`), filled when the block exits.
+
+    Raises
+    ------
+    CaptureError
+        A bad device or allocator setting, before anything runs; another capture or
+        estimate running in this process, or torch's profiler already running.
+    ProfilerBusy
+        Raised *inside* the block (where it is started) when the profiled code, or another
+        thread, starts torch's profiler while the capture runs.
+
+    Examples
+    --------
+    >>> with jupyter_memprof.profile(label="step") as prof:  # doctest: +SKIP
+    ...     train_step()
+    >>> prof.peak_by("category")  # doctest: +SKIP
     """
 
     def __init__(

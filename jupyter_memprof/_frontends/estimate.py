@@ -102,53 +102,58 @@ def estimate(
 ) -> Profile:
     """Estimate the memory of ``fn(*args, **kwargs)`` on ``device`` without running it.
 
-    Every tensor, ``nn.Module`` and optimizer in ``args`` and ``kwargs`` (also inside lists,
-    tuples and dicts) is replaced by a fake copy on ``device``: same shapes, dtypes, strides,
-    ``requires_grad``, ``.grad``, buffers, shared parameters and optimizer state, no data.
-    Tensors ``fn`` creates are fake too. The real objects are never changed.
+    Every tensor, ``nn.Module`` and optimizer in ``args`` and ``kwargs`` (also in lists,
+    tuples and dicts) is replaced by a fake copy: same shapes, dtypes, strides, ``.grad``,
+    buffers, shared parameters and optimizer state, no data. Tensors ``fn`` creates are fake
+    too; nothing is computed and the real objects are never changed.
 
     Parameters
     ----------
-    device:
-        ``"cpu"``, ``"cuda"`` or ``"cuda:N"``; ``None`` keeps each tensor where it lives.
-        CUDA needs no GPU here: without one, the step is computed on fake CPU tensors and its
-        blocks are attributed to the CUDA device, rounded as CUDA's caching allocator rounds
-        them (multiples of 512 bytes).
-    limit:
-        Bytes (an int or a string like ``"24GiB"``): the profile then says where the step
-        would run out of memory (``prof.meta["oom"]``, first line of the summary). On a
-        CUDA device the limit is judged against what the GPU needs: the caching
-        allocator's reserved bytes (modelled: ``prof.segments``) plus the CUDA context; the
-        report says which of the three (tensors, cache, context) pushed it over, and what
-        ``expandable_segments:True`` would change.
-    allocator:
-        ``PYTORCH_CUDA_ALLOC_CONF`` settings for the model of CUDA's caching allocator, e.g.
+    fn : callable
+        The step. Everything it uses must come in ``args``/``kwargs`` or be made inside it.
+    *args, **kwargs
+        What ``fn`` is called with: the model, the optimizer, the batch.
+    device : str, optional
+        ``"cpu"``, ``"cuda"`` or ``"cuda:N"`` (no GPU needed: the step is then computed on
+        the CPU path, its blocks attributed to the CUDA device and rounded as CUDA rounds
+        them); ``None`` keeps each tensor where it lives.
+    limit : int or str, optional
+        Bytes (``"24GiB"``): the profile then says where the step would run out of memory
+        (``meta["oom"]``). On CUDA it is judged against the caching allocator's reserved
+        bytes (modelled: ``prof.segments``) plus the CUDA context.
+    allocator : str, optional
+        ``PYTORCH_CUDA_ALLOC_CONF`` settings for the allocator's model, e.g.
         ``"expandable_segments:True"``; default: the environment's.
-    context:
-        Bytes a CUDA device holds outside PyTorch (CUDA context, library handles); default
-        :data:`jupyter_memprof._analysis.limit.CUDA_CONTEXT_BYTES` (751 MiB, measured on an
-        H100 with torch 2.11 and CUDA 13).
-    gpu:
-        For CUDA: the GPU whose kernels the estimate follows, a name (``"H100"``, the
-        default; ``"A100"``, ``"L4"``, ...) or a compute capability (``"sm80"``, ``(8, 6)``).
-        It decides the attention backend (flash, memory-efficient, cuDNN, math) and the
-        kernels' own memory (docs/estimate.md, "CUDA's kernels").
-    world_size:
-        Ranks of a ``torch.distributed`` job to estimate for: ``fn`` runs in this process as
-        rank 0 of ``world_size`` on torch's fake process group, so ``fully_shard`` (FSDP2),
-        DDP and collectives behave as on that many ranks (build the model and call
-        ``fully_shard`` / ``DistributedDataParallel`` inside ``fn``). The result is rank 0's
-        profile, with ``meta["world_size"]`` and ``meta["rank"] = 0``. The group is
-        destroyed afterwards; a process that has a process group already is refused.
+    context : int or str, optional
+        Bytes a CUDA device holds outside PyTorch; default 751 MiB (measured on an H100).
+    gpu : str or tuple, optional
+        For CUDA, the GPU whose kernels the estimate follows: ``"H100"`` (the default),
+        ``"A100"``, ``"L4"``, ... or a compute capability (``"sm80"``, ``(8, 6)``).
+    world_size : int, optional
+        Run ``fn`` as rank 0 of ``world_size`` ranks on torch's fake process group, so
+        ``fully_shard`` (FSDP2), DDP and collectives behave as on that many ranks (build the
+        model inside ``fn``). A process that has a process group already is refused.
 
-    Returns a :class:`Profile` with ``meta["estimate"] = True``; its ``*_ns`` columns count
-    positions in the run (:data:`CLOCK`), not nanoseconds.
+    Returns
+    -------
+    Profile
+        With ``meta["estimate"] = True``; its ``*_ns`` columns count positions in the run.
 
-    Raises :class:`EstimateError` (a ValueError) for a bad ``device`` or ``limit`` before
-    anything runs, and for ops a fake run cannot do (``.item()``, ``nonzero``, ops with no
-    fake implementation, tensors ``fn`` reads that were not passed to it), naming the op and
-    the line. Raises :class:`CaptureError` while a capture or another estimate runs in this
-    process (in any thread): one at a time. Exceptions ``fn`` raises itself propagate.
+    Raises
+    ------
+    EstimateError
+        A bad ``device``, ``limit`` or other option, before anything runs; an op a fake run
+        cannot do (``.item()``, ``nonzero``) or a real tensor ``fn`` reads that was not
+        passed to it, naming the op and the line.
+    CaptureError
+        A capture or another estimate runs in this process (one at a time).
+
+    Examples
+    --------
+    >>> est = jupyter_memprof.estimate(train_step, model, opt, x, y,
+    ...                                device="cuda:0", limit="24GiB")  # doctest: +SKIP
+    >>> est.meta["oom"] is None  # doctest: +SKIP
+    True
     """
     if not callable(fn):
         raise EstimateError(f"estimate() needs a function to call first, not {type(fn).__name__}")

@@ -149,15 +149,37 @@ def fit(
     """The largest batch size for which ``fn(batch, *args)`` fits in ``limit`` on
     ``device``, found by estimates (nothing runs for real).
 
-    ``fn``'s first argument is the batch size: it makes the batch itself. ``low`` and
-    ``high`` bound the sizes tried (``high=None``: no bound). What is compared with the
-    limit (:func:`footprint`) is what ``estimate(limit=...)`` judges: on a CUDA device the
-    modelled reserved peak plus the CUDA context, elsewhere the peak of allocated bytes
-    (``device`` default: the device with the highest peak).
+    Parameters
+    ----------
+    fn : callable
+        The step, called as ``fn(batch, *args)``: its first argument is the batch size,
+        and it makes its batch itself.
+    *args
+        Everything else ``fn`` uses (the model, the optimizer), replaced by fake copies.
+    limit : int or str
+        The memory limit (``"24GiB"``). On a CUDA device the modelled reserved peak plus
+        the CUDA context is compared with it, elsewhere the peak of allocated bytes.
+    device : str, optional
+        As in :func:`estimate`; default: the device with the highest peak.
+    low, high : int, optional
+        Bounds of the sizes tried (``high=None``: no bound).
 
-    Returns a :class:`Fit` (``.batch``, ``.tried``, ``.profile``). Raises
-    :class:`EstimateError` with one line for a bad limit, device or bound before anything
-    runs; an error of ``fn`` at some batch size propagates.
+    Returns
+    -------
+    Fit
+        ``.batch`` (None when even ``low`` does not fit), ``.tried`` (batch, peak_bytes,
+        fits, in the order estimated) and ``.profile`` (the estimate at ``.batch``).
+
+    Raises
+    ------
+    EstimateError
+        A bad limit, device or bound, before anything runs. An error of ``fn`` propagates.
+
+    Examples
+    --------
+    >>> def step_at(batch, model, opt):  # doctest: +SKIP
+    ...     train_step(model, opt, torch.randn(batch, 512))
+    >>> jupyter_memprof.fit(step_at, model, opt, limit="24GiB", device="cuda:0").batch
     """
     if not callable(fn):
         raise EstimateError(f"fit() needs a function to call first, not {type(fn).__name__}")

@@ -17,12 +17,38 @@ __all__ = ["load_many"]
 def load_many(
     paths_or_glob: str | os.PathLike | Iterable[str | os.PathLike], *, panel: bool = True
 ) -> ProfileSet:
-    """Load the profiles of several ranks (``"run/rank*"``, ``"run/rank{rank}"`` or a list of
-    paths) as a :class:`ProfileSet` in rank order (see
-    :func:`jupyter_memprof._results.profile_set.load_many`). With ``panel`` (the default)
-    each profile also goes into this kernel's list of profiles, labelled with its rank
-    (``"step (rank 1)"``, unless its label names its rank already), so the panel shows every rank; :func:`jupyter_memprof.release`
-    takes them out again."""
+    """Load the profiles of several ranks as a :class:`ProfileSet`, in rank order.
+
+    Each profile's rank is its ``meta["rank"]`` when every profile has a distinct one, else
+    its position in the sorted list of paths.
+
+    Parameters
+    ----------
+    paths_or_glob : str or os.PathLike or list of them
+        One glob pattern (``"run/rank*"``; ``{rank}`` counts as ``*``) or a list of paths
+        of saved profiles (zip files or Parquet folders).
+    panel : bool, default True
+        Also list each profile in this kernel's Memory profiles panel, labelled with its
+        rank (``"step (rank 1)"``); :func:`jupyter_memprof.release` takes them out again.
+
+    Returns
+    -------
+    ProfileSet
+
+    Raises
+    ------
+    FileNotFoundError
+        The pattern matches nothing, or a path does not exist.
+    ValueError
+        An empty list.
+    ProfileFileError
+        A file that does not load.
+
+    Examples
+    --------
+    >>> ps = jupyter_memprof.load_many("run/rank*")  # doctest: +SKIP
+    >>> ps.peaks()  # doctest: +SKIP
+    """
     ranks = profile_set.load_many(paths_or_glob)
     if panel:
         for prof, rank in zip(ranks.profiles, ranks.ranks):

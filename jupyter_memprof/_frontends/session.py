@@ -112,14 +112,30 @@ def release(sid: int) -> bool:
 
 
 def release_profile(prof: Profile | int | None = None) -> int:
-    """``jupyter_memprof.release``: drop every reference jupyter_memprof holds to ``prof`` (a
-    Profile, or its ``session_id``; None: every profile of the session): the session's
-    registry and the panel's list, every open dashboard of it (closed: under the cell, from
-    ``prof.show()``, in panel tabs) and ``_memprof`` when it holds that profile. Names you
-    bound yourself (``prof``, ``-o name``) still hold it; once they are gone its tables are
-    freed. Returns how many registered profiles were released. An id that is not registered
-    raises KeyError; a Profile that is not (loaded from a file, released before) is still
-    closed everywhere it is shown."""
+    """Drop every reference jupyter_memprof holds to a profile (``jupyter_memprof.release``).
+
+    That is the session's registry and the panel's list, every open dashboard of it (closed:
+    under the cell, from ``prof.show()``, in panel tabs) and ``_memprof`` when it holds that
+    profile. Names you bound yourself (``prof``, ``-o name``) still hold it; once they are
+    gone its tables are freed.
+
+    Parameters
+    ----------
+    prof : Profile or int, optional
+        The profile or its ``session_id``; None: every profile of the session. A Profile
+        that is not registered (loaded from a file, released before) is still closed
+        everywhere it is shown.
+
+    Returns
+    -------
+    int
+        How many registered profiles were released.
+
+    Raises
+    ------
+    KeyError
+        An id that is not registered.
+    """
     from .._producers.recorder import LATER, SLOT
     from .._results.profile import Profile
 

@@ -68,11 +68,34 @@ def what_if(fn: Callable, *args: Any, device: str | None = None, **changes: Any)
       that are not parameters or held by a module or optimizer) scaled; tensors the step
       makes itself are not changed (see :func:`jupyter_memprof.fit`).
 
-    Returns a :class:`~jupyter_memprof._views.compare.Comparison` (``.a`` as is, ``.b``
-    changed, ``.diff()``, both timelines in a notebook). Raises :class:`EstimateError` with
-    one line for an unknown change or a bad value (a pattern matching no module, a dtype
-    autocast does not take, a scale that does not divide an input's batch) before
-    anything runs.
+    Parameters
+    ----------
+    fn : callable
+        The step; ``fn(*args)`` as in :func:`estimate` (pass the model, the optimizer and
+        the batch).
+    *args
+        What ``fn`` is called with; replaced by fake copies, the real ones only read.
+    device : str, optional
+        The device to estimate for, as in :func:`estimate`.
+    **changes
+        The changes above, any of them together.
+
+    Returns
+    -------
+    Comparison
+        ``.a`` as is, ``.b`` changed, ``.diff()``, both timelines in a notebook.
+
+    Raises
+    ------
+    EstimateError
+        An unknown change or a bad value (a pattern matching no module, a dtype autocast
+        does not take, a scale that does not divide an input's batch), before anything runs.
+
+    Examples
+    --------
+    >>> cmp = jupyter_memprof.what_if(train_step, model, opt, x, y, device="cuda:0",
+    ...                               checkpoint=["model.blocks.*"])  # doctest: +SKIP
+    >>> cmp.diff()  # doctest: +SKIP
     """
     if not callable(fn):
         raise EstimateError(f"what_if() needs a function to call first, not {type(fn).__name__}")

@@ -92,10 +92,27 @@ class WhatIf:
 
 
 def what_if_widget(fn: Callable, *args: Any, device: str | None = None, **changes: Any) -> WhatIf:
-    """A widget with one checkbox per change (the keywords of
-    :func:`jupyter_memprof.what_if`); the step is estimated with the ticked changes and
-    compared with the step as it is. Every change is checked before anything runs (one
-    :class:`EstimateError` line); the real objects are only read."""
+    """A notebook widget with one checkbox per change of :func:`jupyter_memprof.what_if`.
+
+    The step is estimated with the ticked changes together (each combination once) and
+    compared with the step as it is; the diff updates below the checkboxes.
+
+    Parameters
+    ----------
+    fn, *args, device, **changes
+        As for :func:`jupyter_memprof.what_if`.
+
+    Returns
+    -------
+    WhatIf
+        The widget; ``.comparison`` holds the current comparison.
+
+    Raises
+    ------
+    EstimateError
+        An unknown change or a bad value, before anything runs (the real objects are only
+        read).
+    """
     dev = check_device(device)
     caller = caller_names(sys._getframe(1))
     try:

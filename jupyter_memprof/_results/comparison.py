@@ -72,9 +72,35 @@ class Comparison:
 
 
 def compare(a, b, *, device: str | None = None) -> Comparison:
-    """Compare two profiles (or saved files): both timelines on one time axis, aligned at the
-    start of the profiled code (an estimate against a real capture: one x axis each, records
-    and ms), and one byte scale, with the diff of their peaks; a click on a row highlights
-    that category, module or op in both. ``.to_html(path)`` writes it as
-    one standalone file; in a notebook it shows as a widget."""
+    """Compare two profiles: both timelines on one time axis, and the diff of their peaks.
+
+    The timelines are aligned at the start of the profiled code, on one byte scale (an
+    estimate against a real capture gets one x axis each: records and ms); a click on a row
+    of the diff highlights that category, module or op in both.
+
+    Parameters
+    ----------
+    a, b : Profile or str or os.PathLike
+        Two profiles, or the paths of saved ones.
+    device : str, optional
+        The device compared; default: each profile's device with the highest peak.
+
+    Returns
+    -------
+    Comparison
+        ``.a``, ``.b``, ``.diff(by)``, ``.summary``, ``.to_html(path)``; in a notebook it
+        shows as a widget.
+
+    Raises
+    ------
+    TypeError
+        ``a`` or ``b`` is neither a Profile nor a path.
+    ProfileFileError
+        A saved file that does not load.
+
+    Examples
+    --------
+    >>> cmp = jupyter_memprof.compare("batch32.memprof", "batch64.memprof")  # doctest: +SKIP
+    >>> cmp.summary  # doctest: +SKIP
+    """
     return Comparison(as_profile(a, "a"), as_profile(b, "b"), device=device)

@@ -23,7 +23,10 @@ _TIME_COLUMNS = {
 class Profile:
     """One captured profile: pandas tables plus the analyses and views built on them.
 
-    The tables (see the README's "Tables" section for every column):
+    A profile comes from :func:`jupyter_memprof.profile`, ``%%memprofile``,
+    :func:`jupyter_memprof.estimate` or :func:`jupyter_memprof.load`; it is not made by hand.
+    Its tables are attributes, each an ordinary DataFrame with declared dtypes (docs/tables.md
+    documents every column):
 
     - ``ops``: one row per op, module call, annotation, autograd node and optimizer call;
     - ``allocations``: one row per memory block, from allocation to free;
@@ -38,6 +41,16 @@ class Profile:
       recorded), with ``meta["reserved_peak_bytes"]``.
     - ``steps``: one row per (step, device): live bytes at its start and end, its peak and
       growth (a step ends at each ``optimizer.step()`` or :func:`jupyter_memprof.step`).
+
+    ``meta`` holds what the capture knew (devices, label, timings, ``estimate``, ``oom``,
+    ``rank``, the reserved peaks); ``kept`` a long run's kept windows, each a Profile.
+
+    Examples
+    --------
+    >>> with jupyter_memprof.profile() as prof:  # doctest: +SKIP
+    ...     train_step()
+    >>> prof.peak_by("category")  # doctest: +SKIP
+    >>> print(prof.lineage_text(prof.peak().alloc_id[0]))  # doctest: +SKIP
     """
 
     ops: pd.DataFrame
@@ -59,14 +72,18 @@ class Profile:
     # -- construction -------------------------------------------------------------------
     @classmethod
     def empty(cls, **meta: Any) -> Profile:
+        """A profile with every table empty (typed) and ``meta``: what a capture of nothing
+        gives."""
         return cls(**{name: _schema.empty(s) for name, s in _schema.TABLES.items()}, meta=meta)
 
     @property
     def tables(self) -> dict[str, pd.DataFrame]:
+        """Every table by name (``ops``, ``allocations``, ... ``steps``), in schema order."""
         return {name: getattr(self, name) for name in _schema.TABLES}
 
     @property
     def label(self) -> str:
+        """The name shown in summaries and the panel: ``meta["label"]`` or ``profile N``."""
         return str(
             self.meta.get("label")
             or (f"profile {self.session_id}" if self.session_id else "profile")
@@ -116,13 +133,36 @@ class Profile:
 
     # -- analyses -----------------------------------------------------------------------
     def lineage(self, alloc_id: int) -> pd.DataFrame:
-        """The story of one block, one row per step, time ordered (see :mod:`_lineage`)."""
+        """The story of one block: one row per step of its life, time ordered.
+
+        Parameters
+        ----------
+        alloc_id : int
+            The block (``prof.allocations.alloc_id``, ``prof.peak().alloc_id``).
+
+        Returns
+        -------
+        pandas.DataFrame
+            Its creation, every read and in-place write (with the tensor version), the
+            forward op that saved it for backward, the backward op that used it, its free.
+
+        Raises
+        ------
+        KeyError
+            No block has that ``alloc_id`` (the message names the valid range).
+        """
         from .._analysis.lineage import lineage
 
         return lineage(self.tables, alloc_id)
 
     def lineage_text(self, alloc_id: int) -> str:
-        """:meth:`lineage` as readable text for a terminal."""
+        """:meth:`lineage` as readable text for a terminal (the same parameters and errors).
+
+        Returns
+        -------
+        str
+            A heading (name, size, device, category and why), then one line per step.
+        """
         from .._views.text import lineage_text
 
         start = self.start_ns
@@ -134,41 +174,104 @@ class Profile:
         )
 
     def peak(self, device: str | None = None) -> pd.DataFrame:
-        """The blocks live at the peak of ``device`` (default: the device with the highest
-        peak), largest first; ``.attrs`` holds ``peak_bytes``, ``peak_ns`` and ``device``."""
+        """The blocks live at the peak, largest first.
+
+        Parameters
+        ----------
+        device : str, optional
+            ``"cpu"``, ``"cuda:0"``, ...; default: the device with the highest peak.
+
+        Returns
+        -------
+        pandas.DataFrame
+            Rows of :attr:`allocations`; ``.attrs`` holds ``peak_bytes``, ``peak_ns`` and
+            ``device``.
+
+        Raises
+        ------
+        ValueError
+            ``device`` is not one of :attr:`devices`.
+        """
         from .._analysis.peak import peak
 
         return peak(self.tables, device)
 
     def peak_by(self, by: str = "category", device: str | None = None) -> pd.Series:
-        """Bytes live at the peak grouped by ``"category"``, ``"module"``, ``"op"`` (the
-        allocating op's name) or ``"name"``, largest first."""
+        """Bytes live at the peak, grouped.
+
+        Parameters
+        ----------
+        by : {"category", "module", "op", "name"}
+            The grouping (``"op"``: the allocating op's name).
+        device : str, optional
+            As in :meth:`peak`.
+
+        Returns
+        -------
+        pandas.Series
+            Bytes per group, largest first.
+
+        Raises
+        ------
+        ValueError
+            An unknown ``by`` or ``device``.
+        """
         from .._analysis.peak import peak_by
 
         return peak_by(self.tables, by, device)
 
     def explain(self, device: str | None = None, rows: int = 8) -> pd.DataFrame:
-        """The peak of ``device`` (default: the highest peak) in a few groups, category x
-        module family (``activation saved by model.blocks.*``), largest first: ``bytes``
-        (the rows add up to the peak exactly), what that memory is for, and the
-        :func:`jupyter_memprof.what_if` changes that could cut it (see :mod:`_explain`).
-        At most ``rows`` groups, then one row for everything else."""
+        """The peak in a few groups, category x module family, largest first.
+
+        Parameters
+        ----------
+        device : str, optional
+            As in :meth:`peak`.
+        rows : int, default 8
+            At most this many groups, then one row for everything else.
+
+        Returns
+        -------
+        pandas.DataFrame
+            ``group``, ``category``, ``modules`` (``model.blocks.*``), ``bytes`` (the rows
+            add up to the peak exactly), ``share``, ``what`` that memory is for, and the
+            :func:`jupyter_memprof.what_if` ``changes`` that could cut it.
+
+        Raises
+        ------
+        ValueError
+            ``rows`` below 1, or an unknown ``device``.
+        """
         from .._analysis.explain import explain
 
         return explain(self.tables, device, rows)
 
     def explain_text(self, device: str | None = None, rows: int = 8) -> str:
-        """:meth:`explain` as readable text for a terminal."""
+        """:meth:`explain` as readable text for a terminal (the same parameters).
+
+        Returns
+        -------
+        str
+            The peak, then one block of lines per group: bytes, share, for what, what to try.
+        """
         from .._views.explain import explain_text
 
         return explain_text(self.explain(device, rows))
 
     def leaks(self) -> pd.DataFrame:
-        """Memory that grows with every step: one row per group of blocks made in one step
-        and still alive at the end, made again step after step, largest first, with the
-        ``holder`` (the variable or module path keeping them, when the session reached
-        them), the ``callsite`` that made them, ``bytes_per_step`` and a short ``why``.
-        Empty for a clean loop (see :mod:`jupyter_memprof._analysis.steps`)."""
+        """Memory that grows with every step.
+
+        Blocks made in one step and still alive at the end, made again step after step
+        (a step ends at ``optimizer.step()`` or :func:`jupyter_memprof.step`).
+
+        Returns
+        -------
+        pandas.DataFrame
+            One row per group of such blocks, largest first: the ``holder`` (the variable or
+            module path keeping them, when the session reached them), the ``callsite`` that
+            made them, ``bytes_per_step``, ``steps``, ``alloc_ids`` and a short ``why``.
+            Empty for a clean loop.
+        """
         if "leaks" in self.meta:  # a long run: found over all its windows
             from .._analysis.windows import leaks_from_meta
 
@@ -178,24 +281,56 @@ class Profile:
         return leaks(self.tables)
 
     def summary(self) -> dict[str, Any]:
-        """Headline numbers: peak per device, top categories at the peak, counts, timings."""
+        """Headline numbers: peak per device, top categories at the peak, counts, timings.
+
+        Returns
+        -------
+        dict
+            What ``print(prof)`` shows, as data.
+        """
         from .._views.summary import summary
 
         return summary(self)
 
     # -- views --------------------------------------------------------------------------
     def show(self, *, header: bool = True):
-        """The interactive dashboard (ipywidgets + Bokeh) for a notebook; ``header=False``
-        leaves out the summary line at its top."""
+        """The interactive dashboard (ipywidgets + Bokeh) for a notebook.
+
+        Parameters
+        ----------
+        header : bool, default True
+            ``False`` leaves out the summary line at its top.
+
+        Returns
+        -------
+        ipywidgets.Widget
+            Display it (the last expression of a cell) to see it.
+        """
         from .._views.dashboard_widget import Dashboard
 
         return Dashboard(self, header=header)
 
     def to_html(self, path: str | os.PathLike, *, overwrite: bool = False) -> str:
-        """Write the dashboard as one standalone interactive HTML file; returns the path.
+        """Write the dashboard as one standalone interactive HTML file (works offline).
 
-        An existing file is replaced only when it is such an HTML report, or with
-        ``overwrite=True``; otherwise ``FileExistsError`` names it and nothing is written."""
+        Parameters
+        ----------
+        path : str or os.PathLike
+            The file to write.
+        overwrite : bool, default False
+            Replace ``path`` even when it is not an earlier HTML report.
+
+        Returns
+        -------
+        str
+            The path written.
+
+        Raises
+        ------
+        FileExistsError
+            ``path`` exists and is not such a report (without ``overwrite``); nothing is
+            written.
+        """
         from .._views.dashboard_html import write_html
 
         return write_html(self, path, overwrite=overwrite)
@@ -203,27 +338,68 @@ class Profile:
     def export(
         self, path: str | os.PathLike, *, device: str | None = None, overwrite: bool = False
     ) -> str | list[str]:
-        """Write the profile for other tools, the format chosen by the file name:
-        ``*.raw.json.gz`` and ``*.json`` (``*.json.gz``) as torch's memory-timeline export
-        writes them, ``*.trace.json[.gz]`` (Chrome trace events, for Perfetto), ``*.html``
-        (the dashboard). ``{rank}`` in the path becomes ``meta["rank"]`` (0 outside
-        ``torch.distributed``). Returns the path written (a list when the torch formats
-        write one file per device; see :mod:`_views.exports`)."""
+        """Write the profile for other tools, the format chosen by the file name.
+
+        Parameters
+        ----------
+        path : str or os.PathLike
+            ``*.raw.json.gz`` and ``*.json`` (``*.json.gz``) as torch's memory-timeline
+            export writes them, ``*.trace.json[.gz]`` (Chrome trace events, for Perfetto),
+            ``*.html`` (the dashboard). ``{rank}`` becomes ``meta["rank"]`` (0 outside
+            ``torch.distributed``); ``{device}`` the device, for the torch formats.
+        device : str, optional
+            For the torch formats: the one device to write (default: one file each).
+        overwrite : bool, default False
+            Replace a file that is not an earlier export.
+
+        Returns
+        -------
+        str or list of str
+            The path written, or a list when the torch formats write one file per device.
+
+        Raises
+        ------
+        ExportError
+            (a ValueError) An unknown suffix, a missing folder, a device the profile does
+            not have; nothing is written.
+        FileExistsError
+            A file in the way that is not an earlier export (without ``overwrite``).
+        """
         from .._views.exports import export
 
         return export(self, self._expand(path), device=device, overwrite=overwrite)
 
     # -- persistence --------------------------------------------------------------------
     def save(self, path: str | os.PathLike, format: str = "zip", *, overwrite: bool = False) -> str:
-        """Save every table and the metadata losslessly, no pickle: ``format="zip"`` (one
-        file, a zip of JSON) or ``"parquet"`` (a folder: one Parquet file per table and
-        ``meta.json``). ``{rank}`` in the path becomes ``meta["rank"]`` (0 outside
-        ``torch.distributed``). :func:`load` reads both. Returns the absolute path.
+        """Save every table and the metadata losslessly, without pickle.
 
         Atomic: written under a temporary name in the target folder and renamed into place,
-        so a failed save leaves the previous file or folder as it was. An existing target is
-        replaced only when it is a saved profile (of that format), or with
-        ``overwrite=True``; otherwise :class:`jupyter_memprof._io.WriteRefused`."""
+        so a failed save leaves the previous file or folder as it was. :func:`load` reads
+        both formats back.
+
+        Parameters
+        ----------
+        path : str or os.PathLike
+            The file (zip) or folder (Parquet); ``{rank}`` becomes ``meta["rank"]`` (0
+            outside ``torch.distributed``).
+        format : {"zip", "parquet"}
+            One file, a zip of JSON; or a folder with one Parquet file per table and
+            ``meta.json``.
+        overwrite : bool, default False
+            Replace a target that is not a saved profile of that format.
+
+        Returns
+        -------
+        str
+            The absolute path written.
+
+        Raises
+        ------
+        ValueError
+            An unknown ``format``.
+        FileExistsError
+            The target exists and is not a saved profile (without ``overwrite``).
+        """
         path = self._expand(path)
         if format not in ("zip", "parquet"):
             raise ValueError(f"unknown format {format!r}: use 'zip' or 'parquet'")
@@ -259,11 +435,32 @@ class Profile:
 def load(path: str | os.PathLike) -> Profile:
     """Load a profile written by :meth:`Profile.save`, a zip file or a Parquet folder.
 
-    Never executes code from the file, checks sizes before decompressing anything and checks
-    every table and metadata field (see :mod:`jupyter_memprof._results.checks`): a damaged or
-    crafted file raises :class:`~jupyter_memprof.ProfileFileError` (one line naming the file
-    and what is wrong), and a profile that loads works. A path that does not exist raises
-    FileNotFoundError."""
+    Never executes code from the file; checks sizes before decompressing anything, then
+    every table and metadata field, so a profile that loads works.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The zip file or the Parquet folder.
+
+    Returns
+    -------
+    Profile
+        With its kept windows (``.kept``) when it was a long run.
+
+    Raises
+    ------
+    ProfileFileError
+        The file is damaged, truncated, crafted or not a saved profile: one line naming
+        the file and what is wrong.
+    FileNotFoundError
+        ``path`` does not exist.
+
+    Examples
+    --------
+    >>> prof.save("step.memprof")  # doctest: +SKIP
+    >>> jupyter_memprof.load("step.memprof").peak_by("category")  # doctest: +SKIP
+    """
     path = _path(path)
     if os.path.isdir(path):
         from .parquet import read_folder
@@ -323,10 +520,40 @@ def diff(
     *,
     device: str | None = None,
 ):
-    """Bytes live at the peak of ``a`` and of ``b`` per ``by`` (``"category"``,
-    ``"module"``, ``"op"`` or ``"name"``): a DataFrame indexed by the key with columns
-    ``a``, ``b``, ``delta`` (b - a) and ``ratio`` (b / a), largest change first; ``.attrs``
-    holds both peaks and a one-line ``summary``. ``a`` and ``b`` may be saved files."""
+    """Bytes live at the peak of ``a`` and of ``b``, side by side, per group.
+
+    Parameters
+    ----------
+    a, b : Profile or str or os.PathLike
+        Two profiles (from any producer) or the paths of saved ones.
+    by : {"category", "module", "op", "name"}
+        The grouping. Module paths start with the model's variable name: give both models
+        the same name for their modules to line up.
+    device : str, optional
+        The device whose peak is compared; default: each profile's highest.
+
+    Returns
+    -------
+    Diff
+        A DataFrame indexed by the key with ``a``, ``b`` (bytes), ``delta`` (b - a) and
+        ``ratio`` (b / a; ``inf`` for keys only ``b`` has), largest change first;
+        ``.attrs`` holds both peaks, devices, labels and the one-line ``summary``.
+
+    Raises
+    ------
+    ValueError
+        An unknown ``by``.
+    TypeError
+        ``a`` or ``b`` is neither a Profile nor a path.
+    ProfileFileError
+        A saved file that does not load.
+
+    Examples
+    --------
+    >>> d = jupyter_memprof.diff(plain, checkpointed, by="module")  # doctest: +SKIP
+    >>> d.attrs["summary"]  # doctest: +SKIP
+    'peak -5.5 MiB (-17%): activation -5.5 MiB, mostly model.blocks.layers.*'
+    """
     from .._analysis.diff import diff as _diff
 
     pa, pb = as_profile(a, "a"), as_profile(b, "b")

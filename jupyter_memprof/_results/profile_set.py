@@ -58,13 +58,32 @@ def _concat(frames: list[pd.DataFrame], ranks: list[int], schema: dict) -> pd.Da
 
 
 class ProfileSet:
-    """Profiles of several ranks (or runs), in rank order.
+    """Profiles of several ranks (or runs), in rank order; made by
+    :func:`jupyter_memprof.load_many`.
 
-    ``profiles`` and ``ranks`` are parallel lists; ``paths`` says where each came from. Each
-    table (``ops``, ``allocations``, ``versions``, ``events``, ``timeline``, ``flows``,
-    ``uses``, ``names``) is every profile's table concatenated, with a leading ``rank``
-    column; ids (``op_id``, ``alloc_id``, ...) are unique within a rank, so join on
-    ``(rank, id)``.
+    Each table (``ops``, ``allocations``, ``versions``, ``events``, ``timeline``, ``flows``,
+    ``uses``, ``names``, ...) is an attribute: every profile's table concatenated, with a
+    leading ``rank`` column. Ids (``op_id``, ``alloc_id``, ...) are unique within a rank, so
+    join on ``(rank, id)``. ``ps[rank]`` is one rank's :class:`Profile`.
+
+    Parameters
+    ----------
+    profiles : list of Profile
+        The profiles.
+    ranks : list of int
+        Their ranks, parallel to ``profiles``, distinct.
+    paths : list of str, optional
+        Where each came from.
+
+    Raises
+    ------
+    ValueError
+        ``ranks`` is not one distinct rank per profile.
+
+    Examples
+    --------
+    >>> ps = jupyter_memprof.load_many("run/rank*")  # doctest: +SKIP
+    >>> ps.peak_by("category")  # ranks x categories  # doctest: +SKIP
     """
 
     def __init__(
@@ -84,14 +103,30 @@ class ProfileSet:
         return len(self.profiles)
 
     def __getitem__(self, rank: int) -> Profile:
-        """The profile of ``rank``."""
+        """The profile of ``rank``; KeyError when there is none."""
         try:
             return self.profiles[self.ranks.index(rank)]
         except ValueError:
             raise KeyError(f"no profile of rank {rank} (ranks: {self.ranks})") from None
 
     def table(self, name: str) -> pd.DataFrame:
-        """One table of every profile, concatenated under a leading ``rank`` column."""
+        """One table of every profile, concatenated under a leading ``rank`` column.
+
+        Parameters
+        ----------
+        name : str
+            A table's name (``"allocations"``, ``"ops"``, ...).
+
+        Returns
+        -------
+        pandas.DataFrame
+            Its rows of every rank, the declared dtypes kept.
+
+        Raises
+        ------
+        KeyError
+            No table has that name.
+        """
         if name not in S.TABLES:
             raise KeyError(f"no table {name!r}; tables: {', '.join(S.TABLES)}")
         if name not in self._tables:
@@ -106,11 +141,18 @@ class ProfileSet:
 
     @property
     def tables(self) -> dict[str, pd.DataFrame]:
+        """Every table by name, as :meth:`table` gives it."""
         return {name: self.table(name) for name in S.TABLES}
 
     def peaks(self) -> pd.DataFrame:
-        """One row per rank: ``rank, device, peak_bytes, peak_ns`` of the device with the
-        highest peak on that rank."""
+        """Each rank's peak.
+
+        Returns
+        -------
+        pandas.DataFrame
+            One row per rank: ``rank, device, peak_bytes, peak_ns`` of the device with the
+            highest peak on that rank.
+        """
         rows = []
         for rank, prof in zip(self.ranks, self.profiles):
             attrs = prof.peak().attrs
@@ -126,8 +168,26 @@ class ProfileSet:
         return out.astype({"rank": "int64", "peak_bytes": "int64", "peak_ns": "Int64"})
 
     def peak_by(self, by: str = "category", device: str | None = None) -> pd.DataFrame:
-        """Bytes live at each rank's peak grouped by ``by`` (as :meth:`Profile.peak_by`): one
-        row per rank, one column per key, largest keys first, 0 where a rank has none."""
+        """Bytes live at each rank's peak, grouped (as :meth:`Profile.peak_by`).
+
+        Parameters
+        ----------
+        by : {"category", "module", "op", "name"}
+            The grouping.
+        device : str, optional
+            The device; default: each rank's device with the highest peak.
+
+        Returns
+        -------
+        pandas.DataFrame
+            One row per rank, one column per key, largest keys first, 0 where a rank has
+            none.
+
+        Raises
+        ------
+        ValueError
+            An unknown ``by`` or ``device``.
+        """
         series = {r: p.peak_by(by, device) for r, p in zip(self.ranks, self.profiles)}
         wide = pd.DataFrame({r: s.astype("int64") for r, s in series.items()}).T
         wide = wide.fillna(0).astype("int64")
