@@ -4,7 +4,8 @@ from __future__ import annotations
 
 
 class CaptureError(ValueError):
-    """The capture cannot start (bad device, another profiler running)."""
+    """The capture cannot start: a bad device or allocator setting, another capture or
+    estimate running in this process, or torch's profiler running already."""
 
 
 class ProfilerBusy(RuntimeError):
