@@ -75,7 +75,12 @@ def test_readme_links_lead_to_files():
 
 
 def test_readme_python_blocks_run(ipython_shell):
+    import jupyter_memprof
+    from jupyter_memprof._frontends.session import items
+
     ip = ipython_shell
+    names_before = set(ip.user_ns)
+    sessions_before = {sid for sid, _ in items()}
     try:
         for line, info, code in fenced_blocks(_readme()):
             if not runs(info):
@@ -88,5 +93,11 @@ def test_readme_python_blocks_run(ipython_shell):
         assert ip.user_ns["est"].meta["oom"] is None
         assert ip.user_ns["best"].batch > 8192
     finally:
+        # leave the shared shell as the README found it: no extension, names or profiles
         if "jupyter_memprof" in ip.extension_manager.loaded:
             ip.run_cell("%unload_ext jupyter_memprof")
+        for sid in {sid for sid, _ in items()} - sessions_before:
+            jupyter_memprof.release(sid)
+        for name in set(ip.user_ns) - names_before:
+            if not name.startswith("_"):
+                del ip.user_ns[name]
