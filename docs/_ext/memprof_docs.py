@@ -6,7 +6,8 @@
 - ``_generated/magic-options.md``: the table of ``%%memprofile``'s options, from
   ``jupyter_memprof._frontends.magic_options.OPTIONS`` (included by ``reference/magic.md``);
 - ``notebooks/``: copies of the repository's executed notebooks (rendered by myst-nb with
-  their stored outputs, never run here);
+  their stored outputs, never run here), and ``_generated/notebooks-toc.md``, their table of
+  contents (the quickstart first);
 - the pages other parts of the project add (``OPTIONAL_PAGES``) join the index's table of
   contents only when they exist, so the build passes with or without each.
 
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -29,6 +31,11 @@ ROOT = DOCS.parent
 OPTIONAL_PAGES = ("snapshots", "traces", "cli", "frameworks", "dashboard", "reliability")
 #: The line of index.md replaced by the optional pages present.
 OPTIONAL_MARKER = "OPTIONAL_PAGES"
+
+#: The notebook listed first; the others follow in name order.
+FIRST_NOTEBOOK = "quickstart"
+
+_ROLE = re.compile(r":(?:py:)?(\w+):`([^`]+)`")
 
 
 def public_names() -> list[str]:
@@ -54,6 +61,8 @@ def _kind(name: str, obj) -> str:
 def _summary(obj) -> str:
     doc = inspect.getdoc(obj) or ""
     first = doc.strip().split("\n\n")[0].replace("\n", " ").strip()
+    # reStructuredText roles (:class:`X`) as MyST writes them ({py:class}`X`)
+    first = _ROLE.sub(r"{py:\1}`\2`", first)
     return first.replace("|", "\\|")
 
 
@@ -90,7 +99,7 @@ def api_pages() -> tuple[dict[str, str], str]:
         "exception": "Errors",
         "data": "Data",
     }
-    lines = []
+    lines = ["```{py:currentmodule} jupyter_memprof", "```", ""]  # short names link
     for kind, title in titles.items():
         if rows[kind]:
             lines += [f"## {title}", "", "| name | what it is |", "|---|---|", *rows[kind], ""]
@@ -147,6 +156,11 @@ def generate(docs: Path = DOCS) -> None:
     for old in nb_dir.glob("*.ipynb"):
         if not (ROOT / "notebooks" / old.name).exists():
             old.unlink()
+    order = sorted(wanted, key=lambda nb: (nb.stem != FIRST_NOTEBOOK, nb.stem))
+    toc = "\n".join(f"notebooks/{nb.stem}" for nb in order)
+    _write(
+        docs / "_generated" / "notebooks-toc.md", f"```{{toctree}}\n:maxdepth: 1\n\n{toc}\n```\n"
+    )
 
 
 def optional_pages(docs: Path = DOCS) -> list[str]:
