@@ -105,3 +105,39 @@ def test_site_opens_in_a_browser(built_site):
         assert heading.startswith("Will my step fit on a 24 GB GPU?")
         assert page.locator("pre", has_text="jupyter_memprof.fit(").count() >= 1
         screenshot(page, "docs-howto-fit.png")
+
+
+def _pages() -> list[str]:
+    """The site's hand-written Markdown pages (generated ones are left out)."""
+    skip = ("_build", "_generated", os.path.join("reference", "api"), "notebooks")
+    out = []
+    for folder, _, files in os.walk(DOCS):
+        rel = os.path.relpath(folder, DOCS)
+        if any(rel == s or rel.startswith(s + os.sep) for s in skip):
+            continue
+        out += [os.path.join(folder, f) for f in files if f.endswith(".md")]
+    return sorted(out)
+
+
+def test_code_blocks_of_every_page_are_python():
+    """Every ``python`` and ``ipython`` block of the pages compiles (a typo in a recipe
+    fails here; running them needs the reader's model, so only the README's are run)."""
+    from IPython.core.inputtransformer2 import TransformerManager
+    from test_readme import fenced_blocks
+
+    to_python = TransformerManager().transform_cell
+    pages = _pages()
+    assert any(p.endswith(os.path.join("howto", "fit-a-gpu.md")) for p in pages)
+    compiled = 0
+    for page in pages:
+        for line, info, code in fenced_blocks(_read(page)):
+            language = (info.split() or [""])[0]
+            if language not in ("python", "ipython"):
+                continue
+            source = to_python(code) if language == "ipython" else code
+            try:
+                compile(source, f"{page}:{line}", "exec")
+            except SyntaxError as err:
+                pytest.fail(f"{os.path.relpath(page, ROOT)}:{line}: {err}")
+            compiled += 1
+    assert compiled >= 30
