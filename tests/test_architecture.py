@@ -109,6 +109,9 @@ SUBPACKAGES = {
     "_views": "views",
     "_results": "result",
     "_frontends": "frontends",
+    "_cli": "frontends",  # the command line, the pytest plugin's work, the MCP server
+    "__main__": "frontends",  # python -m jupyter_memprof
+    "pytest_plugin": "frontends",  # the pytest11 entry point
 }
 MAY_IMPORT = {
     "base": {"base"},

@@ -1,0 +1,270 @@
+"""What each subcommand does, shared by the command line (:mod:`.main`) and the MCP server
+(:mod:`.mcp_server`): each returns an :class:`Outcome`, the JSON document of
+:mod:`.schema`, the text for people and the exit code.
+
+Saved files are opened with :func:`jupyter_memprof.load` only, so every format it reads
+works here; torch is imported only by the commands that run code (``estimate``, ``fit``).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .._units import format_bytes, parse_bytes
+from . import report as _report
+from .schema import header
+
+#: Exit codes: the command's answer was good (the step fits, no leak); it was bad (over the
+#: limit, a leak, no batch fits); the command could not run (usage, file, import error).
+OK, BAD, ERROR = 0, 1, 2
+
+#: The formats ``convert`` writes, by the output's suffix.
+CONVERT_SUFFIXES = {".zip": "zip", ".parquet": "parquet", ".pickle": "snapshot", ".pkl": "snapshot"}
+
+
+class CommandError(ValueError):
+    """A command cannot run as asked: one line for the user, exit code 2."""
+
+
+@dataclass
+class Outcome:
+    document: dict[str, Any]
+    text: str
+
+    @property
+    def code(self) -> int:
+        return OK if self.document.get("ok", True) else BAD
+
+
+class Progress:
+    """Lines on stderr about long work (``--progress``); silent when off."""
+
+    def __init__(self, on: bool) -> None:
+        self.on = on
+        self.t0 = time.perf_counter()
+
+    def __call__(self, message: str) -> None:
+        if self.on:
+            print(f"[{time.perf_counter() - self.t0:6.1f}s] {message}", file=sys.stderr, flush=True)
+
+
+QUIET = Progress(False)
+
+
+def size(text: Any, what: str = "limit") -> int | None:
+    """A size option (``80GiB``, ``24 GB``, bytes) in bytes; CommandError for anything else."""
+    if text is None:
+        return None
+    try:
+        n = parse_bytes(text)
+    except ValueError as err:
+        raise CommandError(f"{what}: {err}") from None
+    if n <= 0:
+        raise CommandError(f"{what} must be more than 0 bytes, not {text!r}")
+    return n
+
+
+def open_profile(path: str):
+    """The profile in ``path``, through :func:`jupyter_memprof.load`."""
+    if not os.path.exists(path):
+        raise CommandError(f"no such file or folder: {path}")
+    from .. import load
+
+    return load(path)
+
+
+# -- commands on saved files -------------------------------------------------------------
+def summary(path: str, *, limit: Any = None, device: str | None = None, rows: int = 8) -> Outcome:
+    prof = open_profile(path)
+    doc = _report.report(
+        prof, command="summary", source=path, limit=size(limit), device=device, rows=rows
+    )
+    lines = [repr(prof)]
+    verdict = _report.verdict_text(doc["limit"])
+    if verdict:
+        lines.append(verdict)
+    return Outcome(doc, "\n".join(lines))
+
+
+def explain(path: str, *, limit: Any = None, device: str | None = None, rows: int = 8) -> Outcome:
+    prof = open_profile(path)
+    doc = _report.report(
+        prof, command="explain", source=path, limit=size(limit), device=device, rows=rows
+    )
+    lines = [prof.explain_text(device, rows)]
+    verdict = _report.verdict_text(doc["limit"])
+    if verdict:
+        lines.append(verdict)
+    return Outcome(doc, "\n".join(lines))
+
+
+def leaks(path: str) -> Outcome:
+    prof = open_profile(path)
+    doc = _report.report(prof, command="leaks", source=path)
+    return Outcome(doc, _report.leaks_text(doc["leaks"]))
+
+
+def diff(
+    a: str, b: str, *, by: str = "category", device: str | None = None, rows: int = 30
+) -> Outcome:
+    from .. import diff as _diff
+
+    pa, pb = open_profile(a), open_profile(b)
+    try:
+        d = _diff(pa, pb, by, device=device)
+    except KeyError as err:
+        raise CommandError(f"diff: {err.args[0] if err.args else err}") from None
+    return Outcome(_report.diff_document(d, a, b), d.text(rows))
+
+
+def html(path: str, output: str, *, force: bool = False, progress: Progress = QUIET) -> Outcome:
+    prof = open_profile(path)
+    progress(f"writing the dashboard of {path}")
+    written = prof.to_html(output, overwrite=force)
+    doc = {**header("html"), "source": path, "output": written, "format": "html", "ok": True}
+    return Outcome(doc, f"wrote {written}")
+
+
+def convert_format(output: str, to: str | None) -> str:
+    if to is not None:
+        return to
+    suffix = os.path.splitext(output.rstrip(os.sep))[1].lower()
+    if suffix in CONVERT_SUFFIXES:
+        return CONVERT_SUFFIXES[suffix]
+    if os.path.isdir(output):
+        return "parquet"
+    raise CommandError(
+        f"cannot tell the format from {output!r}: name it *.zip, *.parquet or *.pickle, or give --to"
+    )
+
+
+def convert(
+    path: str,
+    output: str,
+    *,
+    to: str | None = None,
+    force: bool = False,
+    progress: Progress = QUIET,
+) -> Outcome:
+    fmt = convert_format(output, to)
+    prof = open_profile(path)
+    progress(f"writing {path} as {fmt}")
+    if fmt == "snapshot":
+        to_snapshot = getattr(prof, "to_snapshot", None)
+        if to_snapshot is None:
+            raise CommandError(
+                "converting to a torch memory snapshot is not available in this version"
+            )
+        written = to_snapshot(output, overwrite=force)
+    else:
+        written = prof.save(output, format=fmt, overwrite=force)
+    doc = {**header("convert"), "source": path, "output": str(written), "format": fmt, "ok": True}
+    return Outcome(doc, f"wrote {written} ({fmt})")
+
+
+# -- commands that run a function on fake tensors ----------------------------------------
+def _resolve(target: str, roots: Sequence[str] | None, progress: Progress) -> Callable:
+    from .target import TargetError, resolve
+
+    progress(f"importing {target}")
+    try:
+        return resolve(target, roots)
+    except TargetError as err:
+        raise CommandError(str(err)) from None
+
+
+def estimate(
+    target: str,
+    *,
+    device: str | None = "cuda:0",
+    limit: Any = None,
+    gpu: str | None = None,
+    world_size: int | None = None,
+    allocator: str | None = None,
+    batch: int | None = None,
+    save: str | None = None,
+    html_out: str | None = None,
+    rows: int = 8,
+    roots: Sequence[str] | None = None,
+    progress: Progress = QUIET,
+) -> Outcome:
+    """Estimate ``target``'s step on ``device``: its report, and the verdict on ``limit``."""
+    nbytes = size(limit)
+    fn = _resolve(target, roots, progress)
+    from .. import estimate as _estimate
+    from .target import TargetError, arguments
+
+    try:
+        args, kwargs = arguments(fn, batch, target)
+    except TargetError as err:
+        raise CommandError(str(err)) from None
+    progress(
+        f"estimating {target} on {device or 'its devices'} (fake tensors: nothing is allocated)"
+    )
+    prof = _estimate(
+        fn,
+        *args,
+        device=device,
+        limit=nbytes,
+        gpu=gpu,
+        world_size=world_size,
+        allocator=allocator,
+        **kwargs,
+    )
+    progress(f"estimated in {prof.meta.get('wall_s') or 0:.1f} s")
+    doc = _report.report(prof, command="estimate", source=target, device=device, rows=rows)
+    saved = []
+    if save:
+        saved.append(prof.save(save, overwrite=True))
+    if html_out:
+        progress(f"writing the dashboard to {html_out}")
+        saved.append(prof.to_html(html_out, overwrite=True))
+    if saved:
+        doc["saved"] = [str(s) for s in saved]
+    lines = [repr(prof), prof.explain_text(device, rows)]
+    verdict = _report.verdict_text(doc["limit"])
+    if verdict:
+        lines.append(verdict)
+    lines += [f"saved {s}" for s in saved]
+    return Outcome(doc, "\n".join(lines))
+
+
+def fit(
+    target: str,
+    *,
+    limit: Any,
+    device: str | None = "cuda:0",
+    low: int = 1,
+    high: int | None = None,
+    roots: Sequence[str] | None = None,
+    progress: Progress = QUIET,
+) -> Outcome:
+    """The largest batch size at which ``target``'s step fits ``limit`` on ``device``."""
+    nbytes = size(limit)
+    if nbytes is None:
+        raise CommandError("fit needs --limit, such as --limit 80GiB")
+    fn = _resolve(target, roots, progress)
+    from .. import fit as _fit
+    from .target import TargetError, with_batch
+
+    try:
+        step = with_batch(fn, target)
+    except TargetError as err:
+        raise CommandError(str(err)) from None
+
+    def probe(batch: int) -> Any:
+        progress(f"estimating batch {batch}")
+        return step(batch)
+
+    probe.__name__ = step.__name__
+    result = _fit(probe, limit=nbytes, device=device, low=low, high=high)
+    doc = _report.fit_document(result, target)
+    text = result.text()
+    if result.profile is None:
+        text += f"\n(limit {format_bytes(nbytes)})"
+    return Outcome(doc, text)
