@@ -78,6 +78,20 @@ def open_profile(path: str):
     return load(path)
 
 
+def one_line(err: BaseException) -> str:
+    """The error as one line: its message (with its type when that says more)."""
+    text = " ".join(str(err).split()) or type(err).__name__
+    if (
+        isinstance(err, CommandError)
+        or type(err).__name__ == "UsageError"
+        or type(err).__module__.startswith("jupyter_memprof")
+    ):
+        return text
+    if isinstance(err, OSError) and err.filename is not None:
+        return f"{err.strerror or text}: {err.filename}"
+    return f"{type(err).__name__}: {text}"
+
+
 # -- commands on saved files -------------------------------------------------------------
 def summary(path: str, *, limit: Any = None, device: str | None = None, rows: int = 8) -> Outcome:
     prof = open_profile(path)

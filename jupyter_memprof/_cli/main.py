@@ -211,18 +211,6 @@ def dispatch(args: argparse.Namespace) -> C.Outcome:
     raise UsageError(f"{PROG}: error: unknown command {cmd!r}")
 
 
-def one_line(err: BaseException) -> str:
-    """The error as one line: its message (with its type when that says more)."""
-    text = " ".join(str(err).split()) or type(err).__name__
-    if isinstance(err, (C.CommandError, UsageError)) or type(err).__module__.startswith(
-        "jupyter_memprof"
-    ):
-        return text
-    if isinstance(err, OSError) and err.filename is not None:
-        return f"{err.strerror or text}: {err.filename}"
-    return f"{type(err).__name__}: {text}"
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """The command line; returns the exit code."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -246,7 +234,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{PROG}: interrupted", file=sys.stderr)
         return 130
     except Exception as err:  # every failure is one line and exit code 2
-        line = one_line(err)
+        line = C.one_line(err)
         if want_json:
             from .schema import header
 

@@ -11,6 +11,7 @@ first positional argument.
 from __future__ import annotations
 
 import importlib
+import importlib.machinery
 import importlib.util
 import inspect
 import os
@@ -64,18 +65,28 @@ def _load_script(path: str) -> Any:
 
 
 def _import(module: str, roots: Sequence[str] | None) -> Any:
+    """Import ``module``, from the current folder first (as ``python -m`` does); with
+    ``roots``, only a module whose top-level package is a file in one of them, found there
+    before anything is imported."""
+    top = module.split(".")[0]
+    if roots is not None:
+        spec = importlib.machinery.PathFinder.find_spec(top, [os.path.abspath(r) for r in roots])
+        loaded = sys.modules.get(top)
+        origin = getattr(loaded, "__file__", None) if loaded is not None else None
+        if spec is None or spec.origin is None or not within(spec.origin, roots):
+            raise TargetError(f"module {module!r} is not a file inside the allowed folders")
+        if loaded is not None and (origin is None or not within(origin, roots)):
+            raise TargetError(f"module {module!r} is not a file inside the allowed folders")
     path = list(roots) if roots else [os.getcwd()]
     for folder in reversed(path):
         folder = os.path.abspath(folder)
         if folder not in sys.path:
-            sys.path.insert(0, folder)  # as `python -m` finds modules of the current folder
+            sys.path.insert(0, folder)
     try:
         return importlib.import_module(module)
     except ModuleNotFoundError as err:
-        if err.name and module.split(".")[0] == err.name.split(".")[0]:
-            raise TargetError(
-                f"no module named {module!r} (looked in {', '.join(path)} first)"
-            ) from None
+        if err.name and top == err.name.split(".")[0]:
+            raise TargetError(f"no module named {module!r}") from None
         raise
 
 
