@@ -19,6 +19,13 @@ import pytest
 
 _KEPT = pytest.StashKey[list]()
 
+MARK_HELP = (
+    "memory_limit(limit, device=None, estimate=True, gpu=None, allocator=None, world_size=None):"
+    " fail the test when its body needs more than `limit` (e.g. '24 GiB') on `device`;"
+    " estimate=True runs the body on fake tensors (no GPU needed), False for real"
+    " (jupyter_memprof, docs/cli.md)"
+)
+
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("memprof", "jupyter_memprof memory budgets")
@@ -31,8 +38,6 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    from ._cli.budget import MARK_HELP
-
     config.addinivalue_line("markers", MARK_HELP)
     directory = config.getoption("memprof_save", None)
     if directory:

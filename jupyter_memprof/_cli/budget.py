@@ -22,14 +22,7 @@ from . import report as _report
 #: The mark's name: ``@pytest.mark.memory_limit(limit, device=None, estimate=True, ...)``.
 MARK = "memory_limit"
 
-__all__ = ["MARK", "MARK_HELP", "Budget", "BudgetError", "Memprof", "save_all", "wrap"]
-
-MARK_HELP = (
-    "memory_limit(limit, device=None, estimate=True, gpu=None, allocator=None, world_size=None):"
-    " fail the test when its body needs more than `limit` (e.g. '24 GiB') on `device`;"
-    " estimate=True runs the body on fake tensors (no GPU needed), False for real"
-    " (jupyter_memprof, docs/cli.md)"
-)
+__all__ = ["MARK", "Budget", "BudgetError", "Memprof", "save_all", "wrap"]
 
 
 class BudgetError(ValueError):
@@ -125,12 +118,17 @@ def _check(budget: Budget, prof) -> str | None:
 
 def wrap(original: Callable, marks: list, item, kept: list) -> Callable:
     """``original`` (the test function) run under its budgets; the profiles go to ``kept``."""
-    budgets = [Budget.of(m) for m in marks]
+    try:
+        budgets, bad = [Budget.of(m) for m in marks], None
+    except BudgetError as err:
+        budgets, bad = [], str(err)
 
     @functools.wraps(original)
     def run(**testargs: Any) -> Any:
         import pytest
 
+        if bad is not None:
+            pytest.fail(bad, pytrace=False)
         failures = []
         for b in (b for b in budgets if b.estimate):
             prof = _estimate(original, testargs, b, f"{item.name} (estimate)")
