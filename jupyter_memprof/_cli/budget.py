@@ -110,7 +110,12 @@ def _estimate(original: Callable, testargs: dict, budget: Budget, label: str):
 
 
 def _check(budget: Budget, prof) -> str | None:
-    verdict = _report.limit_verdict(prof, budget.limit, budget.device)
+    """The failure text when ``prof`` goes over the budget, else None. An estimate was run
+    with the budget's limit and device, and judged then (``meta["oom"]``)."""
+    if budget.estimate:
+        verdict = _report.limit_verdict(prof)
+    else:
+        verdict = _report.limit_verdict(prof, budget.limit, budget.device)
     if verdict is None or verdict["fits"]:
         return None
     return failure(budget.describe(), prof, verdict)

@@ -31,6 +31,11 @@ class CommandError(ValueError):
     """A command cannot run as asked: one line for the user, exit code 2."""
 
 
+class UsageError(CommandError):
+    """Bad arguments: the line already names the command (``jupyter-memprof summary: error:
+    ...``)."""
+
+
 @dataclass
 class Outcome:
     document: dict[str, Any]
@@ -81,11 +86,7 @@ def open_profile(path: str):
 def one_line(err: BaseException) -> str:
     """The error as one line: its message (with its type when that says more)."""
     text = " ".join(str(err).split()) or type(err).__name__
-    if (
-        isinstance(err, CommandError)
-        or type(err).__name__ == "UsageError"
-        or type(err).__module__.startswith("jupyter_memprof")
-    ):
+    if isinstance(err, CommandError) or type(err).__module__.startswith("jupyter_memprof"):
         return text
     if isinstance(err, OSError) and err.filename is not None:
         return f"{err.strerror or text}: {err.filename}"

@@ -30,15 +30,11 @@ exit codes: 0 ok (the step fits, no leak); 1 over the limit, a leak found, no ba
 EPILOG = "Each subcommand has --help. Docs: docs/cli.md. JSON schema: jupyter-memprof schema"
 
 
-class UsageError(Exception):
-    """Bad arguments: one line, exit code 2."""
-
-
 class _Parser(argparse.ArgumentParser):
     """argparse, with its errors as one line instead of the usage and the error."""
 
     def error(self, message: str):
-        raise UsageError(f"{self.prog}: error: {message} (see --help)")
+        raise C.UsageError(f"{self.prog}: error: {message} (see --help)")
 
 
 def _common(p: argparse.ArgumentParser, *, progress: bool = False) -> None:
@@ -208,7 +204,7 @@ def dispatch(args: argparse.Namespace) -> C.Outcome:
             high=args.high,
             progress=progress,
         )
-    raise UsageError(f"{PROG}: error: unknown command {cmd!r}")
+    raise C.UsageError(f"{PROG}: error: unknown command {cmd!r}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -239,15 +235,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             from .schema import header
 
             print(json.dumps({**header(command), "error": line, "ok": False}))
-        usage = isinstance(err, UsageError)
+        usage = isinstance(err, C.UsageError)
         print(line if usage else f"{PROG}: error: {line}", file=sys.stderr)
         if os.environ.get("JUPYTER_MEMPROF_TRACEBACK"):
             raise
         return C.ERROR
-    if args.json:
-        print(json.dumps(outcome.document, indent=2))
-    else:
-        print(outcome.text)
+    try:
+        print(json.dumps(outcome.document, indent=2) if args.json else outcome.text, flush=True)
+    except BrokenPipeError:  # `| head`: the reader left; say nothing more
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return outcome.code
 
 

@@ -67,6 +67,7 @@ def build(roots: Sequence[str]):
     """The server (an ``mcp`` ``MCPServer``) for these folders."""
     try:
         from mcp.server.mcpserver import MCPServer
+        from mcp.server.mcpserver.exceptions import ToolError
     except ImportError as err:
         raise C.CommandError(
             "the MCP server needs the mcp package: pip install 'jupyter_memprof[mcp]'"
@@ -77,9 +78,8 @@ def build(roots: Sequence[str]):
     for r in roots:
         if not os.path.isdir(r):
             raise C.CommandError(f"--root {r} is not a folder")
-    from mcp.server.mcpserver.exceptions import ToolError
 
-    def _answer(work) -> dict[str, Any]:
+    def answer(work) -> dict[str, Any]:
         """The tool's document, or its error as the command line's one line."""
         try:
             return work()
@@ -87,6 +87,13 @@ def build(roots: Sequence[str]):
             raise ToolError(C.one_line(err)) from None
 
     server = MCPServer("jupyter-memprof", instructions=INSTRUCTIONS, version=__version__)
+    _file_tools(server, roots, answer)
+    _run_tools(server, roots, answer)
+    return server
+
+
+def _file_tools(server, roots: list[str], answer) -> None:
+    """The tools on files: list_profiles, summary, explain, leaks, diff."""
 
     def path(p: str) -> str:
         return confine(p, roots)
@@ -95,29 +102,33 @@ def build(roots: Sequence[str]):
     def list_profiles() -> dict[str, Any]:
         """The files in the allowed folders that look like saved profiles, snapshots or
         traces (relative to the first folder), and the folders themselves."""
-        return _answer(lambda: {"roots": roots, "files": _listed(roots)})
+        return answer(lambda: {"roots": roots, "files": _listed(roots)})
 
     @server.tool()
     def summary(file: str, limit: str | None = None, device: str | None = None) -> dict[str, Any]:
         """Open a saved profile: peak per device and category, leaks, what filled the peak;
         with `limit` (e.g. "80GiB"), whether it fits on `device`."""
-        return _answer(lambda: C.summary(path(file), limit=limit, device=device).document)
+        return answer(lambda: C.summary(path(file), limit=limit, device=device).document)
 
     @server.tool()
     def explain(file: str, device: str | None = None, rows: int = 8) -> dict[str, Any]:
         """What filled the peak of `device` (default: the highest), in a few groups that add
         up to it, what each is for and which what_if changes could cut it."""
-        return _answer(lambda: C.explain(path(file), device=device, rows=rows).document)
+        return answer(lambda: C.explain(path(file), device=device, rows=rows).document)
 
     @server.tool()
     def leaks(file: str) -> dict[str, Any]:
         """Memory that grows with every step, largest first (`ok` is false when any)."""
-        return _answer(lambda: C.leaks(path(file)).document)
+        return answer(lambda: C.leaks(path(file)).document)
 
     @server.tool()
     def diff(a: str, b: str, by: str = "category", device: str | None = None) -> dict[str, Any]:
         """The peaks of two saved profiles subtracted, by category, module, op or name."""
-        return _answer(lambda: C.diff(path(a), path(b), by=by, device=device).document)
+        return answer(lambda: C.diff(path(a), path(b), by=by, device=device).document)
+
+
+def _run_tools(server, roots: list[str], answer) -> None:
+    """The tools that run a function on fake tensors: estimate, fit."""
 
     @server.tool()
     def estimate(
@@ -132,7 +143,7 @@ def build(roots: Sequence[str]):
         """Estimate the memory of MODULE:FUNCTION (or script.py:FUNCTION, in the allowed
         folders), a function that builds its model and batch and runs one step, on
         `device` without running it (no GPU needed); `limit` gives the verdict."""
-        return _answer(
+        return answer(
             lambda: (
                 C.estimate(
                     _target(target, roots),
@@ -153,7 +164,7 @@ def build(roots: Sequence[str]):
     ) -> dict[str, Any]:
         """The largest batch size at which MODULE:FUNCTION's step fits `limit` on `device`
         (the function takes the batch size), found by estimates."""
-        return _answer(
+        return answer(
             lambda: (
                 C.fit(
                     _target(target, roots),
@@ -165,8 +176,6 @@ def build(roots: Sequence[str]):
                 ).document
             )
         )
-
-    return server
 
 
 def _target(target: str, roots: Sequence[str]) -> str:
