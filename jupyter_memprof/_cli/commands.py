@@ -158,6 +158,17 @@ def convert_format(output: str, to: str | None) -> str:
     )
 
 
+def _overwrite(write: Callable, force: bool) -> dict[str, bool]:
+    """``overwrite=force`` when ``write`` takes it."""
+    import inspect
+
+    try:
+        takes = "overwrite" in inspect.signature(write).parameters
+    except (TypeError, ValueError):
+        takes = False
+    return {"overwrite": force} if takes else {}
+
+
 def convert(
     path: str,
     output: str,
@@ -175,7 +186,7 @@ def convert(
             raise CommandError(
                 "converting to a torch memory snapshot is not available in this version"
             )
-        written = to_snapshot(output, overwrite=force)
+        written = to_snapshot(output, **_overwrite(to_snapshot, force))
     else:
         written = prof.save(output, format=fmt, overwrite=force)
     doc = {**header("convert"), "source": path, "output": str(written), "format": fmt, "ok": True}
@@ -246,6 +257,7 @@ def estimate(
     if verdict:
         lines.append(verdict)
     lines += [f"saved {s}" for s in saved]
+    progress("reported")
     return Outcome(doc, "\n".join(lines))
 
 

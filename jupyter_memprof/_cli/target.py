@@ -83,6 +83,8 @@ def _import(module: str, roots: Sequence[str] | None) -> Any:
         if folder not in sys.path:
             sys.path.insert(0, folder)
     try:
+        if roots is not None and module in sys.modules:  # a server: the file as it is now
+            return importlib.reload(sys.modules[module])
         return importlib.import_module(module)
     except ModuleNotFoundError as err:
         if err.name and top == err.name.split(".")[0]:
