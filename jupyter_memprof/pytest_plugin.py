@@ -51,18 +51,20 @@ def _kept(item: pytest.Item) -> list:
     return kept
 
 
-@pytest.hookimpl(wrapper=True)
+# old-style wrappers (hookwrapper=True): they work with every pytest since 7, and this module
+# is imported by every pytest run where the package is installed
+@pytest.hookimpl(hookwrapper=True)
 def pytest_pyfunc_call(pyfuncitem: pytest.Function):
     if pyfuncitem.get_closest_marker("memory_limit") is None:
-        return (yield)
+        yield
+        return
     from ._cli.budget import MARK, wrap
 
     original = pyfuncitem.obj
-    pyfuncitem.obj = wrap(
-        original, list(pyfuncitem.iter_markers(MARK)), pyfuncitem, _kept(pyfuncitem)
-    )
+    marks = list(pyfuncitem.iter_markers(MARK))
+    pyfuncitem.obj = wrap(original, marks, pyfuncitem, _kept(pyfuncitem))
     try:
-        return (yield)
+        yield
     finally:
         pyfuncitem.obj = original
 
@@ -82,13 +84,13 @@ class _Saver:
     def __init__(self, directory: str) -> None:
         self.directory = directory
 
-    @pytest.hookimpl(wrapper=True)
+    @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call):
-        report = yield
+        outcome = yield
+        report = outcome.get_result()
         kept = item.stash.get(_KEPT, None)
         if report.when == "call" and report.failed and kept:
             from ._cli.budget import save_all
 
             written = save_all(self.directory, item.nodeid, kept)
             report.sections.append(("jupyter_memprof", "saved " + ", ".join(written)))
-        return report

@@ -145,6 +145,9 @@ def test_bad_arguments_and_files_are_one_line_and_exit_2(files):
         ["estimate", "cli_steps"],
         ["fit", "cli_steps:step"],
         ["summary", "missing.zip", "--json"],  # 14
+        ["estimate", "cli_steps:reads_values", "--batch", "4"],
+        ["estimate", "cli_steps:step", "--device", "tpu"],
+        ["estimate", "cli_steps:step", "--world-size", "0"],
     ]
     r = run_many(argvs, cwd=folder)
     for result in r:
@@ -165,6 +168,9 @@ def test_bad_arguments_and_files_are_one_line_and_exit_2(files):
     assert "--limit" in _one_line(r[13])
     doc = _doc(r[14])
     assert doc["ok"] is False and "missing.zip" in doc["error"] and doc["command"] == "summary"
+    assert "takes no batch size" in _one_line(r[15])
+    assert "tpu" in _one_line(r[16])
+    assert "world_size" in _one_line(r[17])
 
 
 def test_estimate_and_fit_by_import_path(files):
