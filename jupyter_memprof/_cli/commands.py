@@ -12,7 +12,6 @@ import os
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from .._units import format_bytes, parse_bytes
@@ -36,14 +35,35 @@ class UsageError(CommandError):
     ...``)."""
 
 
-@dataclass
 class Outcome:
-    document: dict[str, Any]
-    text: str
+    """A command's answer: its JSON document and its text, each made when first asked for
+    (the command line prints one of them), and the exit code: ``ok`` when given, else the
+    document's ``ok``."""
+
+    def __init__(
+        self,
+        document: dict[str, Any] | Callable[[], dict[str, Any]],
+        text: str | Callable[[], str],
+        ok: bool | None = None,
+    ) -> None:
+        self._document, self._text, self._ok = document, text, ok
+
+    @property
+    def document(self) -> dict[str, Any]:
+        if callable(self._document):
+            self._document = self._document()
+        return self._document
+
+    @property
+    def text(self) -> str:
+        if callable(self._text):
+            self._text = self._text()
+        return self._text
 
     @property
     def code(self) -> int:
-        return OK if self.document.get("ok", True) else BAD
+        ok = self.document.get("ok", True) if self._ok is None else self._ok
+        return OK if ok else BAD
 
 
 class Progress:
@@ -94,34 +114,43 @@ def one_line(err: BaseException) -> str:
 
 
 # -- commands on saved files -------------------------------------------------------------
+def _lines(*lines: str | None) -> str:
+    return "\n".join(line for line in lines if line)
+
+
 def summary(path: str, *, limit: Any = None, device: str | None = None, rows: int = 8) -> Outcome:
     prof = open_profile(path)
-    doc = _report.report(
-        prof, command="summary", source=path, limit=size(limit), device=device, rows=rows
+    verdict = _report.limit_verdict(prof, size(limit), device)
+    return Outcome(
+        lambda: _report.report(
+            prof, command="summary", source=path, device=device, rows=rows, verdict=verdict
+        ),
+        lambda: _lines(repr(prof), _report.verdict_text(verdict)),
+        ok=verdict is None or verdict["fits"],
     )
-    lines = [repr(prof)]
-    verdict = _report.verdict_text(doc["limit"])
-    if verdict:
-        lines.append(verdict)
-    return Outcome(doc, "\n".join(lines))
 
 
 def explain(path: str, *, limit: Any = None, device: str | None = None, rows: int = 8) -> Outcome:
     prof = open_profile(path)
-    doc = _report.report(
-        prof, command="explain", source=path, limit=size(limit), device=device, rows=rows
+    verdict = _report.limit_verdict(prof, size(limit), device)
+    return Outcome(
+        lambda: _report.report(
+            prof, command="explain", source=path, device=device, rows=rows, verdict=verdict
+        ),
+        lambda: _lines(prof.explain_text(device, rows), _report.verdict_text(verdict)),
+        ok=verdict is None or verdict["fits"],
     )
-    lines = [prof.explain_text(device, rows)]
-    verdict = _report.verdict_text(doc["limit"])
-    if verdict:
-        lines.append(verdict)
-    return Outcome(doc, "\n".join(lines))
 
 
 def leaks(path: str) -> Outcome:
     prof = open_profile(path)
-    doc = _report.report(prof, command="leaks", source=path)
-    return Outcome(doc, _report.leaks_text(doc["leaks"]))
+    verdict = _report.limit_verdict(prof)
+    rows = _report.leaks_part(prof)
+    return Outcome(
+        lambda: _report.report(prof, command="leaks", source=path, verdict=verdict, leaks=rows),
+        lambda: _report.leaks_text(rows),
+        ok=not rows and (verdict is None or verdict["fits"]),
+    )
 
 
 def diff(

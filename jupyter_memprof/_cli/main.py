@@ -226,6 +226,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             serve(args.root)
             return C.OK
         outcome = dispatch(args)
+        answer = json.dumps(outcome.document, indent=2) if args.json else outcome.text
+        code = outcome.code
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted", file=sys.stderr)
         return 130
@@ -241,10 +243,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         return C.ERROR
     try:
-        print(json.dumps(outcome.document, indent=2) if args.json else outcome.text, flush=True)
+        print(answer, flush=True)
     except BrokenPipeError:  # `| head`: the reader left; say nothing more
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-    return outcome.code
+    return code
 
 
 def run() -> None:

@@ -112,6 +112,10 @@ def leaks_part(prof: Profile) -> list[dict[str, Any]]:
     ]
 
 
+#: ``report(verdict=...)`` not given: judge the limit there.
+_JUDGE = object()
+
+
 def report(
     prof: Profile,
     *,
@@ -120,9 +124,13 @@ def report(
     limit: int | None = None,
     device: str | None = None,
     rows: int = 8,
+    verdict: Any = _JUDGE,
+    leaks: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """The :data:`.schema.REPORT` of one profile. ``ok`` is false when it goes over the
-    limit, and for ``leaks`` also when memory grows with every step."""
+    limit, and for ``leaks`` also when memory grows with every step. ``verdict`` and
+    ``leaks``, when the caller has them already: :func:`limit_verdict` of ``limit`` on
+    ``device``, and :func:`leaks_part`."""
     summary = prof.summary()
     peaks = [
         {
@@ -133,8 +141,10 @@ def report(
         }
         for dev, p in summary["peaks"].items()
     ]
-    verdict = limit_verdict(prof, limit, device)
-    leaks = leaks_part(prof)
+    if verdict is _JUDGE:
+        verdict = limit_verdict(prof, limit, device)
+    if leaks is None:
+        leaks = leaks_part(prof)
     ok = verdict is None or verdict["fits"]
     if command == "leaks":
         ok = ok and not leaks
