@@ -12,6 +12,7 @@ import jsonschema
 import pytest
 from _cli_support import PARAMETER_BYTES, ROOT, run_cli, run_many, save_profiles, write_steps
 
+import jupyter_memprof
 from jupyter_memprof._cli.main import build_parser
 from jupyter_memprof._cli.schema import NAME, SCHEMA, VERSION
 from jupyter_memprof._results.profile import Profile
@@ -81,6 +82,8 @@ def test_saved_files_exit_codes_and_json(files):
         ["explain", "clean.zip"],
         ["summary", "clean.zip", "--limit", "1KiB", "--json"],
         ["--help"],
+        ["schema"],
+        ["--version"],
     ]
     r = run_many(argvs, cwd=folder)
     assert r[0]["code"] == 1 and re.search(r"^OVER 1\.0 KiB on cpu: needs", r[0]["stdout"], re.M)
@@ -109,8 +112,6 @@ def test_saved_files_exit_codes_and_json(files):
     doc = _doc(r[8])
     assert doc["format"] == "parquet" and (folder / "again.parquet" / "meta.json").exists()
     assert r[9]["code"] == 0
-    import jupyter_memprof
-
     again = jupyter_memprof.load(folder / "again.zip")
     assert again.allocations.equals(profiles["clean"].allocations)
     if snapshot:
@@ -122,6 +123,8 @@ def test_saved_files_exit_codes_and_json(files):
     over = doc["limit"]["first_over"]
     assert r[12]["code"] == 1 and over["device"] == "cpu" and over["bytes"] > 1024
     assert r[13]["code"] == 0 and all(c in r[13]["stdout"] for c in ("summary", "estimate", "mcp"))
+    assert r[14]["code"] == 0 and json.loads(r[14]["stdout"]) == SCHEMA
+    assert r[15]["stdout"].strip() == f"jupyter-memprof {jupyter_memprof.__version__}"
 
 
 def test_bad_arguments_and_files_are_one_line_and_exit_2(files):
