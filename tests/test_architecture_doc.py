@@ -23,7 +23,7 @@ def _package_modules() -> list[Path]:
     return [
         p.relative_to(PACKAGE)
         for p in PACKAGE.rglob("*.py")
-        if "labextension" not in p.parts and p.name != "__init__.py"
+        if "labextension" not in p.parts and p.name not in ("__init__.py", "__main__.py")
     ]
 
 
