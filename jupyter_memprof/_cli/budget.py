@@ -37,8 +37,8 @@ class Budget:
     text: str
     device: str | None
     estimate: bool
-    gpu: Any = None
-    allocator: str | None = None
+    gpu: Any = None  # the parsed GPU and allocator settings (estimate's checks)
+    allocator: Any = None
     world_size: int | None = None
 
     @classmethod
@@ -53,9 +53,15 @@ class Budget:
         unknown = sorted(set(kw) - known)
         if unknown:
             raise BudgetError(f"memory_limit has no option {', '.join(unknown)}")
+        from .._frontends.estimate import check_allocator, check_gpu
+        from .._producers.fake_dist import check_world_size
+
         try:
             nbytes = check_limit(limit)
             device = check_device(kw.get("device"))
+            gpu = check_gpu(kw.get("gpu"))
+            allocator = check_allocator(kw.get("allocator"))
+            world_size = check_world_size(kw.get("world_size"))
         except ValueError as err:
             raise BudgetError(f"memory_limit: {err}") from None
         if nbytes is None:
@@ -65,9 +71,9 @@ class Budget:
             text=str(limit),
             device=device,
             estimate=bool(kw.get("estimate", True)),
-            gpu=kw.get("gpu"),
-            allocator=kw.get("allocator"),
-            world_size=kw.get("world_size"),
+            gpu=gpu,
+            allocator=allocator,
+            world_size=world_size,
         )
 
     def describe(self) -> str:
@@ -91,8 +97,7 @@ def failure(budget_text: str, prof, verdict: dict[str, Any]) -> str:
 
 
 def _estimate(original: Callable, testargs: dict, budget: Budget, label: str):
-    from .._frontends.estimate import check_allocator, check_gpu, run_estimate
-    from .._producers.fake_dist import check_world_size
+    from .._frontends.estimate import run_estimate
 
     return run_estimate(
         lambda kw: original(**kw),
@@ -102,9 +107,9 @@ def _estimate(original: Callable, testargs: dict, budget: Budget, label: str):
         limit=budget.limit,
         names={},
         label=label,
-        allocator=check_allocator(budget.allocator),
-        gpu=check_gpu(budget.gpu),
-        world_size=check_world_size(budget.world_size),
+        allocator=budget.allocator,
+        gpu=budget.gpu,
+        world_size=budget.world_size,
         remember=False,
     )
 

@@ -119,8 +119,9 @@ def _lines(*lines: str | None) -> str:
 
 
 def summary(path: str, *, limit: Any = None, device: str | None = None, rows: int = 8) -> Outcome:
+    nbytes = size(limit)  # a bad size is said before the file is read
     prof = open_profile(path)
-    verdict = _report.limit_verdict(prof, size(limit), device)
+    verdict = _report.limit_verdict(prof, nbytes, device)
     return Outcome(
         lambda: _report.report(
             prof, command="summary", source=path, device=device, rows=rows, verdict=verdict
@@ -131,8 +132,9 @@ def summary(path: str, *, limit: Any = None, device: str | None = None, rows: in
 
 
 def explain(path: str, *, limit: Any = None, device: str | None = None, rows: int = 8) -> Outcome:
+    nbytes = size(limit)  # a bad size is said before the file is read
     prof = open_profile(path)
-    verdict = _report.limit_verdict(prof, size(limit), device)
+    verdict = _report.limit_verdict(prof, nbytes, device)
     return Outcome(
         lambda: _report.report(
             prof, command="explain", source=path, device=device, rows=rows, verdict=verdict
