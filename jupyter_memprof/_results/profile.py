@@ -369,6 +369,17 @@ class Profile:
 
         return export(self, self._expand(path), device=device, overwrite=overwrite)
 
+    def to_snapshot(self, path: str | os.PathLike, *, overwrite: bool = False) -> str:
+        """Write the profile as a torch memory snapshot pickle (what
+        ``torch.cuda.memory._dump_snapshot`` writes), for memory_viz
+        (https://pytorch.org/memory_viz) and ``torch.cuda._memory_viz``: every allocation and
+        free with its op chain and callsite as frames and our ``category`` on each allocation,
+        the blocks alive at the end as segments. ``{rank}`` in the path becomes
+        ``meta["rank"]``. Returns the absolute path (see :mod:`_views.snapshot_export`)."""
+        from .._views.snapshot_export import write_snapshot
+
+        return write_snapshot(self, self._expand(path), overwrite=overwrite)
+
     # -- persistence --------------------------------------------------------------------
     def save(self, path: str | os.PathLike, format: str = "zip", *, overwrite: bool = False) -> str:
         """Save every table and the metadata losslessly, without pickle.
