@@ -73,15 +73,26 @@ class _Frame:
         self.end, self.callsite, self.autograd = end, callsite, autograd
 
 
-def _python_frame(span: Span, outer: _Frame | None) -> _Frame:
-    m = _FRAME.match(span.name)
-    callsite = outer.callsite if outer else None
-    autograd = outer.autograd if outer else False
-    if m:
-        file, fn = m["file"], m["fn"]
-        if not any(lib in file for lib in _LIBRARY):
-            callsite = f"{file}:{m['line']} in {fn}"
-        autograd = autograd or any(file.endswith(f) and fn == n for f, n in _BACKWARD_ENTRY)
+def _frame_facts(name: str) -> tuple[str | None, bool]:
+    """What a python_function event's name says: the callsite when it is user code, and
+    whether it is the backward pass itself."""
+    m = _FRAME.match(name)
+    if not m:
+        return None, False
+    file, fn = m["file"], m["fn"]
+    user = not any(lib in file for lib in _LIBRARY)
+    autograd = any(file.endswith(f) and fn == n for f, n in _BACKWARD_ENTRY)
+    return (f"{file}:{m['line']} in {fn}" if user else None), autograd
+
+
+def _python_frame(span: Span, outer: _Frame | None, memo: dict) -> _Frame:
+    facts = memo.get(span.name)
+    if facts is None:
+        facts = memo[span.name] = _frame_facts(span.name)
+    callsite, autograd = facts
+    if outer is not None:
+        callsite = callsite or outer.callsite
+        autograd = autograd or outer.autograd
     return _Frame(span.end_ns, callsite, autograd)
 
 
@@ -121,6 +132,7 @@ def _walk(spans: list[Span], mems: list[Mem]):
     mem_op = [NO_ID] * len(mems)
     open_ops: dict[int, list[_Open]] = defaultdict(list)
     open_py: dict[int, list[_Frame]] = defaultdict(list)
+    memo: dict[str, tuple[str | None, bool]] = {}
     for t, what, _, i in _ordered(spans, mems):
         tid = spans[i].tid if what == 0 else mems[i].tid
         st, py = open_ops[tid], open_py[tid]
@@ -134,7 +146,7 @@ def _walk(spans: list[Span], mems: list[Mem]):
         s = spans[i]
         frame = py[-1] if py else None
         if s.cat == "python_function" and not s.name.startswith(_MODULE_PREFIX):
-            py.append(_python_frame(s, frame))
+            py.append(_python_frame(s, frame, memo))
             continue
         top = st[-1] if st else _OUTSIDE
         op_id = len(ops)
