@@ -241,6 +241,12 @@ META_FIELDS = {
         v, lambda x: type(x) is dict and all(nonneg_int(n) for n in x.values())
     ),
     "tensor_ids": lambda v: type(v) is bool,
+    "snapshot_error": _str,
+    "snapshot_oom": lambda v: (
+        type(v) is dict
+        and is_device_name(v.get("device"))
+        and all(nonneg_int(v.get(k, 0)) for k in v if k != "device")
+    ),
     "trace": lambda v: _trace(v),
 }
 

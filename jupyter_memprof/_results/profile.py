@@ -67,6 +67,9 @@ class Profile:
     #: a long run's kept steps ("first", "peak", "last", step numbers) -> their window's
     #: profile (``profile(steps=N)``), saved with it (:mod:`.kept`); empty otherwise
     kept: dict[Any, Profile] = field(default_factory=dict, compare=False, repr=False)
+    #: CUDA's own allocator snapshot recorded during the capture (``profile(snapshot=True)``):
+    #: plain data as ``torch.cuda.memory._snapshot()`` returns it; None otherwise
+    snapshot: dict | None = field(default=None, compare=False, repr=False)
     session_id: int | None = field(default=None, compare=False)
 
     # -- construction -------------------------------------------------------------------
