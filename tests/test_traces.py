@@ -260,6 +260,15 @@ def test_hostile_traces_are_one_line(tmp_path):
     (tmp_path / "cut.json.gz").write_bytes(gzip.compress(b'{"traceEvents": []}')[:-6])
     assert "not a readable trace" in _refused(tmp_path / "cut.json.gz")
     assert "folder" in _refused(tmp_path)
+    no_memory = [_op("aten::add", 1.0, 1.0)]
+    assert "profile_memory=True" in _refused(_write(tmp_path / "nomem.json", no_memory))
+
+
+def test_odd_input_dims_are_left_out(tmp_path):
+    deep = [[1, 2], [[3], [4]], [[[5]]], [1 << 70], "x"]
+    events = [_op("aten::cat", 1.0, 5.0, **{"Input Dims": deep}), _mem(2.0, 64, 16, 16, 0, 0)]
+    prof = jupyter_memprof.load_trace(_write(tmp_path / "dims.json", events))
+    assert prof.ops["input_shapes"].tolist() == [[[1, 2], [[3], [4]], [], [], []]]
 
 
 def test_gzip_bomb_stops_at_the_cap(tmp_path, monkeypatch):

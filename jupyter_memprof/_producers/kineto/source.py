@@ -182,11 +182,29 @@ def _span(e: dict, cat: str, base_ns: int) -> Span:
         raise _Bad("args is not an object")
     seq = args.get("Sequence number", -1)
     seq = _int(seq, "Sequence number", -1, 1 << 63) if seq is not None else -1
-    shapes = args.get("Input Dims")
-    if type(shapes) is not list:
-        shapes = []
+    shapes = _shapes(args.get("Input Dims"))
     s_ns = _ns(start, base_ns)
     return Span(cat, name, tid, s_ns, max(s_ns, _ns(start + max(dur, 0.0), base_ns)), seq, shapes)
+
+
+def _shapes(dims) -> list:
+    """``Input Dims`` as the ops table keeps input shapes: a list of shapes (lists of
+    ints), a tensor list as a list of shapes; anything else is left out (an empty list)."""
+    if type(dims) is not list or len(dims) > 4096:
+        return []
+    out = []
+    for d in dims:
+        if type(d) is list and all(_dim(x) for x in d):
+            out.append(d)
+        elif type(d) is list and all(type(x) is list and all(_dim(y) for y in x) for x in d):
+            out.append(d)
+        else:
+            out.append([])
+    return out
+
+
+def _dim(x) -> bool:
+    return type(x) is int and 0 <= x < 1 << 62
 
 
 def _mem(e: dict, base_ns: int, oom: bool) -> Mem:
@@ -278,6 +296,10 @@ def read_file(path: str) -> TraceFile:
                     mems.append(m)
         except _Bad as exc:
             raise ProfileFileError(f"{where}: event {i} ({_brief(e.get('name'))}): {exc}") from None
+    if not mems:
+        raise ProfileFileError(
+            f"{where} has no memory events: torch's profiler writes them with profile_memory=True"
+        )
     rank, world = _rank(top)
     info = {
         k: v
