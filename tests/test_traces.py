@@ -264,6 +264,20 @@ def test_hostile_traces_are_one_line(tmp_path):
     assert "profile_memory=True" in _refused(_write(tmp_path / "nomem.json", no_memory))
 
 
+def test_ops_that_touch_are_siblings(tmp_path):
+    events = [
+        _op("aten::a", 10.0, 0.5),
+        _op("aten::b", 10.5, 0.5),  # starts where a ends
+        _op("aten::c", 10.5, 0.2),  # inside b
+        _mem(10.5, 64, 16, 16, 0, 0),  # at a's last instant and b's first: b's (c's)
+    ]
+    prof = jupyter_memprof.load_trace(_write(tmp_path / "touch.json", events))
+    ops = prof.ops.set_index("name")
+    assert pd.isna(ops.loc["aten::b", "parent_id"])
+    assert ops.loc["aten::c", "parent_id"] == ops.loc["aten::b", "op_id"]
+    assert prof.allocations["alloc_op_id"].tolist() == [ops.loc["aten::c", "op_id"]]
+
+
 def test_odd_input_dims_are_left_out(tmp_path):
     deep = [[1, 2], [[3], [4]], [[[5]]], [1 << 70], "x"]
     events = [_op("aten::cat", 1.0, 5.0, **{"Input Dims": deep}), _mem(2.0, 64, 16, 16, 0, 0)]

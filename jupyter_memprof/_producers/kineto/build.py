@@ -136,9 +136,13 @@ def _walk(spans: list[Span], mems: list[Mem]):
     for t, what, _, i in _ordered(spans, mems):
         tid = spans[i].tid if what == 0 else mems[i].tid
         st, py = open_ops[tid], open_py[tid]
-        while st and st[-1].end < t:
+        # an event ends where the next one on its thread starts (times are rounded to the
+        # microsecond's thousandths): a span there is the next, not a child; a memory event
+        # at an op's last instant is still the op's
+        closed = t if what == 1 else t + 1
+        while st and st[-1].end < closed:
             st.pop()
-        while py and py[-1].end < t:
+        while py and py[-1].end < closed:
             py.pop()
         if what == 1:
             mem_op[i] = st[-1].op_id if st else NO_ID
