@@ -134,64 +134,68 @@ def _walk(spans: list[Span], mems: list[Mem]):
     open_py: dict[int, list[_Frame]] = defaultdict(list)
     memo: dict[str, tuple[str | None, bool]] = {}
     for t, what, _, i in _ordered(spans, mems):
-        tid = spans[i].tid if what == 0 else mems[i].tid
+        s = spans[i] if what == 0 else None
+        tid = s.tid if s is not None else mems[i].tid
         st, py = open_ops[tid], open_py[tid]
         # an event ends where the next one on its thread starts (times are rounded to the
         # microsecond's thousandths): a span there is the next, not a child; a memory event
         # at an op's last instant is still the op's
-        closed = t if what == 1 else t + 1
+        closed = t + 1 if s is not None else t
         while st and st[-1].end < closed:
             st.pop()
         while py and py[-1].end < closed:
             py.pop()
-        if what == 1:
+        if s is None:
             mem_op[i] = st[-1].op_id if st else NO_ID
             continue
-        s = spans[i]
         frame = py[-1] if py else None
         if s.cat == "python_function" and not s.name.startswith(_MODULE_PREFIX):
             py.append(_python_frame(s, frame, memo))
             continue
         top = st[-1] if st else _OUTSIDE
-        op_id = len(ops)
-        module_index = NO_ID
-        module_ctx = top.module_ctx
-        if s.cat == "python_function":
-            kind = OpKind.MODULE
-            module_index = len(modules)
-            modules.append(s.name[len(_MODULE_PREFIX) :])
-            module_ctx = op_id
-        else:
-            kind = _kind(s, top.kind)
-        backward = top.backward or kind is OpKind.BACKWARD or bool(frame and frame.autograd)
-        optimizer = top.optimizer or kind is OpKind.OPTIMIZER
-        node = top.node
-        if node < 0 and kind in (OpKind.OP, OpKind.BACKWARD):
-            node = op_id
-        ops.append(
-            OpRecord(
-                op_id=op_id,
-                parent_id=top.op_id,
-                depth=top.depth + 1,
-                name=s.name,
-                kind=kind,
-                start_ns=s.start_ns,
-                end_ns=s.end_ns,
-                thread=tid,
-                seq_nr=s.seq_nr if s.seq_nr >= 0 else NO_ID,
-                backward=backward,
-                optimizer=optimizer,
-                module_index=module_index,
-                module_ctx=top.module_ctx,
-                callsite=frame.callsite if frame else None,
-                input_shapes=s.shapes,
-                node_id=node,
-            )
-        )
+        op = _op(s, len(ops), top, frame, modules)
+        ops.append(op)
         st.append(
-            _Open(s.end_ns, op_id, top.depth + 1, node, module_ctx, backward, optimizer, kind)
-        )
+            _Open(
+                op.end_ns, op.op_id, op.depth, op.node_id,
+                op.op_id if op.kind is OpKind.MODULE else top.module_ctx,
+                op.backward, op.optimizer, op.kind,
+            )
+        )  # fmt: skip
     return ops, modules, mem_op
+
+
+def _op(s: Span, op_id: int, top: _Open, frame: _Frame | None, modules: list[str]) -> OpRecord:
+    """The op record of span ``s`` inside ``top`` (the innermost open op of its thread)."""
+    module_index = NO_ID
+    if s.cat == "python_function":  # an nn.Module call
+        kind = OpKind.MODULE
+        module_index = len(modules)
+        modules.append(s.name[len(_MODULE_PREFIX) :])
+    else:
+        kind = _kind(s, top.kind)
+    backward = top.backward or kind is OpKind.BACKWARD or (frame is not None and frame.autograd)
+    node = top.node
+    if node < 0 and (kind is OpKind.OP or kind is OpKind.BACKWARD):
+        node = op_id
+    return OpRecord(
+        op_id,
+        top.op_id,
+        top.depth + 1,
+        s.name,
+        kind,
+        s.start_ns,
+        s.end_ns,
+        s.tid,
+        s.seq_nr if s.seq_nr >= 0 else NO_ID,
+        backward,
+        top.optimizer or kind is OpKind.OPTIMIZER,
+        module_index,
+        top.module_ctx,
+        frame.callsite if frame is not None else None,
+        s.shapes,
+        node,
+    )
 
 
 def _memory(mems: list[Mem], mem_op: list[int]) -> tuple[list[MemoryRecord], dict]:
