@@ -28,6 +28,7 @@ __all__ = ["MAX_JSON_BYTES", "Mem", "Span", "TraceFile", "looks_like_trace", "re
 MAX_JSON_BYTES = 8 << 30
 _GZIP_MAGIC = b"\x1f\x8b"
 _CHUNK = 1 << 24
+_HEAD = 1 << 16
 #: ts and dur in microseconds: beyond this (about 30 years after 1970) a time is not one
 _MAX_US = 1e15
 _U64 = 1 << 64
@@ -86,18 +87,20 @@ def _one_line(exc: BaseException) -> str:
 
 def looks_like_trace(path: str) -> bool:
     """Whether ``path`` is a file that starts as a Chrome trace does (a JSON object or list,
-    plain or gzip): read by content, not by name. Reads at most a few KiB."""
+    plain or gzip): read by content, not by name. Reads at most :data:`_HEAD` bytes (a
+    trace of many GPUs lists their properties before its events)."""
     try:
         with open(path, "rb") as fh:
-            head = fh.read(4096)
+            head = fh.read(_HEAD)
             if head[:2] == _GZIP_MAGIC:
                 fh.seek(0)
                 with gzip.GzipFile(fileobj=fh) as gz:
-                    head = gz.read(4096)
+                    head = gz.read(_HEAD)
     except (OSError, EOFError, zlib.error):
         return False
     text = head.lstrip()
-    return text[:1] in (b"{", b"[") and (b'"traceEvents"' in text or b'"ph"' in text)
+    keys = (b'"traceEvents"', b'"ph"', b'"schemaVersion"', b'"deviceProperties"')
+    return text[:1] in (b"{", b"[") and any(k in text for k in keys)
 
 
 def _read_bytes(path: str, where: str) -> bytes:
