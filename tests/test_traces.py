@@ -117,6 +117,12 @@ def test_load_recognises_traces_by_content(pair, loaded, tmp_path):
     assert back.peak_by().to_dict() == prof.peak_by().to_dict()
 
 
+def test_our_own_chrome_export_is_told_apart(loaded, tmp_path):
+    path = loaded.export(tmp_path / "ours.trace.json")
+    with pytest.raises(ProfileFileError, match="jupyter_memprof exported"):
+        jupyter_memprof.load(path)
+
+
 def test_to_snapshot_of_a_trace(loaded, tmp_path):
     import pickle
 

@@ -299,6 +299,12 @@ def read_file(path: str) -> TraceFile:
                     mems.append(m)
         except _Bad as exc:
             raise ProfileFileError(f"{where}: event {i} ({_brief(e.get('name'))}): {exc}") from None
+    other = top.get("otherData")
+    if not mems and isinstance(other, dict) and other.get("generator") == "jupyter_memprof":
+        raise ProfileFileError(
+            f"{where} is a Chrome trace jupyter_memprof exported (for Perfetto), with no "
+            "memory events to read back: load the profile saved with prof.save() instead"
+        )
     if not mems:
         raise ProfileFileError(
             f"{where} has no memory events: torch's profiler writes them with profile_memory=True"
