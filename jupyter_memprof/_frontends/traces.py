@@ -22,13 +22,40 @@ _RANK_IN_NAME = re.compile(r"(?:rank|_r)[_-]?(\d+)", re.IGNORECASE)
 
 
 def load_trace(path: str | os.PathLike, *, label: str | None = None) -> Profile:
-    """Load a Chrome/Kineto trace written by torch's profiler with ``profile_memory=True``
-    (``prof.export_chrome_trace(...)``, ``tensorboard_trace_handler``; plain JSON or
-    ``.gz``) as a :class:`Profile`: blocks paired from the ``[memory]`` events, each with the
-    op and callsite around it, phases from the autograd and optimizer events, steps from
-    ``ProfilerStep#N``. A trace has no tensor ids, so categories come from when blocks were
-    made and freed (``meta["tensor_ids"]`` is False). A damaged or crafted file raises
-    :class:`~jupyter_memprof.ProfileFileError` (one line)."""
+    """Load a trace torch's profiler wrote with ``profile_memory=True`` as a profile.
+
+    ``prof.export_chrome_trace(...)`` and ``tensorboard_trace_handler`` write them (plain JSON
+    or ``.gz``). Blocks are paired from the ``[memory]`` events by address, each with the op
+    and callsite around it; phases come from the autograd and optimizer events, steps from
+    ``ProfilerStep#N``. A trace has no tensor ids, so categories follow when blocks were made
+    and freed (``meta["tensor_ids"]`` is False; see docs/traces.md).
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The trace file (``*.pt.trace.json``, ``*.json.gz``, any name).
+    label : str, optional
+        The profile's name in summaries; default: the file's name without its suffixes.
+
+    Returns
+    -------
+    Profile
+        ``meta["trace"]`` holds the trace's own fields and its ``[OutOfMemory]`` events;
+        ``meta["rank"]`` comes from its distributed info, else a ``rank<N>`` in its name.
+
+    Raises
+    ------
+    ProfileFileError
+        The file is not such a trace, is damaged or crafted, or holds no memory events:
+        one line naming the file and what is wrong.
+    FileNotFoundError
+        ``path`` does not exist.
+
+    Examples
+    --------
+    >>> p.export_chrome_trace("step.pt.trace.json")  # doctest: +SKIP
+    >>> jupyter_memprof.load_trace("step.pt.trace.json").peak_by("category")  # doctest: +SKIP
+    """
     from .._producers.kineto import read_trace
 
     path = _path(path)
@@ -60,8 +87,36 @@ def _label(path: str) -> str:
 
 
 def load_any(path: str | os.PathLike) -> Profile:
-    """:func:`jupyter_memprof.load`: a saved profile (zip or Parquet folder), or a trace
-    torch's profiler wrote, told apart by content."""
+    """Load a profile written by :meth:`Profile.save`, or a trace torch's profiler wrote.
+
+    Which one is told by the content, not the name: a zip file or a Parquet folder is a
+    saved profile (read as :func:`jupyter_memprof._results.profile.load` reads it: no code
+    from the file runs, sizes are checked before anything is decompressed, then every table
+    and metadata field); a JSON trace (plain or gzip) goes to :func:`load_trace`.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The zip file, the Parquet folder or the trace.
+
+    Returns
+    -------
+    Profile
+        With its kept windows (``.kept``) when it was a long run.
+
+    Raises
+    ------
+    ProfileFileError
+        The file is damaged, truncated, crafted or neither a saved profile nor a trace: one
+        line naming the file and what is wrong.
+    FileNotFoundError
+        ``path`` does not exist.
+
+    Examples
+    --------
+    >>> prof.save("step.memprof")  # doctest: +SKIP
+    >>> jupyter_memprof.load("step.memprof").peak_by("category")  # doctest: +SKIP
+    """
     from .._producers.kineto import looks_like_trace
 
     p = _path(path)

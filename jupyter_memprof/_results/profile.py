@@ -373,12 +373,36 @@ class Profile:
         return export(self, self._expand(path), device=device, overwrite=overwrite)
 
     def to_snapshot(self, path: str | os.PathLike, *, overwrite: bool = False) -> str:
-        """Write the profile as a torch memory snapshot pickle (what
-        ``torch.cuda.memory._dump_snapshot`` writes), for memory_viz
-        (https://pytorch.org/memory_viz) and ``torch.cuda._memory_viz``: every allocation and
-        free with its op chain and callsite as frames and our ``category`` on each allocation,
-        the blocks alive at the end as segments. ``{rank}`` in the path becomes
-        ``meta["rank"]``. Returns the absolute path (see :mod:`_views.snapshot_export`)."""
+        """Write the profile as a torch memory snapshot, the pickle memory_viz opens.
+
+        What ``torch.cuda.memory._dump_snapshot`` writes, from any profile (a capture on any
+        device, an estimate, a loaded trace): every allocation and free with the op chain
+        and callsite as its frames and our ``category`` on each allocation (as torch's
+        ``profile_plot`` writes it), the blocks alive at the end as segments. Plain data,
+        pickle protocol 4; written atomically (see docs/traces.md).
+
+        Parameters
+        ----------
+        path : str or os.PathLike
+            The file to write; ``{rank}`` becomes ``meta["rank"]``.
+        overwrite : bool, default False
+            Replace a file that is not a snapshot.
+
+        Returns
+        -------
+        str
+            The absolute path written.
+
+        Raises
+        ------
+        FileExistsError
+            ``path`` exists and is not a snapshot (without ``overwrite``).
+
+        Examples
+        --------
+        >>> prof.to_snapshot("step.pickle")  # doctest: +SKIP
+        >>> # then drag step.pickle onto https://pytorch.org/memory_viz
+        """
         from .._views.snapshot_export import write_snapshot
 
         return write_snapshot(self, self._expand(path), overwrite=overwrite)
