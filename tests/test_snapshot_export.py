@@ -122,7 +122,8 @@ def test_entry_fields_and_frames(written):
     assert entry["category"] == "activation"
 
 
-def test_estimate_writes_a_snapshot(tmp_path):
+@pytest.mark.parametrize("device", ["cpu", "cuda:0"])
+def test_estimate_writes_a_snapshot(tmp_path, device):
     import torch
 
     model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
@@ -131,10 +132,12 @@ def test_estimate_writes_a_snapshot(tmp_path):
     def step(model, x):
         model(x).sum().backward()
 
-    est = jupyter_memprof.estimate(step, model, x, device="cpu")
+    est = jupyter_memprof.estimate(step, model, x, device=device)
     data = _read(est.to_snapshot(tmp_path / "est.pickle"))
-    (dev,) = est.devices
+    assert device in est.devices
+    dev = device
     index = data["jupyter_memprof"]["devices"].index(dev)
+    assert index == 0  # cuda:0 at its index; the CPU alone at 0 too
     best, _, _ = _replay(data["device_traces"][index])
     assert best == est.peak(dev).attrs["peak_bytes"]
     mv.segsum(data)
