@@ -17,8 +17,8 @@ from . import finish
 
 __all__ = ["load_any", "load_trace", "trace_files"]
 
-#: a rank in a file name: ``rank1``, ``rank_1``, ``run_r1``
-_RANK_IN_NAME = re.compile(r"(?:rank|_r)[_-]?(\d+)", re.IGNORECASE)
+#: a rank in a file name: ``rank1``, ``rank_1``, ``rank-1``
+_RANK_IN_NAME = re.compile(r"rank[_-]?(\d+)", re.IGNORECASE)
 
 
 def load_trace(path: str | os.PathLike, *, label: str | None = None) -> Profile:
