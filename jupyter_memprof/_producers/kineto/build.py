@@ -24,7 +24,6 @@ What a Kineto trace holds, and how each record is made from it:
 
 from __future__ import annotations
 
-import re
 from collections import defaultdict
 
 from ..._records import (
@@ -36,17 +35,14 @@ from ..._records import (
     Trace,
 )
 from ..._vocab import OpKind
+from .frames import MODULE_PREFIX
+from .frames import frame_facts as _frame_facts
 from .source import Mem, Span, TraceFile
 
 __all__ = ["build_capture"]
 
 _EVALUATE = "autograd::engine::evaluate_function"
-_MODULE_PREFIX = "nn.Module: "
-_FRAME = re.compile(r"^(?P<file>.+)\((?P<line>\d+)\): (?P<fn>.+)$")
-#: python_function files that are not the user's code
-_LIBRARY = ("torch/", "<built-in", "threading.py", "contextlib.py", "site-packages/", "/lib/python")
-#: Python frames whose ops are the backward pass itself (the seed gradient)
-_BACKWARD_ENTRY = (("torch/_tensor.py", "backward"), ("torch/autograd/__init__.py", "backward"))
+_MODULE_PREFIX = MODULE_PREFIX
 _FOREVER = 1 << 62
 
 
@@ -71,18 +67,6 @@ class _Frame:
 
     def __init__(self, end: int, callsite: str | None, autograd: bool):
         self.end, self.callsite, self.autograd = end, callsite, autograd
-
-
-def _frame_facts(name: str) -> tuple[str | None, bool]:
-    """What a python_function event's name says: the callsite when it is user code, and
-    whether it is the backward pass itself."""
-    m = _FRAME.match(name)
-    if not m:
-        return None, False
-    file, fn = m["file"], m["fn"]
-    user = not any(lib in file for lib in _LIBRARY)
-    autograd = any(file.endswith(f) and fn == n for f, n in _BACKWARD_ENTRY)
-    return (f"{file}:{m['line']} in {fn}" if user else None), autograd
 
 
 def _python_frame(span: Span, outer: _Frame | None, memo: dict) -> _Frame:

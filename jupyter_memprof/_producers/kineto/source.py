@@ -21,6 +21,7 @@ import zlib
 from typing import NamedTuple
 
 from ..._errors import ProfileFileError
+from .frames import kept
 
 __all__ = ["MAX_JSON_BYTES", "Mem", "Span", "TraceFile", "looks_like_trace", "read_file"]
 
@@ -255,6 +256,7 @@ def read_file(path: str) -> TraceFile:
     mems: list[Mem] = []
     skipped = 0
     add = spans.append
+    kept_names: dict[str, bool] = {}
     for i, e in enumerate(events):
         if type(e) is not dict:
             raise ProfileFileError(f"{where}: event {i} is {type(e).__name__}, not an object")
@@ -267,6 +269,12 @@ def read_file(path: str) -> TraceFile:
                 # the common case checked inline (a third of the reading time); anything
                 # unusual goes the slow way, which says what is wrong
                 name, tid, ts, dur = e.get("name"), e.get("tid"), e.get("ts"), e.get("dur", 0)
+                if cat == "python_function" and type(name) is str:
+                    keep = kept_names.get(name)
+                    if keep is None:
+                        keep = kept_names[name] = kept(name)
+                    if not keep:
+                        continue
                 if (
                     cat == "python_function"
                     and type(name) is str
