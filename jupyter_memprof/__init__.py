@@ -21,6 +21,7 @@ __all__ = [
     "load",
     "load_ipython_extension",
     "load_many",
+    "load_trace",
     "profile",
     "release",
     "step",
@@ -49,9 +50,13 @@ def __getattr__(name: str):
 
         return getattr(_errors, name)
     if name == "load":
-        from ._results.profile import load
+        from ._frontends.traces import load_any as load
 
         return load
+    if name == "load_trace":
+        from ._frontends.traces import load_trace
+
+        return load_trace
     if name == "load_many":
         from ._frontends.ranks import load_many
 

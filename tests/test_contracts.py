@@ -20,7 +20,7 @@ from jupyter_memprof._views.protocols import ProfileLike
 
 ROOT = Path(__file__).resolve().parents[1]
 #: Profile's fields that are not tables: what a profile holds beside them.
-PROFILE_EXTRAS = {"meta", "kept", "session_id"}
+PROFILE_EXTRAS = {"meta", "kept", "session_id", "snapshot"}
 
 
 def test_profile_has_a_field_for_every_declared_table_and_no_other():

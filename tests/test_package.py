@@ -34,6 +34,7 @@ def test_public_surface_is_small():
             "load",
             "load_ipython_extension",
             "load_many",
+            "load_trace",
             "profile",
             "release",
             "step",
@@ -44,11 +45,13 @@ def test_public_surface_is_small():
     )
     from jupyter_memprof._errors import CaptureError, ProfileFileError
     from jupyter_memprof._frontends.capture import profile
-    from jupyter_memprof._results.profile import Profile, load
+    from jupyter_memprof._frontends.traces import load_any, load_trace
+    from jupyter_memprof._results.profile import Profile
 
     assert jupyter_memprof.profile is profile
     assert jupyter_memprof.Profile is Profile
-    assert jupyter_memprof.load is load
+    assert jupyter_memprof.load is load_any  # saved profiles, and traces by content
+    assert jupyter_memprof.load_trace is load_trace
     from jupyter_memprof._frontends.whatif import what_if
 
     assert jupyter_memprof.what_if is what_if

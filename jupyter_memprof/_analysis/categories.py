@@ -82,6 +82,7 @@ from .distributed import BUCKET_REASON, fsdp_steps
 from .facts import Facts, Strings, at, facts, inside_module
 from .modules import attribute_modules
 from .schema import Category, Role
+from .trace_rules import trace_rule
 
 C = Category
 
@@ -256,6 +257,7 @@ RULES = (
     fsdp_rule,
     gradient_bucket_rule,
     recomputed_rule,
+    trace_rule,
     short_life_rule,
     phase_rule,
     data_rule,

@@ -82,6 +82,12 @@ class profile(contextlib.AbstractContextManager):  # lower case: reads like a fu
     keep : str or list, optional
         With ``steps``: the steps whose window keeps its full tables (``prof.kept``):
         ``"first"``, ``"peak"``, ``"last"`` (the default: all three) and step numbers.
+    snapshot : bool, default False
+        CUDA only: also record the caching allocator's own history during the capture
+        (``torch.cuda.memory._record_memory_history``); ``prof.snapshot`` then holds its
+        snapshot (``torch.cuda.memory._snapshot()``), taken when the block ends, also when
+        it raised: after a ``torch.OutOfMemoryError`` it is the moment of the error, and
+        ``meta["snapshot_oom"]`` the segment picture of the failed request.
 
     Returns
     -------
@@ -91,7 +97,8 @@ class profile(contextlib.AbstractContextManager):  # lower case: reads like a fu
     Raises
     ------
     CaptureError
-        A bad device or allocator setting, before anything runs; another capture or
+        A bad device or allocator setting, or ``snapshot=True`` on a capture of no CUDA
+        device, before anything runs; another capture or
         estimate running in this process, or torch's profiler already running.
     ProfilerBusy
         Raised *inside* the block (where it is started) when the profiled code, or another
@@ -115,8 +122,15 @@ class profile(contextlib.AbstractContextManager):  # lower case: reads like a fu
         allocator: str | AllocatorConfig | None = None,
         steps: int | None = None,
         keep: str | Iterable[str | int] | None = None,
+        snapshot: bool = False,
     ) -> None:
         self.devices = resolve_devices(device)
+        self._history = None
+        if snapshot:
+            from .._producers.cuda_history import History, check_devices
+
+            check_devices(list(self.devices))
+            self._history = History()
         try:
             self.allocator = allocator_config(allocator)
         except AllocatorConfigError as err:
@@ -154,11 +168,15 @@ class profile(contextlib.AbstractContextManager):  # lower case: reads like a fu
             recorder = self._long.recorder(self.devices, self.with_stack, self._names)
         recorder.start()  # undoes itself when it fails
         try:
+            if self._history is not None:
+                self._history.start()
             self._recorder = recorder
             self._t0 = time.perf_counter()
             self._start_ns = time.time_ns()
         except BaseException:  # an interrupt right after the start: nothing stays on
             self._recorder = None
+            if self._history is not None:
+                self._history.stop()
             recorder.stop()
             raise
         return self._profile
@@ -178,6 +196,8 @@ class profile(contextlib.AbstractContextManager):  # lower case: reads like a fu
             raise CaptureError("this capture is not running (not started, or finished)")
         wall_s = time.perf_counter() - self._t0
         prof = self._profile
+        if self._history is not None:  # first: at an out-of-memory error, that moment
+            _keep_snapshot(prof, self._history)
         error = _reason(exc) if exc is not None else None
         failure: BaseException | None = None
         try:
@@ -229,6 +249,19 @@ class profile(contextlib.AbstractContextManager):  # lower case: reads like a fu
             error=error,
             captured_at=self._start_ns,
         )
+
+
+def _keep_snapshot(prof: Profile, history) -> None:
+    """The allocator's snapshot into ``prof.snapshot``, and its out-of-memory picture into
+    ``meta["snapshot_oom"]`` (a failure to take it in ``meta["snapshot_error"]``)."""
+    from .._producers.cuda_history import oom_picture
+
+    prof.snapshot = history.take()
+    if history.error:
+        prof.meta["snapshot_error"] = history.error
+    picture = oom_picture(prof.snapshot)
+    if picture is not None:
+        prof.meta["snapshot_oom"] = picture
 
 
 @contextlib.contextmanager

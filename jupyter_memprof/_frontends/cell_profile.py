@@ -41,6 +41,7 @@ def profile_cell(shell, code: Code, opts: Options, label: str, local_ns: dict | 
             allocator=opts.allocator,
             steps=opts.steps,
             keep=opts.keep,
+            snapshot=opts.snapshot,
         )
         prof = capture.start()
     except CaptureError as err:

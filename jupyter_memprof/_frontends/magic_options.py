@@ -141,6 +141,12 @@ OPTIONS: tuple[Option, ...] = (
         "so fully_shard (FSDP2), DDP and collectives behave as on N ranks.",
     ),
     Option(
+        ("--snapshot",),
+        None,
+        "CUDA only: also record the caching allocator's own history during the cell; "
+        "prof.snapshot holds its snapshot (at an out-of-memory error: that moment).",
+    ),
+    Option(
         ("--label",),
         "TEXT",
         "Name shown in summaries and the Memory profiles panel (default: the -o name, else In[N]).",
@@ -233,6 +239,7 @@ class Options:
     estimate_options: dict | None = None
     steps: int | None = None
     keep: tuple | None = None
+    snapshot: bool = False
 
 
 def _unquote(value: str | None) -> str | None:
@@ -279,6 +286,9 @@ def read_options(shell, parser, options: str, name: str) -> Options:
         estimate=args.estimate,
         explain=args.explain,
     )
+    opts.snapshot = bool(args.snapshot)
+    if args.estimate and opts.snapshot:
+        raise UsageError("--snapshot records CUDA's allocator in a real run, not --estimate")
     if args.estimate and (args.steps is not None or args.keep is not None):
         raise UsageError("--steps and --keep need a real run, not --estimate")
     opts.steps, opts.keep = _long_run_options(args.steps, args.keep)

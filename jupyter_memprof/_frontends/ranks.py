@@ -25,8 +25,9 @@ def load_many(
     Parameters
     ----------
     paths_or_glob : str or os.PathLike or list of them
-        One glob pattern (``"run/rank*"``; ``{rank}`` counts as ``*``) or a list of paths
-        of saved profiles (zip files or Parquet folders).
+        One glob pattern (``"run/rank*"``; ``{rank}`` counts as ``*``), a list of paths
+        of saved profiles (zip files or Parquet folders) or of traces torch's profiler
+        wrote, or a folder of such traces, one per rank (``tensorboard_trace_handler``'s).
     panel : bool, default True
         Also list each profile in this kernel's Memory profiles panel, labelled with its
         rank (``"step (rank 1)"``); :func:`jupyter_memprof.release` takes them out again.
@@ -49,7 +50,10 @@ def load_many(
     >>> ps = jupyter_memprof.load_many("run/rank*")  # doctest: +SKIP
     >>> ps.peaks()  # doctest: +SKIP
     """
-    ranks = profile_set.load_many(paths_or_glob)
+    from .traces import load_any, trace_files
+
+    found = trace_files(paths_or_glob)
+    ranks = profile_set.load_many(found or paths_or_glob, loader=load_any)
     if panel:
         for prof, rank in zip(ranks.profiles, ranks.ranks):
             if prof.session_id is not None:

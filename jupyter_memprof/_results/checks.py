@@ -240,7 +240,43 @@ META_FIELDS = {
     "inferred_frees": lambda v: _by_device(
         v, lambda x: type(x) is dict and all(nonneg_int(n) for n in x.values())
     ),
+    "tensor_ids": lambda v: type(v) is bool,
+    "snapshot_error": _str,
+    "snapshot_oom": lambda v: (
+        type(v) is dict
+        and is_device_name(v.get("device"))
+        and all(nonneg_int(v.get(k, 0)) for k in v if k != "device")
+    ),
+    "trace": lambda v: _trace(v),
 }
+
+
+def _trace_oom(v) -> bool:
+    need = {"device": is_device_name, "bytes": is_int, "time_ns": is_int}
+    return (
+        type(v) is dict
+        and all(k in v and type(v[k]) in (int, str) and c(v[k]) for k, c in need.items())
+        and all(is_int(v.get(k, 0)) for k in ("total_allocated", "total_reserved"))
+    )
+
+
+def _trace(v) -> bool:
+    """``meta["trace"]`` of a profile loaded from a Kineto trace (``load_trace``): the
+    trace's own plain fields, its out-of-memory events and counts of what was left out."""
+    if type(v) is not dict or not all(_str(k) for k in v):
+        return False
+    ooms = v.get("oom_events", [])
+    counts = ("mismatched_frees", "skipped_memory_events")
+    return (
+        type(ooms) is list
+        and all(_trace_oom(o) for o in ooms)
+        and all(nonneg_int(v.get(k, 0)) for k in counts)
+        and all(
+            type(x) in (int, str, bool) and (type(x) is not str or _str(x))
+            for k, x in v.items()
+            if k != "oom_events"
+        )
+    )
 
 
 def check_meta(meta, path: str) -> dict:

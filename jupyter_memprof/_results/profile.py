@@ -67,6 +67,9 @@ class Profile:
     #: a long run's kept steps ("first", "peak", "last", step numbers) -> their window's
     #: profile (``profile(steps=N)``), saved with it (:mod:`.kept`); empty otherwise
     kept: dict[Any, Profile] = field(default_factory=dict, compare=False, repr=False)
+    #: CUDA's own allocator snapshot recorded during the capture (``profile(snapshot=True)``):
+    #: plain data as ``torch.cuda.memory._snapshot()`` returns it; None otherwise
+    snapshot: dict | None = field(default=None, compare=False, repr=False)
     session_id: int | None = field(default=None, compare=False)
 
     # -- construction -------------------------------------------------------------------
@@ -368,6 +371,41 @@ class Profile:
         from .._views.exports import export
 
         return export(self, self._expand(path), device=device, overwrite=overwrite)
+
+    def to_snapshot(self, path: str | os.PathLike, *, overwrite: bool = False) -> str:
+        """Write the profile as a torch memory snapshot, the pickle memory_viz opens.
+
+        What ``torch.cuda.memory._dump_snapshot`` writes, from any profile (a capture on any
+        device, an estimate, a loaded trace): every allocation and free with the op chain
+        and callsite as its frames and our ``category`` on each allocation (as torch's
+        ``profile_plot`` writes it), the blocks alive at the end as segments. Plain data,
+        pickle protocol 4; written atomically (see docs/traces.md).
+
+        Parameters
+        ----------
+        path : str or os.PathLike
+            The file to write; ``{rank}`` becomes ``meta["rank"]``.
+        overwrite : bool, default False
+            Replace a file that is not a snapshot.
+
+        Returns
+        -------
+        str
+            The absolute path written.
+
+        Raises
+        ------
+        FileExistsError
+            ``path`` exists and is not a snapshot (without ``overwrite``).
+
+        Examples
+        --------
+        >>> prof.to_snapshot("step.pickle")  # doctest: +SKIP
+        >>> # then drag step.pickle onto https://pytorch.org/memory_viz
+        """
+        from .._views.snapshot_export import write_snapshot
+
+        return write_snapshot(self, self._expand(path), overwrite=overwrite)
 
     # -- persistence --------------------------------------------------------------------
     def save(self, path: str | os.PathLike, format: str = "zip", *, overwrite: bool = False) -> str:

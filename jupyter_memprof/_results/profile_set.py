@@ -206,7 +206,9 @@ class ProfileSet:
         return "\n".join(lines)
 
 
-def load_many(paths_or_glob: str | os.PathLike | Iterable[str | os.PathLike]) -> ProfileSet:
+def load_many(
+    paths_or_glob: str | os.PathLike | Iterable[str | os.PathLike], *, loader=None
+) -> ProfileSet:
     """Load saved profiles (zip files or Parquet folders) as a :class:`ProfileSet`.
 
     ``paths_or_glob`` is a list of paths or one glob pattern (``"run/rank*"``; ``{rank}``
@@ -214,7 +216,7 @@ def load_many(paths_or_glob: str | os.PathLike | Iterable[str | os.PathLike]) ->
     distinct one, else its position in the (sorted) list of paths.
     """
     paths = _expand(paths_or_glob)
-    profiles = [load(p) for p in paths]
+    profiles = [(loader or load)(p) for p in paths]
     ranks = [p.meta.get("rank") for p in profiles]
     if any(not isinstance(r, int) for r in ranks) or len(set(ranks)) != len(ranks):
         ranks = list(range(len(profiles)))

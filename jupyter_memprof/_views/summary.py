@@ -118,6 +118,9 @@ def summary(prof: ProfileLike) -> dict[str, Any]:
         "growth": _growth(prof),
         "long_run": meta.get("long_run") or None,
         "inferred_frees": meta.get("inferred_frees") or {},
+        "no_tensor_ids": meta.get("tensor_ids") is False,
+        "snapshot_oom": meta.get("snapshot_oom") or None,
+        "trace_ooms": len((meta.get("trace") or {}).get("oom_events") or []),
     }
 
 
@@ -278,6 +281,33 @@ def _estimate_note(meta: dict) -> str | None:
         )
     where = meta.get("device") or "the devices the tensors live on"
     return f"an estimate for {where} without running it (fake tensors)"
+
+
+def source_phrase(s: dict[str, Any]) -> str | None:
+    """One line for a profile read from a file with no tensor ids (a Kineto trace): its
+    categories follow when blocks were made and freed; and its out-of-memory events."""
+    if not s.get("no_tensor_ids"):
+        return None
+    text = "no tensor ids in this file: categories follow when blocks were made and freed"
+    n = s.get("trace_ooms") or 0
+    if n:
+        text += f"; {n} out-of-memory event{'s' if n != 1 else ''} recorded"
+    return text
+
+
+def snapshot_oom_phrase(s: dict[str, Any]) -> str | None:
+    """One line from the allocator's snapshot at an out-of-memory error: what was asked,
+    and how much the allocator held free in its segments, in how many pieces."""
+    o = s.get("snapshot_oom")
+    if not o:
+        return None
+    return (
+        f"out of memory on {o['device']}: the request of {format_bytes(o.get('requested', 0))} "
+        f"failed: {format_bytes(o.get('free_bytes', 0))} free in {o.get('segments', 0)} "
+        f"segments ({o.get('free_blocks', 0)} free blocks), the largest free block "
+        f"{format_bytes(o.get('largest_free', 0))}; the device had "
+        f"{format_bytes(o.get('device_free', 0))} free"
+    )
 
 
 def oom_phrase(s: dict[str, Any]) -> str | None:
@@ -469,6 +499,11 @@ def _detail_rows(s: dict) -> list[tuple[str, str, str]]:
         ("inferred", _MUTED_STYLE, inferred_phrase(d, found))
         for d, found in s["inferred_frees"].items()
     ]
+    source, oom = source_phrase(s), snapshot_oom_phrase(s)
+    if oom:
+        rows.append(("snapshot-oom", _ERROR_STYLE, oom))
+    if source:
+        rows.append(("source", _MUTED_STYLE, source))
     growth, long_run = growth_phrase(s), long_run_phrase(s)
     if growth:
         rows.append(("growth", _ERROR_STYLE, growth))

@@ -1,0 +1,267 @@
+"""A trace's spans and memory events as the records every producer hands over (a Capture).
+
+What a Kineto trace holds, and how each record is made from it:
+
+- ops: ``cpu_op`` and ``user_annotation`` events, nested by time on their thread (a trace
+  has no parent links: an event inside another's interval is its child). Kinds by name:
+  ``autograd::engine::evaluate_function: ...`` and the autograd node it runs are backward
+  nodes, ``Optimizer.step#...`` / ``Optimizer.zero_grad#...`` the optimizer, ``aten::...``
+  (and other ``ns::op``) dispatcher ops, everything else an annotation (``ProfilerStep#N``
+  starts a step). ``Sequence number`` links forward ops with their backward nodes, so the
+  analysis finds the forward phase even with no module events.
+- modules: ``python_function`` events named ``nn.Module: Linear_0`` (``with_stack=True``) are
+  module calls, named by what the trace calls them (``Linear_0``).
+- callsite: the innermost ``python_function`` of user code around an op (not torch's own,
+  not the standard library's), ``file.py:12 in fn``; ops run by ``Tensor.backward()`` /
+  ``torch.autograd.backward`` (the seed gradient) count as backward.
+- memory: ``[memory]`` events paired into blocks by (device, address): a free closes the open
+  block at its address; a free with none is a block from before the trace. The op of each
+  event is the innermost op around its time on its thread. A trace has no tensor ids: every
+  block is a raw block to the analysis. On CUDA the allocator's totals (``Total Allocated``,
+  ``Total Reserved``) go with every event; the CPU's are counted from the trace's start, so
+  they are left out.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from ..._records import (
+    NO_ID,
+    Capture,
+    DeviceTotals,
+    MemoryRecord,
+    OpRecord,
+    Trace,
+)
+from ..._vocab import OpKind
+from .frames import MODULE_PREFIX
+from .frames import frame_facts as _frame_facts
+from .source import Mem, Span, TraceFile
+
+__all__ = ["build_capture"]
+
+_EVALUATE = "autograd::engine::evaluate_function"
+_MODULE_PREFIX = MODULE_PREFIX
+_FOREVER = 1 << 62
+
+
+def _kind(span: Span, parent_kind: OpKind | None) -> OpKind:
+    name = span.name
+    if name.startswith(_EVALUATE):
+        return OpKind.BACKWARD
+    if span.cat == "user_annotation":
+        return OpKind.OPTIMIZER if name.startswith("Optimizer.") else OpKind.ANNOTATION
+    if parent_kind is OpKind.BACKWARD and "::" not in name:
+        return OpKind.BACKWARD  # the autograd node an evaluate_function runs
+    if name.startswith("Optimizer."):
+        return OpKind.OPTIMIZER
+    return OpKind.OP if "::" in name else OpKind.ANNOTATION
+
+
+class _Frame:
+    """A Python call open on a thread: its end, the user's callsite around it, whether it
+    is the backward pass itself."""
+
+    __slots__ = ("end", "callsite", "autograd")
+
+    def __init__(self, end: int, callsite: str | None, autograd: bool):
+        self.end, self.callsite, self.autograd = end, callsite, autograd
+
+
+def _python_frame(span: Span, outer: _Frame | None, memo: dict) -> _Frame:
+    facts = memo.get(span.name)
+    if facts is None:
+        facts = memo[span.name] = _frame_facts(span.name)
+    callsite, autograd = facts
+    if outer is not None:
+        callsite = callsite or outer.callsite
+        autograd = autograd or outer.autograd
+    return _Frame(span.end_ns, callsite, autograd)
+
+
+class _Open:
+    """An op open on a thread: (end, op_id, depth, node, module_ctx, backward, optimizer,
+    kind)."""
+
+    __slots__ = ("end", "op_id", "depth", "node", "module_ctx", "backward", "optimizer", "kind")
+
+    def __init__(self, end, op_id, depth, node, module_ctx, backward, optimizer, kind):
+        self.end, self.op_id, self.depth, self.node = end, op_id, depth, node
+        self.module_ctx, self.backward, self.optimizer, self.kind = (
+            module_ctx,
+            backward,
+            optimizer,
+            kind,
+        )
+
+
+_OUTSIDE = _Open(_FOREVER, NO_ID, -1, NO_ID, NO_ID, False, False, None)
+
+
+def _ordered(spans: list[Span], mems: list[Mem]) -> list[tuple]:
+    """Every span and memory event in the order of a walk: by time, a longer span before
+    the ones it contains, spans before memory events at the same time."""
+    items = [(s.start_ns, 0, -s.end_ns, i) for i, s in enumerate(spans)]
+    items += [(m.time_ns, 1, 0, i) for i, m in enumerate(mems)]
+    items.sort()
+    return items
+
+
+def _walk(spans: list[Span], mems: list[Mem]):
+    """Ops (in start order: a pre-order), the module names by index, and each memory event's
+    enclosing op (by position in ``mems``)."""
+    ops: list[OpRecord] = []
+    modules: list[str] = []
+    mem_op = [NO_ID] * len(mems)
+    open_ops: dict[int, list[_Open]] = defaultdict(list)
+    open_py: dict[int, list[_Frame]] = defaultdict(list)
+    memo: dict[str, tuple[str | None, bool]] = {}
+    for t, what, _, i in _ordered(spans, mems):
+        s = spans[i] if what == 0 else None
+        tid = s.tid if s is not None else mems[i].tid
+        st, py = open_ops[tid], open_py[tid]
+        # an event ends where the next one on its thread starts (times are rounded to the
+        # microsecond's thousandths): a span there is the next, not a child; a memory event
+        # at an op's last instant is still the op's
+        closed = t + 1 if s is not None else t
+        while st and st[-1].end < closed:
+            st.pop()
+        while py and py[-1].end < closed:
+            py.pop()
+        if s is None:
+            mem_op[i] = st[-1].op_id if st else NO_ID
+            continue
+        frame = py[-1] if py else None
+        if s.cat == "python_function" and not s.name.startswith(_MODULE_PREFIX):
+            py.append(_python_frame(s, frame, memo))
+            continue
+        top = st[-1] if st else _OUTSIDE
+        op = _op(s, len(ops), top, frame, modules)
+        ops.append(op)
+        st.append(
+            _Open(
+                op.end_ns, op.op_id, op.depth, op.node_id,
+                op.op_id if op.kind is OpKind.MODULE else top.module_ctx,
+                op.backward, op.optimizer, op.kind,
+            )
+        )  # fmt: skip
+    return ops, modules, mem_op
+
+
+def _op(s: Span, op_id: int, top: _Open, frame: _Frame | None, modules: list[str]) -> OpRecord:
+    """The op record of span ``s`` inside ``top`` (the innermost open op of its thread)."""
+    module_index = NO_ID
+    if s.cat == "python_function":  # an nn.Module call
+        kind = OpKind.MODULE
+        module_index = len(modules)
+        modules.append(s.name[len(_MODULE_PREFIX) :])
+    else:
+        kind = _kind(s, top.kind)
+    backward = top.backward or kind is OpKind.BACKWARD or (frame is not None and frame.autograd)
+    node = top.node
+    if node < 0 and (kind is OpKind.OP or kind is OpKind.BACKWARD):
+        node = op_id
+    return OpRecord(
+        op_id,
+        top.op_id,
+        top.depth + 1,
+        s.name,
+        kind,
+        s.start_ns,
+        s.end_ns,
+        s.tid,
+        s.seq_nr if s.seq_nr >= 0 else NO_ID,
+        backward,
+        top.optimizer or kind is OpKind.OPTIMIZER,
+        module_index,
+        top.module_ctx,
+        frame.callsite if frame is not None else None,
+        s.shapes,
+        node,
+    )
+
+
+def _memory(mems: list[Mem], mem_op: list[int]) -> tuple[list[MemoryRecord], dict]:
+    """Blocks paired by (device, address), in time order; and what else the trace said:
+    out-of-memory events, frees whose size differs from their block's."""
+    order = sorted(range(len(mems)), key=lambda k: mems[k].time_ns)
+    open_blocks: dict[tuple[str, int], tuple[int, int]] = {}
+    out: list[MemoryRecord] = []
+    ooms: list[dict] = []
+    odd = 0
+    next_id = 0
+    for k in order:
+        m = mems[k]
+        cuda = m.device.startswith("cuda")
+        totals = (m.total_allocated, m.total_reserved) if cuda else (NO_ID, NO_ID)
+        if m.oom:
+            ooms.append(
+                {"time_ns": m.time_ns, "device": m.device, "bytes": m.size,
+                 "total_allocated": m.total_allocated, "total_reserved": m.total_reserved}
+            )  # fmt: skip
+            continue
+        if m.size == 0:
+            continue
+        key = (m.device, m.addr)
+        if m.size > 0:
+            open_blocks[key] = (next_id, m.size)
+            out.append(
+                MemoryRecord(
+                    m.time_ns, m.addr, m.size, NO_ID, next_id, m.device, mem_op[k], *totals
+                )
+            )
+            next_id += 1
+            continue
+        block = open_blocks.pop(key, None)
+        if block is None:  # allocated before the trace
+            block = (next_id, -m.size)
+            next_id += 1
+        elif block[1] != -m.size:
+            odd += 1
+        out.append(
+            MemoryRecord(
+                m.time_ns, m.addr, -block[1], NO_ID, block[0], m.device, mem_op[k], *totals
+            )
+        )
+    return out, {"ooms": ooms, "mismatched_frees": odd}
+
+
+def _cuda_totals(records: list[MemoryRecord], first: bool) -> dict[str, DeviceTotals]:
+    """Per CUDA device, the allocator's totals before its first event (``first``) or after
+    its last, from the totals the trace carries; the device's free and total are unknown
+    (0)."""
+    out: dict[str, DeviceTotals] = {}
+    for r in records if first else reversed(records):
+        if r.device in out or r.total_allocated < 0:
+            continue
+        if first:
+            out[r.device] = DeviceTotals(r.total_allocated - r.size, r.total_reserved, 0, 0)
+        else:
+            out[r.device] = DeviceTotals(r.total_allocated, r.total_reserved, 0, 0)
+    return out
+
+
+def build_capture(tf: TraceFile) -> tuple[Capture, dict]:
+    """The Capture of a trace file, and the meta only a trace gives (``oom_events``,
+    ``rank``, ...)."""
+    ops, modules, mem_op = _walk(tf.spans, tf.mems)
+    memory, extra = _memory(tf.mems, mem_op)
+    devices = sorted({r.device for r in memory} | {o["device"] for o in extra["ooms"]})
+    times = [o.start_ns for o in ops[:1]] + [r.time_ns for r in memory[:1]]
+    capture = Capture(
+        trace=Trace(ops, [], memory, [], tf.event_count),
+        names=[],
+        module_paths=modules,
+        module_classes=[m.rsplit("_", 1)[0] for m in modules],
+        devices=devices,
+        start_ns=min(times) if times else None,
+        totals_start=_cuda_totals(memory, True) or None,
+        totals_end=_cuda_totals(memory, False) or None,
+    )
+    meta = {
+        "oom_events": extra["ooms"],
+        "mismatched_frees": extra["mismatched_frees"],
+        "skipped_memory_events": tf.skipped_devices,
+    }
+    return capture, meta
