@@ -7,6 +7,14 @@ table. Cases: one Adam step of a 64-block MLP of Linear+LayerNorm+ReLU (~30k eve
 event tree, ``prof.meta["event_count"]``, after a warm-up capture as in the other benchmarks),
 and 29 such steps in one capture (~1M events). ``--quick`` runs only the first case.
 
+``--events N`` (e.g. ``--events 10000000``) runs the size case instead: a synthetic profile of
+N memory events (tests/_synthetic.py: a long job's sawtooth with spikes), whose targets for 10M
+events are the dashboard's first render within 10 s (the widget's build in Python plus the
+page's first render), each zoom or pan within 300 ms (in the page, from the range's change to
+the redrawn frame; and the kernel's answer to a zoom beyond the levels sent), the standalone
+HTML at most 25 MB, and every local peak within one pixel column of the true value (checked
+after each zoom against the tables).
+
 Each case first shows and writes its dashboard once (the first dashboard of a process also
 pays imports, the document template of its layout and packing BokehJS). Then each round takes
 the profile as new (its selection of what to draw forgotten, as for the next capture of the same
@@ -113,12 +121,96 @@ def first_render_s(path: str, runs: int = 3) -> list[float]:
     return times
 
 
+ZOOM_JS = """async ([lo, hi]) => {
+  const r = Bokeh.documents[0].get_model_by_name('memprof-time');
+  const t0 = performance.now();
+  r.setv({start: lo, end: hi});
+  await new Promise((ok) => requestAnimationFrame(() => requestAnimationFrame(ok)));
+  const d = Bokeh.documents[0].get_model_by_name('memprof-timeline-cuda:0').data;
+  const plot = [...Bokeh.documents[0].all_models].find(
+    (m) => m.type === 'Plot' && m.title && m.title.text.startsWith('cuda:0'));
+  return {ms: performance.now() - t0, t: Array.from(d.t), total: Array.from(d.total),
+    px: plot.inner_width, zoom: window.memprofZoom};
+}"""
+
+
+def size_case(events: int) -> None:
+    """The synthetic profile of ``events`` memory events (see the module docstring)."""
+    from _synthetic import local_peaks, synthetic_profile
+    from test_dashboard_zoom import _peaks_within_a_column
+
+    from jupyter_memprof._views import dashboard_data as dd
+    from jupyter_memprof._views import dashboard_levels as levels
+    from jupyter_memprof._views.dashboard import forget
+
+    t = time.perf_counter()
+    prof = synthetic_profile(events)
+    print(f"synthetic profile of {len(prof.events):,} events: {time.perf_counter() - t:.1f} s")
+    prof.show(header=False).close()  # the first of the process: imports, template, BokehJS
+    forget(prof)
+    t = time.perf_counter()
+    widget = prof.show(header=False)
+    show_s = time.perf_counter() - t
+    src, _req, tl, stacked = widget._built.zoom["cuda:0"]
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "big.html")
+        t = time.perf_counter()
+        prof.to_html(path)
+        html_s = time.perf_counter() - t
+        mb = os.path.getsize(path) / 1e6
+        render = first_render_s(path, 1)[0]
+        end = dd.window(prof).end_ms
+        zooms, checked = [], 0
+        with chromium_page(viewport=(1400, 1000)) as page:
+            page.goto("file://" + path)
+            page.wait_for_function("window.memprofReady !== undefined", timeout=120_000)
+            lo, hi = 0.0, end
+            for k in range(6):  # three zooms in (3x each), a pan, a zoom out, a pan
+                if k < 3:
+                    lo, hi = lo + (hi - lo) * 0.41, lo + (hi - lo) * 0.41 + (hi - lo) / 3
+                elif k in (3, 5):
+                    lo, hi = lo + (hi - lo) * 0.5, hi + (hi - lo) * 0.5
+                else:
+                    lo, hi = max(0.0, lo - (hi - lo)), min(end, hi + (hi - lo))
+                got = page.evaluate(ZOOM_JS, [lo, hi])
+                zooms.append(got["ms"] / 1000)
+                if got["zoom"]["level"] == got["zoom"]["want"]:  # within the levels sent
+                    truth = local_peaks(prof, round(lo * 1e6), round(hi * 1e6), got["px"])
+                    t_ns = [x * 1e6 for x in got["t"]]
+                    _peaks_within_a_column(t_ns, got["total"], truth, lo * 1e6, hi * 1e6)
+                    checked += 1
+    kernel = []
+    for width in (1e-3, 1e-4, 1e-5):  # beyond the levels sent: the kernel answers
+        lo = end * 0.63
+        t = time.perf_counter()
+        cols = levels.zoomed(prof, tl, lo, lo + end * width, 1400)
+        kernel.append(time.perf_counter() - t)
+        truth = local_peaks(prof, round(lo * 1e6), round((lo + end * width) * 1e6), 1400)
+        t_ns = [x * 1e6 for x in cols["t"]]
+        _peaks_within_a_column(t_ns, cols["total"], truth, lo * 1e6, (lo + end * width) * 1e6)
+    widget.close()
+    print(
+        f"widget build (show) s: {show_s:.2f}; first render of the page s: {render:.2f}; "
+        f"together {show_s + render:.2f} (<= 10)"
+    )
+    print(f"to_html s: {html_s:.2f}; HTML MB: {mb:.1f} (<= 25)")
+    print(
+        f"zoom/pan in the page s: {spread(zooms)} (each <= 0.3); peaks checked after "
+        f"{checked} of {len(zooms)} (the others beyond the levels sent)"
+    )
+    print(f"kernel's answer to a zoom beyond the levels s: {spread(kernel)}; peaks checked")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="only the one-step case")
     ap.add_argument("--rounds", type=int, default=5, help="timed rounds and page loads (median)")
+    ap.add_argument("--events", type=int, help="the size case: a synthetic profile of N events")
     args = ap.parse_args()
     torch.set_num_threads(1)
+    if args.events:
+        size_case(args.events)
+        return
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for label, blocks, steps, mb_target, s_target in CASES[:1] if args.quick else CASES:

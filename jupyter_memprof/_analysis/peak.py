@@ -46,7 +46,14 @@ def live_after(tables: dict[str, pd.DataFrame], event: int) -> np.ndarray:
     act = _actions(ev)[: event + 1]
     ids = ev["alloc_id"].to_numpy()[: event + 1]
     born = ids[(act != Action.DESTROY.value) & (act != Action.INCREMENT_VERSION.value)]
-    return np.setdiff1d(born, ids[act == Action.DESTROY.value])
+    gone = ids[act == Action.DESTROY.value]
+    if len(born) and born.min() >= 0 and born.max() < 4 * len(ids) + 1024:
+        # ids are small (the analysis numbers blocks 0, 1, ...): a mask, not a sort
+        alive = np.zeros(int(born.max()) + 1, dtype=bool)
+        alive[born] = True
+        alive[gone[gone <= born.max()].clip(0)] = False
+        return np.flatnonzero(alive).astype(ids.dtype)
+    return np.setdiff1d(born, gone)
 
 
 def _actions(events: pd.DataFrame) -> np.ndarray:

@@ -244,14 +244,28 @@ def live_by_category(timeline: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     col = pd.Categorical(timeline["category"], dtype=S.CATEGORY_DTYPE).codes.astype(np.int64)
     ok = col >= 0
     col = col[ok]
-    times, row = np.unique(timeline["time_ns"].to_numpy(dtype=np.int64)[ok], return_inverse=True)
-    row = row.reshape(-1)
-    wide = np.full((len(times), len(cats)), np.nan)
-    if len(col):
-        key = row * len(cats) + col
-        last = len(key) - 1 - np.unique(key[::-1], return_index=True)[1]  # last row per key
-        wide[row[last], col[last]] = timeline["bytes"].to_numpy(dtype="float64")[ok][last]
-        have = ~np.isnan(wide)
-        src = np.maximum.accumulate(np.where(have, np.arange(len(times))[:, None], 0), axis=0)
-        wide = wide[src, np.arange(len(cats))]
-    return times, np.nan_to_num(wide, nan=0.0)
+    t = timeline["time_ns"].to_numpy(dtype=np.int64)[ok]
+    if len(t) and bool((t[1:] >= t[:-1]).all()):  # time ordered (as the analysis makes it)
+        new = np.concatenate([[True], t[1:] != t[:-1]])
+        times, row = t[new], np.cumsum(new) - 1
+    else:
+        times, row = np.unique(t, return_inverse=True)
+        row = row.reshape(-1)
+    values = timeline["bytes"].to_numpy(dtype="float64")[ok]
+    wide = np.zeros((len(times), len(cats)))
+    for c in np.flatnonzero(np.bincount(col, minlength=len(cats))):
+        wide[:, c] = _held(len(times), row[col == c], values[col == c])
+    return times, wide
+
+
+def _held(n: int, rows: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Over ``n`` states, the value of the last of ``rows`` (in table order) at or before
+    each state; 0 before the first."""
+    if len(rows) > 1 and not bool((rows[1:] >= rows[:-1]).all()):
+        order = np.argsort(rows, kind="stable")
+        rows, values = rows[order], values[order]
+    last = np.append(rows[1:] != rows[:-1], True)  # the last row at each state
+    src = np.full(n, -1, dtype=np.int64)
+    src[rows[last]] = np.flatnonzero(last)
+    np.maximum.accumulate(src, out=src)
+    return np.where(src >= 0, values[src.clip(0)], 0.0)

@@ -47,6 +47,7 @@ from bokeh.models import Column, ColumnDataSource, LayoutDOM
 from .._analysis.steps import step_boundaries
 from .._units import format_bytes
 from . import dashboard_data as dd
+from . import dashboard_zoom
 from .dashboard_kit import (
     OVERVIEW_HEIGHT,
     ROW_HEIGHT,
@@ -198,6 +199,11 @@ def _spec(prof, shown: Shown, *, header: bool) -> tuple[Shape, dict]:
             v[f"y_end{k}"] = top * 1.15
             here = oom_at is not None and oom_at[0] == tl.device
             chart = replace(chart, limit=True, oom=here)
+        if tl.levels is not None:
+            lv = tl.level_info
+            v[f"op_pool{k}"], v[f"module_pool{k}"] = tl.pools["op"], tl.pools["module"]
+            v[f"lv_columns{k}"], v[f"lv_finest{k}"], v[f"lv_end{k}"] = lv.columns, lv.finest, lv.end
+            chart = replace(chart, zoom=True)
         charts.append(chart)
     notes.append(_tiny_note(shown.tiny))
     v["timeline_title"] = title_text("Memory over time", "; ".join(n for n in notes if n))
@@ -263,6 +269,7 @@ def _template(shape: Shape, values: dict) -> tuple[DocTemplate, dict[str, tuple[
         built = _layout(shape, stand_ins, header=True)
         sources = {name: getattr(built, name) for name in _LIVE}
         ids = {name: (src.id, src.selected.id) for name, src in sources.items()}
+        ids.update(dashboard_zoom.template_ids(built.layout, shape))
         hit = (DocTemplate(built.layout, slots), ids)
         while len(_templates) >= _TEMPLATES_KEPT:
             del _templates[next(iter(_templates))]
@@ -295,9 +302,11 @@ def page(
     if live:
         data = {**values, "lineage": {k: [] for k in LINEAGE_VIEW_COLUMNS}}
         sources = {name: ColumnDataSource(data=data[name], name=_LIVE[name]) for name in _LIVE}
-        for name, (source_id, selection_id) in source_ids.items():
+        for name in _LIVE:
+            source_id, selection_id = source_ids[name]
             ids[source_id], ids[selection_id] = sources[name].id, sources[name].selected.id
         built = Built(root, *(sources[name] for name in _LIVE), values["pool"])
+        built.zoom = dashboard_zoom.live_sources(shape, values, shown, ids, source_ids)
     for name, data in shown.data.items():  # the data, encoded once per selection
         if name not in shown.encoded:
             shown.encoded[name] = Serializer(deferred=False).encode(data)

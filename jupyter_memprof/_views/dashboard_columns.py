@@ -175,3 +175,53 @@ def window(prof) -> Window:
     start = 0 if start is None else start
     end = prof.end_ns
     return Window(start, start if end is None else max(end, start))
+
+
+def op_text(prof, column: str, pos: np.ndarray) -> np.ndarray:
+    """``prof.ops[column]`` as text at rows ``pos`` ("" where ``pos`` is -1 or NA)."""
+    out = np.zeros(len(pos), dtype=str)
+    have = pos >= 0
+    if have.any():
+        text = as_text(prof.ops[column].take(pos[have]))
+        out = out.astype(text.dtype)
+        out[have] = text
+    return out
+
+
+def summarised(a: pd.DataFrame, rows: np.ndarray) -> pd.DataFrame:
+    """One row per (device, category) of the blocks at ``rows`` (in order of first
+    appearance, then by total size, largest first): how many and their total size. Blocks
+    without a device or category are left out."""
+    dev_codes, devs = _factorized(a["device"], rows)
+    cat_codes, cats = _factorized(a["category"], rows)
+    ok = (dev_codes >= 0) & (cat_codes >= 0)
+    key = (dev_codes * max(len(cats), 1) + cat_codes)[ok]
+    groups, first, which = np.unique(key, return_index=True, return_inverse=True)
+    sizes = np.zeros(len(groups), dtype=np.int64)
+    np.add.at(sizes, which, a["size_bytes"].to_numpy(dtype=np.int64)[rows][ok])
+    order = np.argsort(first, kind="stable")  # groups in order of first appearance ...
+    order = order[np.argsort(-sizes[order], kind="stable")]  # ... then largest first
+    groups = groups[order]
+    return pd.DataFrame(
+        {
+            "device": np.asarray(devs, dtype=object)[groups // max(len(cats), 1)],
+            "category": np.asarray(cats, dtype=object)[groups % max(len(cats), 1)],
+            "count": np.bincount(which, minlength=len(first))[order],
+            "size_bytes": sizes[order],
+        }
+    )
+
+
+def _factorized(col: pd.Series, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``pd.factorize`` of ``col`` at ``rows`` (codes in order of first appearance, -1 for
+    NA), from a categorical's codes without converting its values."""
+    if not isinstance(col.dtype, pd.CategoricalDtype):
+        codes, uniques = pd.factorize(col.astype("object").to_numpy()[rows])
+        return codes, np.asarray(uniques, dtype=object)
+    codes = col.cat.codes.to_numpy().astype(np.int64)[rows]
+    used, first = np.unique(codes, return_index=True)
+    first, used = first[used >= 0], used[used >= 0]
+    used = used[np.argsort(first, kind="stable")]  # in order of first appearance
+    remap = np.full(len(col.cat.categories) + 1, -1, dtype=np.int64)
+    remap[used] = np.arange(len(used))
+    return remap[codes], np.asarray(col.cat.categories.astype(object), dtype=object)[used]

@@ -34,6 +34,7 @@ from .._analysis.peak import PeakPoint
 from .._analysis.schema import Category, Phase, Relation
 from .._analysis.timeline import live_by_category
 from .._units import format_bytes, format_time
+from . import dashboard_levels as _levels
 from . import peaks as _peaks
 from .dashboard_columns import (
     CATEGORY_COLORS,
@@ -48,8 +49,12 @@ from .dashboard_columns import (
     lookup,
     op_positions,
     rows_of,
+    summarised,
     time_texts,
     window,  # noqa: F401 (read here by the dashboard and its tests)
+)
+from .dashboard_columns import (
+    op_text as _op_text,
 )
 
 #: :func:`.dashboard_columns.time_texts` under the name it had here
@@ -95,6 +100,15 @@ class Timeline:
     points_in: int  # event-level points before thinning
     peak_ms: float | None
     peak_bytes: int
+    #: zoom levels (:mod:`.dashboard_levels`) when the states are more than the budget: the
+    #: kept states' columns (t, total, b_<cat>, op and module as codes into ``pools``,
+    #: level), what the page re-aggregates from on zoom; None otherwise
+    levels: dict[str, object] | None = None
+    pools: dict[str, list[str]] = field(default_factory=dict)
+    level_info: _levels.Levels | None = None
+    #: every state (t in ms, total, the categories' bytes, op positions) for the kernel's
+    #: answer to a zoom beyond the levels sent; None when not zoomable
+    states: tuple | None = None
 
 
 def timeline(
@@ -132,7 +146,14 @@ def timeline(
             at = np.searchsorted(et, times).clip(0, len(et) - 1)
             op_at = op_positions(prof, np.where(et[at] == times, eo[at], -1))
 
-    keep = m4_indices(total, budget)
+    zoom = None
+    if points_in > budget:  # per pixel column, re-aggregated on zoom
+        t_ms = win.ms(np.asarray(times, dtype=np.int64))
+        lv = _levels.build(t_ms, total, 0.0, max(win.end_ms, 1e-6), columns=max(1, budget // 4))
+        zoom = (lv, t_ms, values, total, op_at)
+        keep = lv.keep[lv.level == 0]
+    else:
+        keep = np.arange(points_in)
     times, values, total, op_at = times[keep], values[keep], total[keep], op_at[keep]
 
     # open with the capture start (state before the first event: empty, unless the first
@@ -161,17 +182,9 @@ def timeline(
     if peak_ms is None and len(total) and total.max() > 0:
         i = int(np.argmax(total))
         peak_ms, peak_bytes = float(cols["t"][i]), int(total[i])
-    return Timeline(device, cats, cols, points_in, peak_ms, peak_bytes)
-
-
-def _op_text(prof, column: str, pos: np.ndarray) -> np.ndarray:
-    """``prof.ops[column]`` as text at rows ``pos`` ("" where ``pos`` is -1 or NA)."""
-    out = np.zeros(len(pos), dtype=str)
-    have = pos >= 0
-    if have.any():
-        text = as_text(prof.ops[column].take(pos[have]))
-        out = out.astype(text.dtype)
-        out[have] = text
+    out = Timeline(device, cats, cols, points_in, peak_ms, peak_bytes)
+    if zoom is not None:
+        _levels.attach(prof, out, *zoom)
     return out
 
 
@@ -372,39 +385,27 @@ def select_allocations(
         if pk is not None:  # else no peak on this device (no events): nothing to add
             peak_ids |= set(pk.alloc_ids.tolist())
     # largest first, then by alloc_id
-    ids = a["alloc_id"].to_numpy(dtype=np.int64)[rows]
-    rows = rows[np.lexsort((ids, -a["size_bytes"].to_numpy(dtype=np.int64)[rows]))]
-    keep = np.ones(total, dtype=bool)
-    if total > budget:
-        keep[budget:] = False
-        at_peak = np.isin(a["alloc_id"].to_numpy(dtype=np.int64)[rows], list(peak_ids))
-        keep[np.flatnonzero(at_peak & ~keep)[: budget // 4]] = True
-    table = a.take(rows[keep]).reset_index(drop=True)
-    return Allocations(table, _summarised(a, rows[~keep]), total, peak_ids)
+    all_ids = a["alloc_id"].to_numpy(dtype=np.int64)
+    all_sizes = a["size_bytes"].to_numpy(dtype=np.int64)
 
+    def largest_first(r: np.ndarray) -> np.ndarray:
+        return r[np.lexsort((all_ids[r], -all_sizes[r]))]
 
-def _summarised(a: pd.DataFrame, rows: np.ndarray) -> pd.DataFrame:
-    """One row per (device, category) of the blocks at ``rows`` (in order of first
-    appearance, then by total size, largest first): how many and their total size. Blocks
-    without a device or category are left out."""
-    dev_codes, devs = pd.factorize(a["device"].astype("object").to_numpy()[rows])
-    cat_codes, cats = pd.factorize(a["category"].astype("object").to_numpy()[rows])
-    ok = (dev_codes >= 0) & (cat_codes >= 0)
-    key = (dev_codes * max(len(cats), 1) + cat_codes)[ok]
-    groups, first, which = np.unique(key, return_index=True, return_inverse=True)
-    sizes = np.zeros(len(groups), dtype=np.int64)
-    np.add.at(sizes, which, a["size_bytes"].to_numpy(dtype=np.int64)[rows][ok])
-    order = np.argsort(first, kind="stable")  # groups in order of first appearance ...
-    order = order[np.argsort(-sizes[order], kind="stable")]  # ... then largest first
-    groups = groups[order]
-    return pd.DataFrame(
-        {
-            "device": np.asarray(devs, dtype=object)[groups // max(len(cats), 1)],
-            "category": np.asarray(cats, dtype=object)[groups % max(len(cats), 1)],
-            "count": np.bincount(which, minlength=len(first))[order],
-            "size_bytes": sizes[order],
-        }
-    )
+    if total <= budget:
+        listed, rest = largest_first(rows), rows[:0]
+    else:  # sort only the largest (millions of blocks: the rest is summarised, not sorted)
+        sizes = all_sizes[rows]
+        cut = np.partition(sizes, total - budget)[total - budget]  # the budget-th largest
+        top = largest_first(rows[sizes >= cut])[:budget]
+        listed_mask = np.zeros(len(a), dtype=bool)
+        listed_mask[top] = True
+        at_peak = rows[np.isin(all_ids[rows], list(peak_ids)) & ~listed_mask[rows]]
+        extra = largest_first(at_peak)[: budget // 4]
+        listed_mask[extra] = True
+        listed = np.concatenate([top, extra])
+        rest = rows[~listed_mask[rows]]
+    table = a.take(listed).reset_index(drop=True)
+    return Allocations(table, summarised(a, rest), total, peak_ids)
 
 
 def _block_names(op_names, sizes, alloc_ids) -> list[str]:

@@ -55,3 +55,7 @@ def bytes_hover() -> str:
 
 def bytes_tick() -> str:
     return code("units.js", "bytes_tick.js")
+
+
+def zoom() -> str:
+    return code("zoom.js")

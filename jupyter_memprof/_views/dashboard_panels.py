@@ -9,7 +9,7 @@ lifetimes, the lineage of the clicked block.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from bokeh.core.properties import value
 from bokeh.layouts import column, row
@@ -49,6 +49,7 @@ from bokeh.transform import dodge
 
 from . import dashboard_data as dd
 from . import dashboard_js as js
+from . import dashboard_zoom
 from .dashboard_kit import (
     OVERVIEW_HEIGHT,
     TIMELINE_HEIGHT,
@@ -124,6 +125,8 @@ class Built:
     lineage: ColumnDataSource  # the lineage on show
     lineage_all: ColumnDataSource  # every listed block's lineage (encoded)
     lineage_pool: list[str]  # the strings lineage_all's codes point into
+    #: zoomable charts' sources the kernel holds (:mod:`.dashboard_zoom`), by device
+    zoom: dict = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -139,6 +142,7 @@ class Chart:
     limit: bool = False  # an estimate's memory limit is drawn
     oom: bool = False  # and where it was first exceeded, on this device
     steps: bool = False  # the boundaries between steps are marked (a capture of a loop)
+    zoom: bool = False  # re-aggregated per pixel column on zoom (more states than drawn)
     # Which side of its mark a label goes (left late in the run, to stay inside the plot)
     # depends on where the mark is: a value (see _beside), not part of the shape.
 
@@ -266,6 +270,8 @@ def _timeline_panel(sh: Shared):
         charts.append(_timeline_chart(sh, k, chart, src, selected, cleared))
         color = _OVERVIEW_COLORS[k % len(_OVERVIEW_COLORS)]
         step = dict(x="t", y="total", mode="after")
+        if chart.zoom:  # the chart's source changes on zoom; the overview's stays whole
+            src = cds(v[f"overview{k}"], f"memprof-overview-{chart.device}", kit)
         totals.append(kit.glyph(overview, src, Step, step, {"line_color": color}))
     if len(totals) > 1:  # which line is which device
         items = [
@@ -306,7 +312,9 @@ def _timeline_chart(sh: Shared, k: int, chart: Chart, src, selected, cleared):
         y_axis=kit.axis("bytes", ticker=ticker, formatter=formatter),
         x_label=sh.x_label,
     )
-    _stacked_areas(sh, k, chart, p, src)
+    areas = _stacked_areas(sh, k, chart, p, src)
+    if chart.zoom:
+        _zoom(sh, k, chart, p, src, areas)
     total_xy = dict(x="t", y="total")
     if chart.outline:
         kit.glyph(
@@ -332,7 +340,35 @@ def _timeline_chart(sh: Shared, k: int, chart: Chart, src, selected, cleared):
     return p
 
 
-def _stacked_areas(sh: Shared, k: int, chart: Chart, p, src) -> None:
+def _zoom(sh: Shared, k: int, chart: Chart, p, src, areas) -> None:
+    """Re-aggregate the chart per pixel column when its time range changes: in the page,
+    from the levels sent (``js/zoom.js``); the notebook's kernel answers a zoom beyond them
+    through ``memprof-zoom-<device>`` (see :mod:`.dashboard_zoom`)."""
+    v = sh.v
+    levels = cds(v[f"levels{k}"], f"memprof-levels-{chart.device}", sh.kit)
+    request = ColumnDataSource(
+        data=dashboard_zoom.empty_request(), name=dashboard_zoom.REQUEST.format(chart.device)
+    )
+    args = dict(
+        src=src,
+        levels=levels,
+        request=request,
+        plot=p,
+        cats=list(chart.categories),
+        renderers=areas,
+        op_pool=v[f"op_pool{k}"],
+        module_pool=v[f"module_pool{k}"],
+        columns=v[f"lv_columns{k}"],
+        finest=v[f"lv_finest{k}"],
+        span=v[f"lv_end{k}"],
+        x_range=sh.x_range,
+    )
+    callback = CustomJS(args=args, code=js.zoom())
+    sh.x_range.js_on_change("start", callback)
+    sh.x_range.js_on_change("end", callback)
+
+
+def _stacked_areas(sh: Shared, k: int, chart: Chart, p, src) -> list:
     """The chart's stacked areas, one per category (a hidden one restacks the others), and
     their legend under the plot (with the reserved line, if drawn)."""
     kit = sh.kit
@@ -367,6 +403,7 @@ def _stacked_areas(sh: Shared, k: int, chart: Chart, p, src) -> None:
             glyph_height=14,
         )
         p.add_layout(legend, "below")
+    return areas
 
 
 def _hover(sh: Shared, p, total, cats: list[str]) -> None:

@@ -113,7 +113,11 @@ def shown(prof, device: str | None, cats: list[str] | None) -> Shown:
     flows = dd.flow_columns(prof, ops)
     out = Shown(win, sel, ops, acols, lcols, pool, flows, timelines, visible, tiny)
     data = {"ops": ops.columns, "allocs": acols, "flows": flows, "lineage_all": lcols}
-    data.update({f"timeline{k}": tl.columns for k, tl in enumerate(timelines)})
+    for k, tl in enumerate(timelines):
+        data[f"timeline{k}"] = tl.columns
+        if tl.levels is not None:  # zoomable: its levels, and the overview's own source
+            data[f"levels{k}"] = tl.levels
+            data[f"overview{k}"] = {"t": tl.columns["t"], "total": tl.columns["total"]}
     out.data = {name: cds_data(columns) for name, columns in data.items()}
     _selection.put(prof, key, out)
     return out

@@ -14,6 +14,7 @@ from bokeh.embed.elements import div_for_render_item
 from jupyter_bokeh import BokehModel
 
 from . import dashboard_data as dd
+from . import dashboard_zoom
 from .dashboard import Page, forget, page
 from .dashboard_html import display_with_bokehjs, render_item
 
@@ -44,6 +45,9 @@ class _BokehView(BokehModel):
         with doc.models.freeze():  # one pass over the models, not one per root
             for root in (model, built.ops, built.allocs, built.lineage, built.lineage_all):
                 doc.add_root(root)
+            for src, req, _tl, _stacked in built.zoom.values():  # zoomable charts' sources
+                doc.add_root(src)
+                doc.add_root(req)
         item = render_item(model)
         self._model = model
         self.render_bundle = {
@@ -177,6 +181,7 @@ class Dashboard(widgets.VBox):
         self._status = widgets.HTML(value="")
         shown = page(prof, header=header, live=True)
         self._built = shown.built
+        dashboard_zoom.watch(prof, shown.built.zoom)
         self._view = _BokehView(page=shown)
         self._device.observe(self._rebuild, names="value")
         self._categories.observe(self._rebuild, names="value")
@@ -255,6 +260,7 @@ class Dashboard(widgets.VBox):
         cats = list(self._categories.value)
         shown = page(self.profile, device, cats, header=self._header, live=True)
         self._built = shown.built
+        dashboard_zoom.watch(self.profile, shown.built.zoom)
         old = self._view
         self._view = _BokehView(page=shown)
         self.children = [*self.children[:-1], self._view]
