@@ -351,7 +351,9 @@ def test_bad_allocator_or_context_fails_before_running(kwargs, message):
 def test_a_step_that_fits_says_so(warm_mlp):
     prof = estimate(classification_step, *warm_mlp, limit=10**9)
     assert prof.meta["oom"] is None
-    assert repr(prof).splitlines()[1] == "  fits in the limit of 953.7 MiB"
+    line = repr(prof).splitlines()[1]
+    assert line.startswith("  fits in the limit of 953.7 MiB on cpu: needs ")
+    assert line.endswith(" MiB") and "headroom" in line
 
 
 def test_dashboard_marks_the_limit_and_the_oom_moment(oom_estimate):

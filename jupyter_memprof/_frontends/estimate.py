@@ -272,6 +272,7 @@ def run_estimate(
         kernel_memory_not_modelled=not_modelled,
         clock=CLOCK,
         limit=limit,
+        **({} if context is None else {"context": context}),
         wall_s=wall_s,
         devices=devices,
         with_stack=True,

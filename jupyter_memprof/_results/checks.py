@@ -213,6 +213,8 @@ META_FIELDS = {
     "rank": nonneg_int,
     "world_size": nonneg_int,
     "limit": nonneg_int,
+    # the bytes a CUDA device holds outside PyTorch, when an estimate was told (context=)
+    "context": nonneg_int,
     "oom": _oom,
     "error": _str,
     "analysis_error": _str,

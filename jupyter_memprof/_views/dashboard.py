@@ -195,8 +195,14 @@ def _spec(prof, shown: Shown, *, header: bool) -> tuple[Shape, dict]:
             v[f"steps{k}"] = {"x": win.ms(boundaries)}
             chart = replace(chart, steps=True)
         if limit is not None and limit_device in (None, tl.device):  # the limit's device only
-            top = max([tl.peak_bytes, limit, *(reserved or {}).get("y", [])])
+            # the axis fits the data: a limit far above it is said at the top, not drawn
+            data_top = max([tl.peak_bytes, *(reserved or {}).get("y", [])], default=0)
+            near = limit <= LIMIT_IN_VIEW * max(data_top, 1)
+            top = max(data_top, limit) if near else data_top
             v[f"y_end{k}"] = top * 1.15
+            v["limit_label_y"] = float(limit if near else top * 1.08)
+            if not near:
+                v["limit_text"] = f"\u2191 limit {format_bytes(limit)} (above this scale)"
             here = oom_at is not None and oom_at[0] == tl.device
             chart = replace(chart, limit=True, oom=here)
         if tl.levels is not None:
@@ -210,6 +216,11 @@ def _spec(prof, shown: Shown, *, header: bool) -> tuple[Shape, dict]:
     v["lifetime_key"] = color_key("colour: category", shown.acols["category"], dd.CATEGORY_COLORS)
     return Shape(estimate, tuple(charts)), v
 
+
+#: A limit up to this many times the chart's highest point is drawn in the chart; above it,
+#: the axis fits the data and the limit is said at the chart's top (a 189 MiB step under an
+#: 8 GiB limit is not a flat line at the bottom).
+LIMIT_IN_VIEW = 1.5
 
 #: the text of a label that shows nothing: a space, since an empty text is Label's default,
 #: which Bokeh leaves out of the document (a template's value never is)

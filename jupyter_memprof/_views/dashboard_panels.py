@@ -479,7 +479,7 @@ def _limit_marks(sh: Shared, chart: Chart, p) -> None:
     p.add_layout(
         Label(
             x=0,
-            y=v["limit"],
+            y=v["limit_label_y"],
             text=v["limit_text"],
             text_font_size="11px",
             text_color="#d32f2f",

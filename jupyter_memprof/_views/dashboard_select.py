@@ -92,7 +92,7 @@ def shown(prof, device: str | None, cats: list[str] | None) -> Shown:
         return found
     _selection.forget(None)  # another profile's, or stale: never two at once
     win = dd.window(prof)
-    devs = [device] if device is not None else prof.devices
+    devs = [device] if device is not None else _question_first(prof)
     peaks = {dev: dd.peak_or_none(prof, dev) for dev in devs}
     sel = dd.select_allocations(prof, device, cats, peaks=peaks)
     alloc_ids = sel.table["alloc_id"].astype("int64").tolist()
@@ -121,6 +121,17 @@ def shown(prof, device: str | None, cats: list[str] | None) -> Shown:
     out.data = {name: cds_data(columns) for name, columns in data.items()}
     _selection.put(prof, key, out)
     return out
+
+
+def _question_first(prof) -> list[str]:
+    """The profile's devices, the one its question is about first (an estimate's device,
+    the limit's), then the others in device order."""
+    meta = prof.meta
+    first = (meta.get("oom") or {}).get("device") or (
+        meta.get("device") if meta.get("estimate") or meta.get("limit") is not None else None
+    )
+    devs = list(prof.devices)
+    return [first, *(d for d in devs if d != first)] if first in devs else devs
 
 
 #: A device whose peak is under this many bytes, and under :data:`TINY_SHARE` of the largest

@@ -7,6 +7,7 @@ import keyword
 import weakref
 
 import ipywidgets as widgets
+import pandas as pd
 import traitlets
 from bokeh.core.serialization import UnknownReferenceError
 from bokeh.document import Document
@@ -160,7 +161,7 @@ class Dashboard(widgets.VBox):
         self._header = header
         self.lineage = None
         devs = prof.devices
-        present = set(map(str, prof.allocations["category"].dropna().astype("object").unique()))
+        present = {str(c) for c in pd.unique(prof.allocations["category"]) if not pd.isna(c)}
         cats = [c for c in dd.CATEGORY_COLORS if c in present]
         self._device = widgets.Dropdown(
             options=[("all devices", "")] + [(d, d) for d in devs],

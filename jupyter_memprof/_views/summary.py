@@ -10,11 +10,13 @@ that peak, largest first.
 from __future__ import annotations
 
 import html
+import math
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
 from .._units import format_bytes, format_seconds
+from .fit_bar import fit_html, verdict
 from .peaks import peak_point
 
 if TYPE_CHECKING:
@@ -70,7 +72,8 @@ def summary(prof: ProfileLike) -> dict[str, Any]:
     start_ns = prof.start_ns
     peaks: dict[str, dict[str, Any]] = {}
     ev = prof.events
-    active = set(ev.loc[ev["action"] != "preexisting", "device"].astype(str))
+    moved = (ev["action"] != "preexisting").to_numpy(dtype=bool)
+    active = {str(d) for d in pd.unique(ev["device"][moved]) if not pd.isna(d)}
     for device in prof.devices:
         if device not in active:  # only what was live before: no activity to show
             continue
@@ -95,8 +98,10 @@ def summary(prof: ProfileLike) -> dict[str, Any]:
             )
             recorded = device in (meta.get("reserved_model_error") or {})
             peaks[device]["reserved_source"] = "recorded" if recorded else "modelled"
+    peaks = _question_first(peaks, meta)
     return {
         "label": prof.label,
+        "fit": _fit(prof),
         "baseline": _baseline(meta),
         "cuda": _cuda(meta, peaks),
         "error": meta.get("error") or None,
@@ -122,6 +127,29 @@ def summary(prof: ProfileLike) -> dict[str, Any]:
         "snapshot_oom": meta.get("snapshot_oom") or None,
         "trace_ooms": len((meta.get("trace") or {}).get("oom_events") or []),
     }
+
+
+def _question_first(peaks: dict[str, Any], meta: dict) -> dict[str, Any]:
+    """The peaks with the device the question is about first (an estimate's device, the
+    limit's), then the others in device order: a 220 B CPU peak is not the headline of a
+    cuda:0 estimate."""
+    first = (meta.get("oom") or {}).get("device") or meta.get("device")
+    if first not in peaks:
+        return peaks
+    return {first: peaks[first], **{d: p for d, p in peaks.items() if d != first}}
+
+
+def _fit(prof: ProfileLike) -> dict[str, Any] | None:
+    """The limit split into what fills it (:func:`.._analysis.headroom.headroom`), or None
+    without a limit (or where the tables cannot say)."""
+    if prof.meta.get("limit") is None:
+        return None
+    from .._analysis.headroom import headroom
+
+    try:
+        return headroom(prof.tables, prof.meta)
+    except (KeyError, ValueError):  # no memory events on the limit's device
+        return None
 
 
 def _top_categories(allocations: pd.DataFrame, alloc_ids) -> dict[str, int]:
@@ -203,8 +231,12 @@ def _growth(prof: ProfileLike) -> dict[str, Any] | None:
     def text(value) -> str | None:
         return None if pd.isna(value) else str(value)
 
+    from .._analysis.severity import leak_severity
+
+    per_step = int(same["bytes_per_step"].sum())
     return {
-        "bytes_per_step": int(same["bytes_per_step"].sum()),
+        **leak_severity(per_step, prof.steps, prof.meta, device),
+        "bytes_per_step": per_step,
         "device": device,
         "holder": text(first["holder"]),
         "callsite": text(first["callsite"]),
@@ -235,7 +267,24 @@ def growth_phrase(s: dict[str, Any]) -> str | None:
     else:
         what = where or "blocks no variable reaches"
     more = f" and {g['leaks'] - 1} more" if g["leaks"] > 1 else ""
-    return f"memory grows {format_bytes(g['bytes_per_step'])} per step: {what}{more}"
+    line = f"memory grows {format_bytes(g['bytes_per_step'])} per step: {what}{more}"
+    return f"{line}; {_severity_clause(g)}" if "severity" in g else line
+
+
+def _severity_clause(g: dict[str, Any]) -> str:
+    """``a note: 0.0001% of the step's peak of 12.0 MiB, 2.1e+10 steps to fill cuda:0``."""
+    share = g["share"]
+    if math.isinf(share):
+        parts = ["no step peak to compare with"]
+    else:
+        pct = f"{100 * share:.2g}%" if share < 0.1 else f"{100 * share:.0f}%"
+        parts = [f"{pct} of the step's peak of {format_bytes(g['step_peak'])}"]
+    steps = g.get("steps_to_fill")
+    if steps is not None:
+        count = f"{steps:,.0f}" if steps < 1e7 else f"{steps:.1e}"
+        parts.append(f"{count} steps to fill {format_bytes(g['capacity'])}")
+    article = "an" if g["severity"] == "alarm" else "a"
+    return f"{article} {g['severity']}: " + ", ".join(parts)
 
 
 def inferred_phrase(device: str, found: dict[str, int]) -> str:
@@ -317,7 +366,8 @@ def oom_phrase(s: dict[str, Any]) -> str | None:
     limit = format_bytes(s["limit"])
     oom = s["oom"]
     if not oom:
-        return f"fits in the limit of {limit}"
+        fit = s.get("fit")
+        return verdict(fit) if fit else f"fits in the limit of {limit}"
     where = " ".join(
         p
         for p in (
@@ -438,6 +488,8 @@ def _title(s: dict[str, Any], quote=repr) -> str:
     """``memory profile 'bs32'``, ``memory estimate 'bs32'``, and ``memory estimate of
     step(64x512)`` for an estimate's own label (never "estimate estimate of")."""
     label = s["label"]
+    if s["estimate"]:  # the magic's label says "(estimate)" already: said once
+        label = label.removesuffix(" (estimate)")
     if s["estimate"] and label.startswith("estimate of "):
         return f"memory {label}"
     kind = "memory estimate" if s["estimate"] else "memory profile"
@@ -484,6 +536,12 @@ _STYLE = (
 )
 _ERROR_STYLE = "color: var(--jp-error-color1, #d32f2f);"
 _MUTED_STYLE = "color: var(--jp-ui-font-color2, #616161);"
+#: memory that grows with every step, by severity (an alarm is red; a note is not)
+_SEVERITY_STYLE = {
+    "alarm": _ERROR_STYLE,
+    "warning": "color: var(--jp-warn-color1, #b26a00);",
+    "note": _MUTED_STYLE,
+}
 
 
 def _detail_rows(s: dict) -> list[tuple[str, str, str]]:
@@ -506,7 +564,8 @@ def _detail_rows(s: dict) -> list[tuple[str, str, str]]:
         rows.append(("source", _MUTED_STYLE, source))
     growth, long_run = growth_phrase(s), long_run_phrase(s)
     if growth:
-        rows.append(("growth", _ERROR_STYLE, growth))
+        severity = (s.get("growth") or {}).get("severity", "alarm")
+        rows.append(("growth", _SEVERITY_STYLE.get(severity, _ERROR_STYLE), growth))
     if long_run:
         rows.append(("long-run", _MUTED_STYLE, long_run))
     return rows
@@ -533,7 +592,9 @@ def summary_html(prof: ProfileLike) -> str:
         return f'<div class="memprof-summary" style="{_STYLE}">{"".join(rows)}</div>'
 
     oom = oom_phrase(s)
-    if oom:
+    if s.get("fit"):  # the bar and the verdict in words
+        rows.append(fit_html(s["fit"]))
+    if oom and (s["oom"] or not s.get("fit")):
         style = _ERROR_STYLE if s["oom"] else _MUTED_STYLE
         rows.append(f'<div class="memprof-summary-oom" style="{style}">{e(oom)}</div>')
     for device, peak in s["peaks"].items():
