@@ -4,7 +4,9 @@ A pure function of two profiles' tables. For a key (``category``, ``module``, ``
 ``name``) it takes the blocks live at each profile's own peak (:func:`.peak.peak`), sums
 their bytes per key and returns one row per key: ``a``, ``b``, ``delta`` (b - a) and
 ``ratio`` (b / a; ``inf`` for keys only ``b`` has, 0 for keys only ``a`` has), largest
-change first. Keys present in neither peak do not appear.
+change first. Keys present in neither peak do not appear. Memory the code never touched
+(left from before the capture, used by no op, alive at its end) is left out of both by
+default: it is not the step's, and an earlier cell's outputs would dilute its change.
 
 The result is an ordinary DataFrame; ``jupyter_memprof.diff`` gives it as a ``Diff``, which
 prints for people (sizes with units, a headline first: :mod:`jupyter_memprof._views.text`). The headline names the change of the peak and its biggest
@@ -65,9 +67,32 @@ def _main_module(pa: pd.DataFrame, pb: pd.DataFrame, category: str, sign: int) -
     return f"{'mostly' if fam[top] >= MOSTLY * total else 'most in'} {top}"
 
 
+def untouched_ids(tables: dict[str, pd.DataFrame]) -> np.ndarray:
+    """alloc_ids of the blocks the profiled code never touched: they existed before the
+    capture (no allocation time), no op read or wrote them (no row of ``uses``) and they
+    are alive at its end (memory left from before: an earlier cell's outputs)."""
+    a, u = tables["allocations"], tables["uses"]
+    before = a["alloc_ns"].isna().to_numpy(dtype=bool)
+    kept = a["free_ns"].isna().to_numpy(dtype=bool)
+    used = a["alloc_id"].isin(u["alloc_id"].dropna().astype("int64")).to_numpy(dtype=bool)
+    return a["alloc_id"].to_numpy(dtype=np.int64)[before & kept & ~used]
+
+
+def _touched(p: pd.DataFrame, tables: dict[str, pd.DataFrame]) -> pd.DataFrame:
+    """The peak's blocks less the untouched ones; ``attrs``: the peak's, and
+    ``untouched_bytes`` (what was left out)."""
+    gone = p["alloc_id"].isin(untouched_ids(tables)).to_numpy(dtype=bool)
+    out = p[~gone]
+    out.attrs = {**p.attrs, "untouched_bytes": int(p["size_bytes"][gone].sum())}
+    return out
+
+
 def summary_line(pa: pd.DataFrame, pb: pd.DataFrame) -> str:
-    """``peak +6.1 MiB (+48%): activation +5.9 MiB, mostly model.encoder.layers.*``."""
+    """``peak +6.1 MiB (+48%): activation +5.9 MiB, mostly model.encoder.layers.*``; the
+    step's own change when untouched memory was left out (``attrs["untouched_bytes"]``)."""
     a, b = int(pa.attrs.get("peak_bytes") or 0), int(pb.attrs.get("peak_bytes") or 0)
+    a -= int(pa.attrs.get("untouched_bytes") or 0)
+    b -= int(pb.attrs.get("untouched_bytes") or 0)
     change = b - a
     if change == 0:
         line = f"peak unchanged ({format_bytes(a)})"
@@ -93,15 +118,20 @@ def diff(
     *,
     device: str | None = None,
     labels: tuple[str, str] = ("a", "b"),
+    untouched: bool = False,
 ) -> pd.DataFrame:
     """Bytes live at the peak of ``a`` and of ``b``, per ``by`` key, and how they changed.
 
     ``device`` picks the device in both (default: each profile's device with the highest
-    peak).
+    peak). Blocks the code never touched (:func:`untouched_ids`: memory left from before)
+    are left out of both unless ``untouched``; the headline is then the step's own change
+    (``attrs``: ``untouched_a``, ``untouched_b``, the bytes left out).
     """
     if by not in GROUPS:
         raise ValueError(f"diff(by={by!r}): choose one of {', '.join(BY)}")
     pa, pb = peak(tables_a, device), peak(tables_b, device)
+    if not untouched:
+        pa, pb = _touched(pa, tables_a), _touched(pb, tables_b)
     sa, sb = _grouped(pa, by), _grouped(pb, by)
     keys = sa.index.union(sb.index)
     a = sa.reindex(keys, fill_value=0).to_numpy(dtype=np.int64)
@@ -121,6 +151,8 @@ def diff(
         label_a=str(labels[0]),
         label_b=str(labels[1]),
         summary=summary_line(pa, pb),
+        untouched_a=int(pa.attrs.get("untouched_bytes") or 0),
+        untouched_b=int(pb.attrs.get("untouched_bytes") or 0),
     )
     return out
 

@@ -22,9 +22,12 @@ class Comparison:
     notebook an interactive view (both timelines, the diff table; click a row to highlight
     it in both)."""
 
-    def __init__(self, a: Profile, b: Profile, *, device: str | None = None):
+    def __init__(
+        self, a: Profile, b: Profile, *, device: str | None = None, untouched: bool = False
+    ):
         self.a, self.b = a, b
         self.device = device
+        self.untouched = untouched  # memory neither step touched: left out unless True
         self._diffs: dict[str, Diff] = {}
 
     def diff(self, by: str = "category") -> Diff:
@@ -37,6 +40,7 @@ class Comparison:
                     by,
                     device=self.device,
                     labels=(self.a.label, self.b.label),
+                    untouched=self.untouched,
                 )
             )
         return self._diffs[by]
@@ -71,7 +75,7 @@ class Comparison:
         return self.diff("category").text()
 
 
-def compare(a, b, *, device: str | None = None) -> Comparison:
+def compare(a, b, *, device: str | None = None, untouched: bool = False) -> Comparison:
     """Compare two profiles: both timelines on one time axis, and the diff of their peaks.
 
     The timelines are aligned at the start of the profiled code, on one byte scale (an
@@ -84,6 +88,10 @@ def compare(a, b, *, device: str | None = None) -> Comparison:
         Two profiles, or the paths of saved ones.
     device : str, optional
         The device compared; default: each profile's device with the highest peak.
+    untouched : bool, default False
+        Include memory neither step touched (blocks from before the capture that no op
+        read or wrote, alive at its end: an earlier cell's outputs); left out by default,
+        so the headline is the step's own change.
 
     Returns
     -------
@@ -103,4 +111,4 @@ def compare(a, b, *, device: str | None = None) -> Comparison:
     >>> cmp = jupyter_memprof.compare("batch32.memprof", "batch64.memprof")  # doctest: +SKIP
     >>> cmp.summary  # doctest: +SKIP
     """
-    return Comparison(as_profile(a, "a"), as_profile(b, "b"), device=device)
+    return Comparison(as_profile(a, "a"), as_profile(b, "b"), device=device, untouched=untouched)

@@ -557,6 +557,7 @@ def diff(
     by: str = "category",
     *,
     device: str | None = None,
+    untouched: bool = False,
 ):
     """Bytes live at the peak of ``a`` and of ``b``, side by side, per group.
 
@@ -569,6 +570,11 @@ def diff(
         the same name for their modules to line up.
     device : str, optional
         The device whose peak is compared; default: each profile's highest.
+    untouched : bool, default False
+        Include memory neither step touched (blocks from before the capture that no op
+        read or wrote, alive at its end); left out by default, so the headline is the
+        step's own change (``.attrs["untouched_a"]``, ``["untouched_b"]``: the bytes left
+        out).
 
     Returns
     -------
@@ -595,7 +601,10 @@ def diff(
     from .._analysis.diff import diff as _diff
 
     pa, pb = as_profile(a, "a"), as_profile(b, "b")
-    return Diff.of(_diff(pa.tables, pb.tables, by, device=device, labels=(pa.label, pb.label)))
+    labels = (pa.label, pb.label)
+    return Diff.of(
+        _diff(pa.tables, pb.tables, by, device=device, labels=labels, untouched=untouched)
+    )
 
 
 class Diff(pd.DataFrame):
