@@ -77,27 +77,33 @@ _FILTER_HINT = (
 )
 
 
-#: The tables' columns: (field, title, width in pixels).
+#: The tables' columns: (field, title, width in pixels), the key ones first (a narrow panel
+#: shows those and scrolls sideways to the rest, as the hint above each table says).
 _OP_TABLE = (
-    ("name", "op", 300),
-    ("kind", "kind", 70),
+    ("name", "op", 220),
+    ("self_txt", "self alloc", 80),
+    ("total_txt", "total alloc", 80),
     ("phase", "phase", 70),
+    ("dur_txt", "duration", 80),
     ("module", "module", 150),
     ("callsite", "callsite", 200),
     ("start_txt", "start", 80),
-    ("dur_txt", "duration", 80),
-    ("self_txt", "self alloc", 85),
-    ("total_txt", "total alloc", 85),
+    ("kind", "kind", 70),
 )
 _ALLOC_TABLE = (
-    ("name", "name", 300),
-    ("category", "category", 110),
-    ("size_txt", "size", 80),
-    ("device", "device", 55),
-    ("op", "op", 170),
-    ("module", "module", 120),
+    ("size_txt", "size", 75),
+    ("name", "name", 220),
+    ("category", "category", 105),
+    ("op", "op", 150),
     ("lifetime", "lifetime", 90),
     ("at_peak", "at peak", 55),
+    ("module", "module", 120),
+    ("device", "device", 55),
+)
+#: Said above each table: its columns keep their widths and scroll sideways.
+SCROLL_HINT = (
+    "<span style='font-size:11px;color:#666'>The table scrolls: sideways for more "
+    "columns, down for more rows.</span>"
 )
 _LINEAGE_TABLE = (
     ("t_txt", "time", 80),
@@ -239,6 +245,10 @@ def build_layout(shape: Shape, v: dict, *, header: bool) -> Built:
     return Built(layout, sh.ops, sh.allocs, sh.lin_view, sh.lin_all, v["pool"])
 
 
+def _scroll_hint(name: str) -> Div:
+    return Div(text=SCROLL_HINT, sizing_mode="stretch_width", name=name)
+
+
 # --------------------------------------------------------------------------------------------
 # 1. timeline per device, overview, time filter
 # --------------------------------------------------------------------------------------------
@@ -306,7 +316,7 @@ def _timeline_chart(sh: Shared, k: int, chart: Chart, src, selected, cleared):
         tools=[PanTool(dimensions="width"), wheel, ResetTool(), SaveTool()],
         active_scroll=wheel,
         # the legend below takes its rows out of the plot's height: add them
-        height=TIMELINE_HEIGHT + 24 + 20 * -(-(len(chart.categories) + chart.reserved) // 3),
+        height=TIMELINE_HEIGHT + 24 + 20 * -(-(len(chart.categories) + chart.reserved) // 2),
         x_range=sh.x_range,
         y_range=y_range,
         y_axis=kit.axis("bytes", ticker=ticker, formatter=formatter),
@@ -397,7 +407,7 @@ def _stacked_areas(sh: Shared, k: int, chart: Chart, p, src) -> list:
             click_policy="hide",
             title="click to hide/show",
             orientation="horizontal",
-            ncols=3,
+            ncols=2,  # two: three ran out of a 400 px panel on the left
             label_text_font_size="11px",
             glyph_width=14,
             glyph_height=14,
@@ -575,6 +585,7 @@ def _op_panel(sh: Shared):
         Div(text=key, sizing_mode="stretch_width", name="memprof-phase-key"),
         tree,
         sh.op_info,
+        _scroll_hint("memprof-optable-hint"),
         op_table,
         css_classes=["memprof-optree"],
         sizing_mode="stretch_width",
@@ -630,6 +641,7 @@ def _allocation_panel(sh: Shared):
     )
     return column(
         title(sh.v["allocs_title"]),
+        _scroll_hint("memprof-allocations-hint"),
         table,
         Div(text=sh.v["lifetime_key"], sizing_mode="stretch_width", name="memprof-category-key"),
         life,
@@ -653,6 +665,7 @@ def _lineage_panel(sh: Shared):
     return column(
         title(title_text("Lineage")),
         sh.lin_info,
+        _scroll_hint("memprof-lineage-hint"),
         table,
         css_classes=["memprof-lineage"],
         sizing_mode="stretch_width",
