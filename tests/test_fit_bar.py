@@ -99,7 +99,7 @@ def test_the_chart_fits_the_data_and_says_a_far_limit_at_its_top(warm):
     layout = build(prof).layout
     chart = next(p for p in layout.select({"type": Plot}) if "cuda:0" in (p.title.text or ""))
     reserved = prof.meta["reserved_peak_bytes"]["cuda:0"]
-    assert chart.y_range.end == pytest.approx(reserved * 1.15)  # the data, not the 8 GiB
+    assert chart.y_range.end == pytest.approx(reserved * 1.25)  # the data, not the 8 GiB
     texts = [lab.text for lab in chart.select({"type": Label})]
     assert "\u2191 limit 8.0 GiB (above this scale)" in texts
     # a limit near the data is drawn in the chart, to scale

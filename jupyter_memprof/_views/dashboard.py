@@ -199,8 +199,8 @@ def _spec(prof, shown: Shown, *, header: bool) -> tuple[Shape, dict]:
             data_top = max([tl.peak_bytes, *(reserved or {}).get("y", [])], default=0)
             near = limit <= LIMIT_IN_VIEW * max(data_top, 1)
             top = max(data_top, limit) if near else data_top
-            v[f"y_end{k}"] = top * 1.15
-            v["limit_label_y"] = float(limit if near else top * 1.08)
+            v[f"y_end{k}"] = top * (1.15 if near else 1.25)  # room for the label above
+            v["limit_label_y"] = float(limit if near else top * 1.04)
             if not near:
                 v["limit_text"] = f"\u2191 limit {format_bytes(limit)} (above this scale)"
             here = oom_at is not None and oom_at[0] == tl.device
