@@ -617,6 +617,8 @@ def test_dashboard_renders_in_jupyterlab_from_the_magic(tmp_path):
             page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
             for cls in VIEWS:
                 page.locator(f".{cls}").first.wait_for(state="visible", timeout=120_000)
+            # as in the standalone page: the dashboard says when it is on screen
+            page.wait_for_function("window.memprofReady !== undefined", timeout=60_000)
             rows = page.locator(".memprof-allocations .slick-row")
             assert rows.count() > 3
             # linked in the notebook too: a click shows the lineage, without the kernel
