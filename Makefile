@@ -10,7 +10,7 @@ STAMP  := $(VENV)/.memprof-installed
 ROOT_FLAG := $(shell [ "$$(id -u)" = 0 ] && echo --allow-root)
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test lint unit bench chromium clean docs
+.PHONY: setup demo test lint unit bench chromium clean docs screenshots
 
 setup: $(STAMP) chromium
 
@@ -82,6 +82,10 @@ test: lint docs
 
 bench: setup
 	@for b in benchmarks/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
+
+# the README's dashboard pictures (docs/img/), from real runs of a small Llama
+screenshots: setup
+	$(BIN)/python benchmarks/screenshots.py
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info docs/_build docs/_generated docs/reference/api docs/notebooks jupyter_memprof/labextension labextension/lib labextension/node_modules
