@@ -123,7 +123,6 @@ def notebook_bokehjs() -> str:
 
     res = Resources(mode="inline", components=["bokeh", "bokeh-widgets", "bokeh-tables"])
     call = f"memprof_load_bokehjs({json.dumps(__version__)}, {json.dumps(res.js_raw)});"
-    call += "\nmemprof_watch_ready();"
     return source("notebook_loader.js") + "\n" + call
 
 

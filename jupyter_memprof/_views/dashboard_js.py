@@ -59,3 +59,7 @@ def bytes_tick() -> str:
 
 def zoom() -> str:
     return code("zoom.js")
+
+
+def ready() -> str:
+    return code("ready.js")

@@ -267,6 +267,8 @@ def _timeline_panel(sh: Shared):
         x_label=sh.x_label,
         toolbar_location=None,
     )
+    # the dashboard on screen: window.memprofReady (the overview is in every dashboard)
+    overview.js_on_change("inner_width", CustomJS(code=js.ready()))
     filters = dict(alloc_filter=sh.alloc_filter, op_filter=sh.op_filter, filter_info=sh.filter_info)
     selected = CustomJS(
         args=dict(allocs=sh.allocs, ops=sh.ops, estimate=sh.shape.estimate, **filters),
