@@ -17,6 +17,8 @@ import urllib.request
 from contextlib import contextmanager
 
 BIN = pathlib.Path(sys.executable).parent
+#: this checkout: its kernels import this copy of jupyter_memprof, not the one installed
+CHECKOUT = str(pathlib.Path(__file__).resolve().parent.parent)
 
 
 def free_port() -> int:
@@ -85,6 +87,7 @@ def jupyterlab(root: pathlib.Path):
         OMP_NUM_THREADS="1",
         IPYTHONDIR=str(root / ".ipython"),
         JUPYTER_TOKEN=base.token,
+        PYTHONPATH=os.pathsep.join(p for p in (CHECKOUT, os.environ.get("PYTHONPATH")) if p),
     )
     cmd = [
         str(BIN / "jupyter"),
