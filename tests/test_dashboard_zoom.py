@@ -171,3 +171,18 @@ def test_a_notebook_dashboard_answers_a_zoom_beyond_the_levels_from_the_kernel(b
         assert np.array_equal(np.asarray(src.data["t"]) * 1e6, t)
     finally:
         dash.close()
+
+
+def test_a_zoomable_dashboard_from_its_template_is_what_bokeh_builds():
+    from test_dashboard import _bokeh_json, _canonical
+
+    from jupyter_memprof._views import dashboard as D
+
+    prof = synthetic_profile(20_000, per_step=200)
+    shape, values = D._spec(prof, D._shown(prof, None, None), header=True)
+    assert [c.zoom for c in shape.charts] == [True]
+    template, ids = D._template(shape, values)
+    assert {"memprof-timeline-cuda:0", "memprof-zoom-cuda:0"} <= set(ids)
+    want = _bokeh_json(D._layout(shape, values, header=True).layout)
+    assert _canonical(template.render(values)) == _canonical(want)
+    forget(prof)
