@@ -139,8 +139,9 @@ def timeline(
         eo = int_ids(ev["op_id"])[mine]
         et, eo = et[eo >= 0], eo[eo >= 0]
         if len(et):
-            order = np.argsort(et, kind="stable")
-            et, eo = et[order], eo[order]
+            if not bool((et[1:] >= et[:-1]).all()):  # events are time ordered: no sort then
+                order = np.argsort(et, kind="stable")
+                et, eo = et[order], eo[order]
             last = np.append(et[1:] != et[:-1], True)  # the last event at each time
             et, eo = et[last], eo[last]
             at = np.searchsorted(et, times).clip(0, len(et) - 1)
