@@ -22,6 +22,7 @@ from typing import Any
 import torch
 
 from .._records import (
+    CLOSURE_MARKER,
     MODULE_MARKER,
     NO_ID,
     MemoryRecord,
@@ -348,6 +349,8 @@ def read_trace(
                     backward = True
                 elif kind is OpKind.OPTIMIZER:
                     optimizer = True
+                elif name == CLOSURE_MARKER:
+                    optimizer = False  # the user's step, called by the optimizer
                 if node < 0 and scope == _BACKWARD_SCOPE:
                     node = op_id
             for i, x in enumerate(inputs):
