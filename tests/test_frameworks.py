@@ -3,6 +3,8 @@
 objects, unknown at most 1% of the peak, activations wherever a forward ran."""
 
 import framework_loops as L
+import numpy as np
+import pandas as pd
 import pytest
 import torch
 
@@ -114,3 +116,43 @@ def test_lbfgs_history_is_optimizer_state():
     # twelve closures, each a forward and a backward
     assert (prof.ops["name"] == "memprof.closure").sum() == 12
     assert (prof.ops.loc[prof.ops["kind"] == "module", "phase"] == "forward").all()
+
+
+# -- DataLoader workers -----------------------------------------------------------------------
+def _batches(prof):
+    """The blocks of x (16 x 64 floats) and y (16 x 8) made during the capture outside
+    the model."""
+    a = prof.allocations
+    made = a[a["alloc_ns"].notna().to_numpy() & a["module"].isna().to_numpy()]
+    return made[made["size_bytes"] == 16 * 64 * 4], made[made["size_bytes"] == 16 * 8 * 4]
+
+
+def _read_after_free(prof) -> pd.DataFrame:
+    """Uses of a block by an op that started after the block was freed."""
+    u = prof.uses.dropna(subset=["alloc_id"])
+    a = prof.allocations.set_index("alloc_id")
+    start = prof.ops.set_index("op_id")["start_ns"]
+    free = a["free_ns"].reindex(u["alloc_id"].astype(int)).to_numpy(dtype=float, na_value=np.inf)
+    return u[start.reindex(u["op_id"]).to_numpy() > free]
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_dataloader_batches_are_blocks_of_their_own(workers):
+    loop = L.dataloader(num_workers=workers)
+    prof = profile_loop(loop)
+    check_exact(prof, loop)
+    xs, ys = _batches(prof)
+    assert len(xs) == 8 and len(ys) == 8
+    assert set(xs["category"]) == set(ys["category"]) == {"input"}
+    reason = "batch from a DataLoader worker, through shared memory"
+    if workers:
+        assert set(xs["reason"]) == set(ys["reason"]) == {reason}
+    else:
+        assert set(xs["reason"]) == {"made outside the model, read by forward"}
+    # every batch is read by its own step's forward: one linear per x, one loss per y
+    u = prof.uses.merge(prof.ops[["op_id", "name", "phase"]], on="op_id")
+    fwd = u[u["phase"] == "forward"]
+    for blocks, op in ((xs, "aten::linear"), (ys, "aten::mse_loss")):
+        reads = fwd[fwd["alloc_id"].isin(blocks["alloc_id"]) & (fwd["name"] == op)]
+        assert reads.groupby("alloc_id").size().to_dict() == dict.fromkeys(blocks["alloc_id"], 1)
+    assert _read_after_free(prof).empty

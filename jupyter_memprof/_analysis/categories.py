@@ -218,6 +218,39 @@ def phase_rule(f: Facts, d: Decisions) -> None:
     )
 
 
+#: the annotation torch's DataLoader opens around each ``next(iter(loader))``
+_DATALOADER = "enumerate(DataLoader)#"
+#: reasons of :func:`received_rule`
+FROM_WORKER = "batch from a DataLoader worker, through shared memory"
+RECEIVED = "storage made outside any op (shared memory from another process, a file)"
+
+
+def received_rule(f: Facts, d: Decisions) -> None:
+    """5a. Storages that arrive rather than being computed: a tensor's storage made outside
+    every op and every module, as torch makes the storage of a tensor received from another
+    process (a DataLoader worker's batch, a ``torch.multiprocessing`` queue) or mapped
+    from a file. Inside the DataLoader's ``enumerate(DataLoader)#...`` call it is a batch
+    from a worker (``input``); elsewhere ``input`` made outside any op."""
+    ops = f.tables["ops"]
+    if ops.empty:
+        return
+    allocs = f.tables["allocations"]
+    raw = (
+        f.created
+        & (f.alloc_phase == OTHER)
+        & (f.alloc_node < 0)
+        & (f.alloc_op >= 0)
+        & allocs["tensor_id"].notna().to_numpy()
+    )
+    if not raw.any():
+        return
+    names = ops["name"].astype(object).to_numpy()[f.alloc_op[raw]]
+    loader = np.zeros(f.n, dtype=bool)
+    loader[np.flatnonzero(raw)] = [str(n).startswith(_DATALOADER) for n in names.tolist()]
+    d.decide(loader, C.INPUT, FROM_WORKER)
+    d.decide(raw, C.INPUT, RECEIVED)
+
+
 def data_rule(f: Facts, d: Decisions) -> None:
     """5. Data: blocks from before the capture or made outside the model. Read by forward:
     ``input``; computed from forward results (a metric): ``activation``; made and freed
@@ -260,6 +293,7 @@ RULES = (
     trace_rule,
     short_life_rule,
     phase_rule,
+    received_rule,
     data_rule,
     fallback_rule,
 )
