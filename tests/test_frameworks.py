@@ -156,3 +156,57 @@ def test_dataloader_batches_are_blocks_of_their_own(workers):
         reads = fwd[fwd["alloc_id"].isin(blocks["alloc_id"]) & (fwd["name"] == op)]
         assert reads.groupby("alloc_id").size().to_dict() == dict.fromkeys(blocks["alloc_id"], 1)
     assert _read_after_free(prof).empty
+
+
+# -- steps: one capture and a long run agree; complete steps ---------------------------------
+_SAME = ["step", "device", "peak_bytes", "live_start_bytes", "live_end_bytes", "growth_bytes",
+         "growth_category", "complete"]  # fmt: skip
+
+
+@pytest.mark.parametrize(("make", "window"), [("grad_scaler", 2), ("ema", 4), ("closure_sgd", 4)])
+def test_a_long_run_and_one_capture_give_the_same_steps(make, window):
+    one = profile_loop(getattr(L, make)(steps=6))
+    loop = getattr(L, make)(steps=6)
+    with jupyter_memprof.profile(namespace=loop.ns, steps=window) as long:
+        loop.run()
+    pd.testing.assert_frame_equal(long.steps[_SAME], one.steps[_SAME])
+    steps = one.steps
+    # a step that grew by nothing names no category
+    assert steps.loc[steps["growth_bytes"] <= 0, "growth_category"].isna().all()
+    assert steps["complete"].sum() == 6
+    assert one.summary()["steps"]["complete"] == 6
+    assert long.meta["long_run"]["steps"] == 6
+
+
+def test_the_tail_after_the_last_step_is_not_complete():
+    """The EMA update after the last ``opt.step()`` allocates: a row of its own, not a
+    step; the summary says 3 steps."""
+    prof = profile_loop(L.ema(steps=3))
+    assert prof.steps["complete"].tolist() == [True, True, True, False]
+    assert prof.summary()["steps"] == {"complete": 3, "rows": 4}
+    assert "3 steps, then what ran after the last one" in repr(prof)
+    # frees alone after the last step (zero_grad after step) end the last step
+    prof = profile_loop(L.grad_scaler(steps=3))
+    assert prof.steps["complete"].tolist() == [True, True, True]
+    assert "  3 steps\n" in repr(prof)
+
+
+def test_a_file_saved_before_complete_existed_loads_with_complete_steps(tmp_path):
+    import json
+    import zipfile
+
+    prof = profile_loop(L.closure_sgd(steps=3))
+    path = prof.save(tmp_path / "new.zip")
+    old = tmp_path / "old.zip"
+    with zipfile.ZipFile(path) as src, zipfile.ZipFile(old, "w") as dst:
+        for item in src.infolist():
+            data = src.read(item)
+            if item.filename == "steps.json":
+                doc = json.loads(data)
+                del doc["data"]["complete"]
+                doc["columns"].remove("complete")
+                data = json.dumps(doc)
+            dst.writestr(item, data)
+    back = jupyter_memprof.load(old)
+    assert back.steps["complete"].dtype == bool and back.steps["complete"].all()
+    pd.testing.assert_frame_equal(back.steps, prof.steps)

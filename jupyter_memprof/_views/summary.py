@@ -59,6 +59,8 @@ def summary(prof: ProfileLike) -> dict[str, Any]:
     - ``cuda``: per CUDA device with recorded counters, ``{"reserved_peak",
       "outside_start", "outside_end"}`` (bytes; None where unknown): the caching allocator's
       largest reserved total and the device memory outside PyTorch's allocator;
+    - ``steps``: ``{"complete", "rows"}``, the complete steps of ``prof.steps`` and its
+      steps (a tail after the last step's end is a step not complete);
     - ``growth``: when memory grows with every step (:meth:`Profile.leaks`),
       ``{"bytes_per_step", "device", "holder", "callsite", "why", "leaks"}``, else None;
     - ``estimate``: True for a fake run (:func:`jupyter_memprof.estimate`), whose peaks have
@@ -121,7 +123,15 @@ def summary(prof: ProfileLike) -> dict[str, Any]:
         "no_tensor_ids": meta.get("tensor_ids") is False,
         "snapshot_oom": meta.get("snapshot_oom") or None,
         "trace_ooms": len((meta.get("trace") or {}).get("oom_events") or []),
+        "steps": _steps(prof.steps),
     }
+
+
+def _steps(steps: pd.DataFrame) -> dict[str, int]:
+    """``{"complete", "rows"}``: the steps that end at a step boundary, and the steps
+    table's rows (one per step; the tail after the last boundary is one not complete)."""
+    one = steps.drop_duplicates("step")
+    return {"complete": int(one["complete"].sum()), "rows": len(one)}
 
 
 def _top_categories(allocations: pd.DataFrame, alloc_ids) -> dict[str, int]:
@@ -250,6 +260,19 @@ def inferred_phrase(device: str, found: dict[str, int]) -> str:
     if left:
         line += f"; {format_bytes(left)} freed matched no blocks and is still counted live"
     return line
+
+
+def steps_phrase(s: dict[str, Any]) -> str | None:
+    """``3 steps, then what ran after the last one`` for a capture of a loop (a long run
+    says its steps in :func:`long_run_phrase`), or None for fewer than two steps."""
+    steps = s.get("steps") or {}
+    complete, rows = steps.get("complete", 0), steps.get("rows", 0)
+    if s.get("long_run") or rows < 2:
+        return None
+    text = f"{complete} step{'s' if complete != 1 else ''}"
+    if rows > complete:
+        text += ", then what ran after the last one"
+    return text
 
 
 def long_run_phrase(s: dict[str, Any]) -> str | None:
@@ -504,7 +527,9 @@ def _detail_rows(s: dict) -> list[tuple[str, str, str]]:
         rows.append(("snapshot-oom", _ERROR_STYLE, oom))
     if source:
         rows.append(("source", _MUTED_STYLE, source))
-    growth, long_run = growth_phrase(s), long_run_phrase(s)
+    growth, long_run, steps = growth_phrase(s), long_run_phrase(s), steps_phrase(s)
+    if steps:
+        rows.append(("steps", _MUTED_STYLE, steps))
     if growth:
         rows.append(("growth", _ERROR_STYLE, growth))
     if long_run:
