@@ -53,7 +53,10 @@ def summary(prof: ProfileLike) -> dict[str, Any]:
       ``modelled``) and ``fragmentation_bytes`` (reserved minus allocated at the peak);
     - ``ops``, ``blocks``, ``events``: row counts of those tables;
     - ``wall_s`` (how long the code ran), ``capture_s`` (reading torch's events) and
-      ``analysis_s`` (building the tables), each None when unknown;
+      ``analysis_s`` (building the tables), each None when unknown; ``finish_s``: how long
+      leaving the capture took, of which ``stop_s`` stopping torch's profiler (torch's
+      own work on its events) and ``free_s`` freeing torch's raw result (0 when a shell
+      frees it after the cell); the rest is reading and analysis;
     - ``baseline``: per device, ``{"bytes", "untouched", "unreachable"}``: bytes live when
       the capture started, those the code never used, and (CUDA) those nothing names;
     - ``cuda``: per CUDA device with recorded counters, ``{"reserved_peak",
@@ -113,6 +116,10 @@ def summary(prof: ProfileLike) -> dict[str, Any]:
         # the time spent reading torch's events into records
         "capture_s": _float(meta.get("capture_s")),
         "analysis_s": _float(meta.get("analysis_s")),
+        # the wait after the code (``finish_s``) and the parts besides reading and analysis
+        "finish_s": _float(meta.get("finish_s")),
+        "stop_s": _float(meta.get("stop_s")),
+        "free_s": _float(meta.get("free_s")),
         "estimate": bool(meta.get("estimate")),
         "limit": meta.get("limit"),
         "oom": meta.get("oom") or None,
@@ -436,11 +443,39 @@ def _timing_phrase(s: dict[str, Any]) -> str:
     if s["wall_s"] is not None:  # an estimate ran nothing: it took that long to compute
         verb = "estimated in" if s["estimate"] else "ran"
         parts.append(f"{verb} {format_seconds(s['wall_s'])}")
+    if s.get("finish_s") is not None:
+        return ", ".join([*parts, _wait_phrase(s)])
     if s["capture_s"] is not None:
         parts.append(f"capture {format_seconds(s['capture_s'])}")
     if s["analysis_s"] is not None:
         parts.append(f"analysis {format_seconds(s['analysis_s'])}")
     return ", ".join(parts)
+
+
+#: the parts of the wait after the code, in the order they happen
+_WAIT_PARTS = (
+    ("stop_s", "stopping torch's profiler"),
+    ("capture_s", "capture"),
+    ("analysis_s", "analysis"),
+    ("free_s", "freeing torch's events"),
+)
+
+
+def _wait_phrase(s: dict[str, Any]) -> str:
+    """``then 1.16 s: stopping torch's profiler 478 ms, capture 328 ms, analysis 196 ms,
+    freeing torch's events 140 ms``: what leaving the capture took and where it went, the
+    parts adding up to it (the rest, when over a tenth of it, as ``other``)."""
+    total = s["finish_s"]
+    parts, known = [], 0.0
+    for key, words in _WAIT_PARTS:
+        value = s.get(key)
+        if value is not None and (value >= 0.0005 or key in ("capture_s", "analysis_s")):
+            parts.append(f"{words} {format_seconds(value)}")
+            known += value
+    rest = total - known
+    if rest > max(0.1 * total, 0.001):
+        parts.append(f"other {format_seconds(rest)}")
+    return f"then {format_seconds(total)}: " + ", ".join(parts)
 
 
 def _one_line(s: dict[str, Any]) -> bool:
