@@ -11,6 +11,8 @@ weights (no downloads) and runs on the CPU in about a second.
 
 from __future__ import annotations
 
+import tempfile
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -156,3 +158,121 @@ def ema(steps: int = 3) -> Loop:
 
     ns = {"model": model, "opt": opt, "ema_model": ema_model, "x": x, "y": y}
     return Loop(ns, run, model, opt, steps, {"ema_model": ema_model})
+
+
+# -- HuggingFace Trainer ----------------------------------------------------------------------
+class _Tokens(torch.utils.data.Dataset):
+    """Random token sequences, labels the inputs (causal language modelling)."""
+
+    def __init__(self, n: int, length: int = 16, vocab: int = 128) -> None:
+        g = torch.Generator().manual_seed(2)
+        self.ids = torch.randint(0, vocab, (n, length), generator=g)
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def __getitem__(self, i: int) -> dict:
+        return {"input_ids": self.ids[i], "labels": self.ids[i]}
+
+
+def hf_trainer(steps: int = 3, **args) -> Loop:
+    """``transformers.Trainer`` on a tiny GPT-2 (2 layers, width 32, random weights) for
+    ``steps`` optimizer steps; ``args``: more ``TrainingArguments`` (``bf16=True``,
+    ``gradient_accumulation_steps=2``, ``activation_checkpointing=True``)."""
+    from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    torch.manual_seed(0)
+    config = GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=128, n_positions=32)
+    model = GPT2LMHeadModel(config)
+    out = tempfile.mkdtemp(prefix="memprof-trainer-")
+    accumulate = args.get("gradient_accumulation_steps", 1)
+    training = TrainingArguments(
+        output_dir=out,
+        max_steps=steps,
+        per_device_train_batch_size=4,
+        learning_rate=1e-3,
+        report_to=[],
+        save_strategy="no",
+        logging_strategy="no",
+        use_cpu=True,
+        disable_tqdm=True,
+        dataloader_num_workers=0,
+        **args,
+    )
+    data = _Tokens(4 * steps * accumulate)
+    trainer = Trainer(model=model, args=training, train_dataset=data)
+
+    def run():
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            trainer.train()
+
+    ns = {"model": model, "trainer": trainer}
+    loop = Loop(ns, run, model, None, steps)
+    loop.extra["trainer"] = trainer
+    return loop
+
+
+def trainer_optimizer(loop: Loop) -> torch.optim.Optimizer:
+    """The torch optimizer a Trainer made (inside accelerate's wrapper), once it ran."""
+    opt = loop.extra["trainer"].optimizer
+    return getattr(opt, "optimizer", opt)
+
+
+# -- Lightning --------------------------------------------------------------------------------
+def lightning(steps: int = 3) -> Loop:
+    """A ``LightningModule`` trained by ``lightning.Trainer`` with automatic optimisation
+    (every step's forward and backward run in a closure ``optimizer.step`` calls), the loss
+    logged with ``self.log``."""
+    import logging
+
+    import lightning as pl
+
+    for name in ("lightning", "lightning.pytorch", "lightning.fabric"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+
+    class Regressor(pl.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = mlp()
+
+        def training_step(self, batch, batch_idx):
+            x, y = batch
+            loss = F.mse_loss(self.model(x), y)
+            self.log("loss", loss)
+            return loss
+
+        def configure_optimizers(self):
+            return torch.optim.Adam(self.parameters(), lr=1e-3)
+
+    module = Regressor()
+    torch.manual_seed(1)
+    data = TensorDataset(torch.randn(steps * 16, 64), torch.randn(steps * 16, 8))
+    trainer = pl.Trainer(
+        max_steps=steps,
+        accelerator="cpu",
+        devices=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=tempfile.mkdtemp(prefix="memprof-lightning-"),
+    )
+    loader = DataLoader(data, batch_size=16)
+
+    def run():
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            trainer.fit(module, loader)
+
+    loop = Loop({"lm": module, "trainer": trainer}, run, module, None, steps)
+    loop.extra["trainer"] = trainer
+    return loop
+
+
+def lightning_optimizer(loop: Loop) -> torch.optim.Optimizer:
+    """The torch optimizer a Lightning Trainer made, once it ran."""
+    opt = loop.extra["trainer"].optimizers[0]
+    return getattr(opt, "_optimizer", opt)
