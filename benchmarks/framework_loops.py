@@ -31,6 +31,8 @@ class Loop:
     #: optimizer steps the loop takes
     steps: int = 3
     extra: dict = field(default_factory=dict)
+    #: more modules whose parameters and buffers the loop keeps (an EMA copy)
+    more_modules: tuple = ()
 
 
 def _bytes(t: torch.Tensor) -> int:
@@ -38,8 +40,9 @@ def _bytes(t: torch.Tensor) -> int:
 
 
 def live_bytes(loop: Loop) -> dict[str, int]:
-    """Bytes of the live objects at the end: each parameter's storage, each ``.grad`` and
-    each tensor of the optimizer's state (LBFGS's lists of tensors included)."""
+    """Bytes of the live objects at the end: each parameter's storage (and those of
+    ``more_modules``, with their buffers), each ``.grad`` and each tensor of the optimizer's
+    state (LBFGS's lists of tensors included)."""
     params = list(loop.model.parameters())
     state = 0
     if loop.optimizer is not None:
@@ -48,8 +51,9 @@ def live_bytes(loop: Loop) -> dict[str, int]:
                 for t in v if isinstance(v, (list, tuple)) else [v]:
                     if isinstance(t, torch.Tensor):
                         state += _bytes(t)
+    kept = [t for m in loop.more_modules for t in (*m.parameters(), *m.buffers())]
     return {
-        "parameter": sum(_bytes(p) for p in params),
+        "parameter": sum(_bytes(p) for p in params) + sum(_bytes(t) for t in kept),
         "gradient": sum(_bytes(p.grad) for p in params if p.grad is not None),
         "optimizer_state": state,
     }
@@ -157,7 +161,7 @@ def ema(steps: int = 3) -> Loop:
             ema_model.update_parameters(model)
 
     ns = {"model": model, "opt": opt, "ema_model": ema_model, "x": x, "y": y}
-    return Loop(ns, run, model, opt, steps, {"ema_model": ema_model})
+    return Loop(ns, run, model, opt, steps, {"ema_model": ema_model}, (ema_model,))
 
 
 # -- HuggingFace Trainer ----------------------------------------------------------------------
