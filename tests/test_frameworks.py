@@ -31,7 +31,7 @@ def alive_bytes(prof) -> dict[str, int]:
 
 def check_exact(prof, loop: L.Loop) -> None:
     """Parameters, gradients and optimizer state equal to the live objects' bytes, unknown
-    at most 1% of the peak, activations present."""
+    at most 1% of the peak (and no byte over the run), activations present, no leak."""
     live = L.live_bytes(loop)
     alive = alive_bytes(prof)
     for category, nbytes in live.items():
@@ -41,6 +41,7 @@ def check_exact(prof, loop: L.Loop) -> None:
     cats = prof.allocations.groupby("category", observed=True)["size_bytes"].sum()
     assert cats.get("activation", 0) > 0, cats
     assert cats.get("unknown", 0) == 0, prof.allocations[prof.allocations["category"] == "unknown"]
+    assert prof.leaks().empty, prof.leaks()  # no false leak
 
 
 # -- closure optimizers ---------------------------------------------------------------------

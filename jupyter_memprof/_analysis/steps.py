@@ -20,7 +20,7 @@ import pandas as pd
 
 from .._records import PROFILER_STEP_PREFIX, STEP_MARKER
 from . import schema as S
-from .schema import OpKind, Role
+from .schema import Category, OpKind, Role
 
 #: the name every ``optimizer.step()`` op starts with (``Optimizer.step#SGD.step``)
 _OPTIMIZER_STEP = "Optimizer.step#"
@@ -319,13 +319,18 @@ def leaks(tables: dict[str, pd.DataFrame]) -> pd.DataFrame:
     most steps: one row per group, largest first (see docs/tables.md). A group is the blocks
     one holder keeps (a variable or module the session reached at the end), else the blocks
     of one (device, callsite, category). Empty for a single step, and for a loop whose only
-    survivors come from one step (the first step's optimizer state, a cache filled once)."""
+    survivors come from one step (the first step's optimizer state, a cache filled once).
+    Optimizer state is never a leak: an optimizer keeps a bounded state it replaces (LBFGS
+    fills its history over its first steps)."""
     steps = tables["steps"]
     n_steps = steps["step"].nunique()
     if n_steps < 2 or tables["allocations"].empty:
         return S.empty(S.LEAKS)
     ends = steps.drop_duplicates("step").sort_values("step")["end_ns"].to_numpy()
     survivors = _survivors(tables, ends)
+    # what an optimizer keeps is bounded by its design (a state per parameter, LBFGS's
+    # history_size) and replaced step after step: filling it over the first steps is no leak
+    survivors = survivors[(survivors["category"] != Category.OPTIMIZER_STATE.value).to_numpy()]
     rows = [
         _leak_row(key, g)
         for key, g in survivors.groupby("key", sort=False)
