@@ -327,3 +327,15 @@ def test_lightning_automatic_optimisation():
     state = a[(a["category"] == "optimizer_state") & a["free_ns"].isna()]
     assert state["name"].notna().all()  # Adam's exp_avg, exp_avg_sq, step: nothing else
     assert "unknown" not in set(prof.explain()["category"].astype(str))
+
+
+def test_a_parquet_folder_saved_before_complete_existed_loads_with_complete_steps(tmp_path):
+    import pyarrow.parquet as pq
+
+    prof = profile_loop(L.closure_sgd(steps=3))
+    folder = prof.save(tmp_path / "folder", format="parquet")
+    path = tmp_path / "folder" / "steps.parquet"
+    pq.write_table(pq.read_table(path).drop(["complete"]), path)
+    back = jupyter_memprof.load(folder)
+    assert back.steps["complete"].dtype == bool and back.steps["complete"].all()
+    pd.testing.assert_frame_equal(back.steps, prof.steps)
