@@ -339,3 +339,37 @@ def test_a_parquet_folder_saved_before_complete_existed_loads_with_complete_step
     back = jupyter_memprof.load(folder)
     assert back.steps["complete"].dtype == bool and back.steps["complete"].all()
     pd.testing.assert_frame_equal(back.steps, prof.steps)
+
+
+# -- torch.multiprocessing queues ---------------------------------------------------------------
+def _produce(q, n: int, done) -> None:
+    for i in range(n):
+        q.put(torch.full((16, 64), float(i)))
+    q.put(None)
+    done.wait()  # the receiver takes each storage's file descriptor from this process
+
+
+def test_tensors_from_a_multiprocessing_queue_are_blocks_of_their_own():
+    """Each tensor received through a ``torch.multiprocessing`` queue is rebuilt on shared
+    memory (its storage made outside any op): a block of its own, read by its own op."""
+    import torch.multiprocessing as mp
+
+    ctx = mp.get_context("fork")
+    q, done = ctx.Queue(), ctx.Event()
+    child = ctx.Process(target=_produce, args=(q, 4, done))
+    child.start()
+    w = torch.randn(64, 8)
+    try:
+        with jupyter_memprof.profile(namespace={"w": w}) as prof:
+            while (t := q.get(timeout=60)) is not None:
+                (t @ w).sum().item()
+    finally:
+        done.set()
+        child.join(timeout=60)
+    a = prof.allocations
+    got = a[(a["size_bytes"] == 16 * 64 * 4).to_numpy() & a["alloc_ns"].notna().to_numpy()]
+    assert len(got) == 4 and got["tensor_id"].nunique() == 4
+    u = prof.uses.merge(prof.ops[["op_id", "name"]], on="op_id")
+    reads = u[u["alloc_id"].isin(got["alloc_id"]) & (u["name"] == "aten::matmul")]
+    assert reads.groupby("alloc_id").size().to_dict() == dict.fromkeys(got["alloc_id"], 1)
+    assert _read_after_free(prof).empty
