@@ -373,3 +373,32 @@ def test_tensors_from_a_multiprocessing_queue_are_blocks_of_their_own():
     reads = u[u["alloc_id"].isin(got["alloc_id"]) & (u["name"] == "aten::matmul")]
     assert reads.groupby("alloc_id").size().to_dict() == dict.fromkeys(got["alloc_id"], 1)
     assert _read_after_free(prof).empty
+
+
+# -- estimate mode ------------------------------------------------------------------------------
+def test_estimate_of_a_closure_loop_keeps_its_phases():
+    """Estimate mode records the closure's annotation too: forward is forward, the
+    closure's own work outside modules is the user's, nothing is unknown."""
+
+    def train(model, opt, x, y):
+        def closure():
+            opt.zero_grad()
+            loss = torch.nn.functional.mse_loss(model(x * 2.0), y)
+            loss.backward()
+            return loss
+
+        for _ in range(3):
+            opt.step(closure)
+
+    model = L.mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    est = jupyter_memprof.estimate(train, model, opt, torch.randn(32, 64), torch.randn(32, 8))
+    ops = est.ops
+    marks = ops[ops["name"] == "memprof.closure"]
+    assert len(marks) == 3 and set(marks["phase"]) == {"other"}
+    assert (ops.loc[ops["kind"] == "module", "phase"] == "forward").all()
+    assert set(ops.loc[ops["name"] == "aten::mul", "phase"]) == {"other"}
+    a = est.allocations
+    assert not (a["category"] == "unknown").any()
+    assert (a["reason"] == "saved for backward").any()
+    assert est.steps["complete"].sum() == 3

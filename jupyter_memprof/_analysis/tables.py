@@ -142,10 +142,11 @@ def build_ops(trace: Trace, module_paths: list[str], module_classes: list[str]) 
     phase[r["optimizer"] & (phase == UNSET)] = OPTIMIZER
 
     name = S.open_categorical(names)
-    # a closure's own work outside modules is the user's, as outside the optimizer
+    # a closure's own work outside modules is the user's, as outside the optimizer (a
+    # producer that cannot clear the optimizer flag below it: see finish_ops)
     closure = name.categories.get_indexer([CLOSURE_MARKER])[0]
     if closure >= 0:
-        phase[(phase == UNSET) & (name.codes == closure)] = OTHER
+        phase[((phase == UNSET) | (phase == OPTIMIZER)) & (name.codes == closure)] = OTHER
     shapes = r["input_shapes"]
     flops = np.full(n, -1, dtype=np.int64)
     with_flops = [i for i, c in enumerate(name.categories) if c in _FLOP_NAMES]
@@ -204,10 +205,15 @@ def finish_ops(ops: pd.DataFrame, flows: pd.DataFrame, allocations: pd.DataFrame
     bwd = flows["backward_op_id"].to_numpy()
     take = module[bwd] < 0
     module[bwd[take]] = module[fwd[take]]
+    # an op the optimizer flag claimed inside forward work, or inside a closure (whose
+    # annotation alone is ``other`` here), is that work; the optimizer's own calls
+    # (``zero_grad()`` in a closure) stay the optimizer's
+    own = ops["kind"].cat.codes.to_numpy() == KIND[OpKind.OPTIMIZER.value]
     for level in by_depth[1:]:
         p = parent[level]
+        claimed = (phase[level] == OPTIMIZER) & ~own[level]
         inherit = ((phase[level] == UNSET) & (phase[p] != UNSET)) | (
-            (phase[level] == OPTIMIZER) & (phase[p] == FORWARD)
+            claimed & ((phase[p] == FORWARD) | (phase[p] == OTHER))
         )
         phase[level[inherit]] = phase[p[inherit]]
         bw = (phase[level] == BACKWARD) & (module[level] < 0)

@@ -143,15 +143,18 @@ def _in_closure_annotation(closure: Callable) -> Callable:
     return closure_marked
 
 
-def marked_closure(args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
+def marked_closure(
+    args: tuple, kwargs: dict, wrap: Callable[[Callable], Callable] = _in_closure_annotation
+) -> tuple[tuple, dict] | None:
     """An optimizer step pre-hook's answer: the same arguments, with the closure (LBFGS's
     ``step(closure)``, Lightning's automatic optimisation) run inside a
-    :data:`CLOSURE_MARKER` annotation, so that its work is the user's step and not the
-    optimizer's; None (nothing changed) without a closure."""
+    :data:`CLOSURE_MARKER` annotation (``wrap``: how; estimate mode records it itself), so
+    that its work is the user's step and not the optimizer's; None (nothing changed)
+    without a closure."""
     if len(args) > 1 and callable(args[1]):
-        return (args[0], _in_closure_annotation(args[1]), *args[2:]), kwargs
+        return (args[0], wrap(args[1]), *args[2:]), kwargs
     if callable(kwargs.get("closure")):
-        return args, {**kwargs, "closure": _in_closure_annotation(kwargs["closure"])}
+        return args, {**kwargs, "closure": wrap(kwargs["closure"])}
     return None
 
 
