@@ -40,6 +40,9 @@ from ._vocab import OpKind, Role
 MODULE_MARKER = "memprof.module#"
 #: The name of the annotation :func:`jupyter_memprof.step` emits: a step ends there.
 STEP_MARKER = "memprof.step"
+#: The annotation around a closure an optimizer calls (``optimizer.step(closure)``): what
+#: runs inside is the user's training step (forward, loss, backward), not the optimizer's.
+CLOSURE_MARKER = "memprof.closure"
 #: The label estimate mode's stand-in for DistributedDataParallel makes its gradient buckets
 #: under (``_producers/fake_dist.py``): the analysis names them as a real capture's buckets.
 DDP_BUCKET_MARKER = "DDP::gradient_bucket"

@@ -24,7 +24,9 @@ that decides a block wins, and its name is the ``reason`` column.
    (convolution workspaces). A block made and freed inside ``optimizer.step()`` /
    ``zero_grad()`` is ``temporary`` too ("made and freed inside the optimizer"): foreach
    intermediates, scalar wrappers.
-4. The phase that made the block (see ``ops.phase``):
+4. The phase that made the block (see ``ops.phase``: from what the code does, so the
+   forward and backward a closure runs inside ``optimizer.step(closure)`` are forward and
+   backward):
    - forward: ``activation`` ("saved for backward" when a backward op later reads it or it
      is freed during backward, else "created in forward");
    - backward: ``autograd_detail`` ("created in backward"): gradients flowing between autograd
@@ -36,7 +38,9 @@ that decides a block wins, and its name is the ``reason`` column.
    (``out.argmax(-1)``): ``activation`` ("computed from forward results"). Made and freed
    outside the model: ``temporary``. Made outside the model and kept (the next batch, a
    buffer of your own): ``input`` ("made outside the model, kept"), as torch defines inputs:
-   data that is not part of the forward-backward-update loop.
+   data that is not part of the forward-backward-update loop. A batch a DataLoader worker
+   sent through shared memory is ``input`` ("batch from a DataLoader worker, through shared
+   memory").
 6. Otherwise ``unknown`` ("no rule applies").
 
 Versions: an ``input`` written in place by a forward op becomes an ``activation`` from that
@@ -218,6 +222,38 @@ def phase_rule(f: Facts, d: Decisions) -> None:
     )
 
 
+#: the annotation torch's DataLoader opens around each ``next(iter(loader))`` when its
+#: batches come from worker processes (``num_workers`` > 0)
+_LOADER_WITH_WORKERS = "enumerate(DataLoader)#_MultiProcessingDataLoaderIter"
+#: the reason :func:`received_rule` gives
+FROM_WORKER = "batch from a DataLoader worker, through shared memory"
+
+
+def received_rule(f: Facts, d: Decisions) -> None:
+    """5a. Batches that arrive rather than being computed: inside the ``next()`` of a
+    DataLoader with worker processes, a tensor's storage made outside every op is one torch
+    rebuilt from the shared memory a worker filled (``input``). Other storages made outside
+    every op (``torch.tensor(data)``, a ``torch.multiprocessing`` queue) are left to the
+    data rule."""
+    ops = f.tables["ops"]
+    if ops.empty:
+        return
+    allocs = f.tables["allocations"]
+    raw = (
+        f.created
+        & (f.alloc_phase == OTHER)
+        & (f.alloc_node < 0)
+        & (f.alloc_op >= 0)
+        & allocs["tensor_id"].notna().to_numpy()
+    )
+    if not raw.any():
+        return
+    names = ops["name"].astype(object).to_numpy()[f.alloc_op[raw]]
+    loader = np.zeros(f.n, dtype=bool)
+    loader[np.flatnonzero(raw)] = [str(n).startswith(_LOADER_WITH_WORKERS) for n in names.tolist()]
+    d.decide(loader, C.INPUT, FROM_WORKER)
+
+
 def data_rule(f: Facts, d: Decisions) -> None:
     """5. Data: blocks from before the capture or made outside the model. Read by forward:
     ``input``; computed from forward results (a metric): ``activation``; made and freed
@@ -260,6 +296,7 @@ RULES = (
     trace_rule,
     short_life_rule,
     phase_rule,
+    received_rule,
     data_rule,
     fallback_rule,
 )

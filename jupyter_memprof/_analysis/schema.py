@@ -162,8 +162,10 @@ STEPS = {
     "live_start_bytes": "int64",
     "live_end_bytes": "int64",
     "growth_bytes": "int64",
-    # the category whose live bytes grew most over the step; NA when none grew
+    # the category whose live bytes grew most over a step that grew; NA when it did not
     "growth_category": CATEGORY_DTYPE,
+    # the step ends at a step boundary (False: the tail after the last one, or no boundary)
+    "complete": "bool",
 }
 
 # Profile.leaks(): groups of blocks made step after step and never freed
@@ -250,7 +252,12 @@ ADDED_COLUMNS: dict[str, tuple[str, ...]] = {
     "allocations": ("module", "module_reason"),
     "names": ("module",),
     "events": ("reserved_bytes",),
+    "steps": ("complete",),
 }
+
+#: The value a column of :data:`ADDED_COLUMNS` takes in a table saved without it, where NA
+#: is not one (``steps.complete``: True; the tail of a capture saved then cannot be told).
+ADDED_DEFAULTS: dict[tuple[str, str], object] = {("steps", "complete"): True}
 
 
 class SchemaError(ValueError):

@@ -20,7 +20,7 @@ import pandas as pd
 
 from .._records import PROFILER_STEP_PREFIX, STEP_MARKER
 from . import schema as S
-from .schema import OpKind, Role
+from .schema import Category, OpKind, Role
 
 #: the name every ``optimizer.step()`` op starts with (``Optimizer.step#SGD.step``)
 _OPTIMIZER_STEP = "Optimizer.step#"
@@ -65,11 +65,14 @@ def step_bounds(
     *,
     first: bool = True,
     last: bool = True,
-) -> list[tuple[int, int]]:
-    """``(start_ns, end_ns)`` of each step, in order: split at the code's step marks, else
-    at each ``optimizer.step()``; the stretch before the first split or after the last one
-    is a step of its own only when a block was allocated in it (else it joins its
-    neighbour). Without any split the whole capture is one step.
+) -> list[tuple[int, int, bool]]:
+    """``(start_ns, end_ns, complete)`` of each step, in order: split at the code's step
+    marks, else at each ``optimizer.step()``. A step is complete when it ends at a split.
+    The stretch before the first split joins the first step when no block was allocated in
+    it. The stretch after the last split (the tail: what ran after the last step ended) is a
+    row of its own, not complete, when a block was allocated in it, else it joins the last
+    step (frees only: ``opt.zero_grad()`` after ``opt.step()``). Without any split the
+    whole capture is one step, not complete.
 
     A window of a long run starts and ends at step ends: ``first=False`` when its start is
     one (the stretch before its first split is a step), ``last=False`` when its last split
@@ -80,16 +83,20 @@ def step_bounds(
     cuts = np.unique(cuts[(cuts > start_ns) & (cuts <= end_ns)])
     if not last and len(cuts):
         cuts = cuts[:-1]  # the window's own end
+    ends_at_cut = not last or (len(cuts) and cuts[-1] >= end_ns)
     cuts = cuts[cuts < end_ns]
     edges = [start_ns, *cuts.tolist(), end_ns]
+    complete = [True] * len(cuts) + [bool(ends_at_cut)]
     if len(edges) > 2:
         created = events["time_ns"].to_numpy()[(events["action"] == "create").to_numpy()]
         # times belong to the step ending at or after them: (edges[k], edges[k + 1]]
         if first and not ((created > edges[0]) & (created <= edges[1])).any():
             edges.pop(1)
+            complete.pop(0)
         if last and len(edges) > 2 and not (created > edges[-2]).any():
-            edges.pop(-2)
-    return list(zip(edges[:-1], edges[1:]))
+            edges.pop(-2)  # the last step ends with its frees (``zero_grad()`` after it)
+            complete.pop(-1)
+    return list(zip(edges[:-1], edges[1:], complete))
 
 
 # -- the steps table ----------------------------------------------------------------------
@@ -157,6 +164,7 @@ def build_steps(
         growth = live.categories(at_end) - live.categories(at_start)
         for k in range(len(bounds)):
             top = int(np.argmax(growth[k]))
+            grew = int(total[at_end[k]] - total[at_start[k]])
             out.append(
                 (
                     k,
@@ -166,8 +174,11 @@ def build_steps(
                     int(total[at_start[k] : at_end[k] + 1].max()),
                     int(total[at_start[k]]),
                     int(total[at_end[k]]),
-                    int(total[at_end[k]] - total[at_start[k]]),
-                    categories[top] if growth[k, top] > 0 else None,
+                    grew,
+                    # only a step that grew names what grew: a step that made one block and
+                    # freed another of the same size grew by nothing
+                    categories[top] if grew > 0 and growth[k, top] > 0 else None,
+                    bounds[k][2],
                 )
             )
     df = pd.DataFrame(out, columns=list(S.STEPS))
@@ -308,13 +319,18 @@ def leaks(tables: dict[str, pd.DataFrame]) -> pd.DataFrame:
     most steps: one row per group, largest first (see docs/tables.md). A group is the blocks
     one holder keeps (a variable or module the session reached at the end), else the blocks
     of one (device, callsite, category). Empty for a single step, and for a loop whose only
-    survivors come from one step (the first step's optimizer state, a cache filled once)."""
+    survivors come from one step (the first step's optimizer state, a cache filled once).
+    Optimizer state is never a leak: an optimizer keeps a bounded state it replaces (LBFGS
+    fills its history over its first steps)."""
     steps = tables["steps"]
     n_steps = steps["step"].nunique()
     if n_steps < 2 or tables["allocations"].empty:
         return S.empty(S.LEAKS)
     ends = steps.drop_duplicates("step").sort_values("step")["end_ns"].to_numpy()
     survivors = _survivors(tables, ends)
+    # what an optimizer keeps is bounded by its design (a state per parameter, LBFGS's
+    # history_size) and replaced step after step: filling it over the first steps is no leak
+    survivors = survivors[(survivors["category"] != Category.OPTIMIZER_STATE.value).to_numpy()]
     rows = [
         _leak_row(key, g)
         for key, g in survivors.groupby("key", sort=False)

@@ -15,7 +15,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from .._records import MemoryRecord, OpRecord, TensorRef, Trace
+from .._records import CLOSURE_MARKER, MemoryRecord, OpRecord, TensorRef, Trace
 from . import schema as S
 from .arrays import BACKWARD, FORWARD, KIND, OPTIMIZER, OTHER, find, levels, runs
 from .schema import OpKind
@@ -132,12 +132,21 @@ def build_ops(trace: Trace, module_paths: list[str], module_classes: list[str]) 
     path_codes[np.isin(path_codes, none)] = -1
     module = path_codes[own_mod]
 
+    # Phases from what the code does: autograd's engine runs backward, a module call is
+    # forward, even inside ``optimizer.step(closure)`` (LBFGS, Lightning, wrappers); the
+    # rest of an optimizer's call is its own work (``finish_ops`` takes back the forward
+    # work of a closure done outside modules).
     phase = np.full(n, UNSET, dtype=np.int8)
     phase[r["backward"]] = BACKWARD
-    phase[r["optimizer"] & (phase == UNSET)] = OPTIMIZER
     phase[(phase == UNSET) & (own_mod >= 0)] = FORWARD
+    phase[r["optimizer"] & (phase == UNSET)] = OPTIMIZER
 
     name = S.open_categorical(names)
+    # a closure's own work outside modules is the user's, as outside the optimizer (a
+    # producer that cannot clear the optimizer flag below it: see finish_ops)
+    closure = name.categories.get_indexer([CLOSURE_MARKER])[0]
+    if closure >= 0:
+        phase[((phase == UNSET) | (phase == OPTIMIZER)) & (name.codes == closure)] = OTHER
     shapes = r["input_shapes"]
     flops = np.full(n, -1, dtype=np.int64)
     with_flops = [i for i, c in enumerate(name.categories) if c in _FLOP_NAMES]
@@ -184,18 +193,28 @@ def finish_ops(ops: pd.DataFrame, flows: pd.DataFrame, allocations: pd.DataFrame
     # (e.g. `loss = out.sum()` at top level), and so is the data-flow op around it: composite
     # ops such as `aten::cross_entropy_loss` only reach autograd through the ops they call.
     # Everything inside inherits that below.
+    # Inside ``optimizer.step(closure)`` the same holds: an op that made an autograd node
+    # is forward work whatever Python call encloses it (the optimizer's own ops run under
+    # no_grad and make none), and so is everything inside it.
     fwd = flows["forward_op_id"].to_numpy()
-    phase[fwd[phase[fwd] == UNSET]] = FORWARD
     node = ops["node_id"].to_numpy(dtype=np.int64, na_value=-1)[fwd]
-    node = node[node >= 0]
-    phase[node[phase[node] == UNSET]] = FORWARD
+    made_nodes = np.concatenate([fwd, node[node >= 0]])
+    retake = (phase[made_nodes] == UNSET) | (phase[made_nodes] == OPTIMIZER)
+    phase[made_nodes[retake]] = FORWARD
     # backward ops take the module of the forward op they differentiate
     bwd = flows["backward_op_id"].to_numpy()
     take = module[bwd] < 0
     module[bwd[take]] = module[fwd[take]]
+    # an op the optimizer flag claimed inside forward work, or inside a closure (whose
+    # annotation alone is ``other`` here), is that work; the optimizer's own calls
+    # (``zero_grad()`` in a closure) stay the optimizer's
+    own = ops["kind"].cat.codes.to_numpy() == KIND[OpKind.OPTIMIZER.value]
     for level in by_depth[1:]:
         p = parent[level]
-        inherit = (phase[level] == UNSET) & (phase[p] != UNSET)
+        claimed = (phase[level] == OPTIMIZER) & ~own[level]
+        inherit = ((phase[level] == UNSET) & (phase[p] != UNSET)) | (
+            claimed & ((phase[p] == FORWARD) | (phase[p] == OTHER))
+        )
         phase[level[inherit]] = phase[p[inherit]]
         bw = (phase[level] == BACKWARD) & (module[level] < 0)
         module[level[bw]] = module[p[bw]]

@@ -81,6 +81,27 @@ def tail_steps(tables: dict[str, pd.DataFrame], meta: dict) -> pd.DataFrame:
     )
 
 
+def fold_tail(steps: pd.DataFrame, tail: pd.DataFrame) -> pd.DataFrame:
+    """A window's ``steps`` with the run's tail folded into its last step, per device: a
+    last window that allocated nothing (frees only, as ``opt.zero_grad()`` after the last
+    ``opt.step()``) ends the last step, as the same stretch after a capture's last step
+    does (see :func:`.steps.step_bounds`)."""
+    if steps.empty or tail.empty:
+        return steps
+    steps = steps.copy()
+    change = tail.groupby(tail["device"].astype(str), observed=True)["growth_bytes"].sum()
+    end = int(tail["end_ns"].max())
+    last = steps["step"].to_numpy() == steps["step"].max()
+    for device, grew in change.items():
+        row = last & (steps["device"].astype(str) == device).to_numpy()
+        steps.loc[row, "live_end_bytes"] += int(grew)
+        steps.loc[row, "growth_bytes"] += int(grew)
+        steps.loc[row, "end_ns"] = end
+        shrunk = row & (steps["growth_bytes"].to_numpy() <= 0)
+        steps.loc[shrunk, "growth_category"] = None
+    return S.conform(steps, S.STEPS, name="steps")
+
+
 def forget_freed(carried: pd.DataFrame, tables: dict[str, pd.DataFrame]) -> pd.DataFrame:
     """The carried blocks still alive after a window: those the window freed go, and so do
     those whose address the window allocated again (their free fell between two windows)."""

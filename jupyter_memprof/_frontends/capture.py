@@ -194,7 +194,8 @@ class profile(contextlib.AbstractContextManager):  # lower case: reads like a fu
         recorder, self._recorder = self._recorder, None
         if recorder is None:
             raise CaptureError("this capture is not running (not started, or finished)")
-        wall_s = time.perf_counter() - self._t0
+        t_finish = time.perf_counter()
+        wall_s = t_finish - self._t0
         prof = self._profile
         if self._history is not None:  # first: at an out-of-memory error, that moment
             _keep_snapshot(prof, self._history)
@@ -226,24 +227,32 @@ class profile(contextlib.AbstractContextManager):  # lower case: reads like a fu
         finally:
             try:
                 with _interrupts_held():  # Ctrl-C now waits until the profile is registered
-                    self._register(prof, recorder, wall_s, error)
+                    self._register(prof, recorder, wall_s, error, t_finish)
             finally:  # an interrupt that came before it was held
                 if prof.session_id is None:
-                    self._register(prof, recorder, wall_s, error)
+                    self._register(prof, recorder, wall_s, error, t_finish)
         if failure is not None and exc is None:
             raise failure
         return prof
 
-    def _register(self, prof: Profile, recorder: Recorder, wall_s: float, error) -> None:
+    def _register(
+        self, prof: Profile, recorder: Recorder, wall_s: float, error, t_finish: float
+    ) -> None:
         """The profile's meta, and its place in the session (and so in the panel); safe to
-        run again."""
+        run again. ``finish_s``: the wait after the code, which ``stop_s``, ``capture_s``,
+        ``analysis_s`` and ``free_s`` (torch's raw result freed, unless a shell frees it
+        after the cell) add up to."""
         self._frame = None
+        t = time.perf_counter()
         recorder.release()
+        free_s = time.perf_counter() - t
         register(
             prof,
             label=self.label,
             wall_s=wall_s,
             stop_s=recorder.stop_s,
+            free_s=free_s,
+            finish_s=time.perf_counter() - t_finish,
             devices=self.devices,
             with_stack=self.with_stack,
             error=error,

@@ -144,9 +144,11 @@ class LongRun:
         """Keep what the run needs of one analysed window (see the module's docstring).
         ``tail``: the run's last window; when it allocated nothing (the loop ended with the
         window before) it is no step of its own, as the stretch after a capture's last step
-        is not: only its frees count."""
+        is not: its frees end the last step."""
         if tail and self._windows > 0 and not tables["allocations"]["alloc_ns"].notna().any():
             self.carried = W.forget_freed(self.carried, tables)
+            if self._steps:
+                self._steps[-1] = W.fold_tail(self._steps[-1], tables["steps"])
             self._last_meta = meta
             return
         # everything computed before anything changes: a failure leaves the run as it was
@@ -213,7 +215,8 @@ class LongRun:
             if key in self._last_meta:
                 out_meta[key] = self._last_meta[key]
         out_meta["leaks"] = W.leaks_to_meta(leaks)
-        out_meta["long_run"] = self.run_meta(len(steps["step"].unique()))
+        complete = int(steps.drop_duplicates("step")["complete"].sum())
+        out_meta["long_run"] = self.run_meta(complete)
         return out_tables, out_meta
 
     def fill(

@@ -25,13 +25,14 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 
 from .._devices import is_present, parse_device
 from .._errors import DeviceError
-from .._records import Capture, Trace
+from .._records import CLOSURE_MARKER, Capture, Trace
+from .._vocab import OpKind
 from .cuda_kernels import Gpu
 from .fake_copy import FakeCopier
 from .fake_dist import distributed_hooks
 from .fake_modes import PythonMode, RecordingMode, cuda_functions
 from .fake_recorder import FakeRecorder, cudnn_rnn_error
-from .live import SessionNames, held_rows
+from .live import SessionNames, held_rows, marked_closure
 from .recorder import _cell_namer, exclusive
 from .torch_profiler import FrameNamer
 
@@ -152,6 +153,7 @@ class FakeRun:
             stack.enter_context(cuda_functions(rec))
             rec.start()
             stack.callback(rec.stop)
+            stack.enter_context(_closures_marked(rec))
             try:
                 # what fn returns stays alive until the recording stops, as a variable holding
                 # it would in a capture (kept: a list of every step's losses is still there)
@@ -192,6 +194,35 @@ class FakeRun:
         self.recorder.release()
         self.copier.release()
         self.names = None
+
+
+@contextlib.contextmanager
+def _closures_marked(rec: FakeRecorder) -> Iterator[None]:
+    """While the run records: every closure an optimizer gets (``optimizer.step(closure)``)
+    runs inside a :data:`CLOSURE_MARKER` annotation the recorder records, as a capture's
+    hooks put one around it (its work is the user's step, not the optimizer's)."""
+    from torch.optim import optimizer as optim_module
+
+    def wrap(closure: Callable) -> Callable:
+        def closure_marked(*args, **kwargs):
+            if not rec._ours():
+                return closure(*args, **kwargs)
+            op = rec.open(CLOSURE_MARKER, OpKind.ANNOTATION)
+            try:
+                return closure(*args, **kwargs)
+            finally:
+                rec.close(op)
+
+        return closure_marked
+
+    # after the recorder's own hook, which opens the optimizer's step
+    handle = optim_module.register_optimizer_step_pre_hook(
+        lambda _optimizer, args, kwargs: marked_closure(args, kwargs, wrap)
+    )
+    try:
+        yield
+    finally:
+        handle.remove()
 
 
 def _register_held(rec: FakeRecorder, fake: Any) -> None:

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from .._devices import block_bytes
-from .._records import MODULE_MARKER, STEP_MARKER, NameRow
+from .._records import CLOSURE_MARKER, MODULE_MARKER, STEP_MARKER, NameRow
 from .._vocab import Role
 from .dtensor import local_tensor
 from .reach import collector_paused, reach
@@ -132,6 +132,30 @@ class ModuleHooks:
     def _optimizer_step(self, optimizer, args, kwargs):
         if all(o is not optimizer for o in self.optimizers):
             self.optimizers.append(optimizer)
+        return marked_closure(args, kwargs)
+
+
+def _in_closure_annotation(closure: Callable) -> Callable:
+    def closure_marked(*args, **kwargs):
+        with annotation(CLOSURE_MARKER):
+            return closure(*args, **kwargs)
+
+    return closure_marked
+
+
+def marked_closure(
+    args: tuple, kwargs: dict, wrap: Callable[[Callable], Callable] = _in_closure_annotation
+) -> tuple[tuple, dict] | None:
+    """An optimizer step pre-hook's answer: the same arguments, with the closure (LBFGS's
+    ``step(closure)``, Lightning's automatic optimisation) run inside a
+    :data:`CLOSURE_MARKER` annotation (``wrap``: how; estimate mode records it itself), so
+    that its work is the user's step and not the optimizer's; None (nothing changed)
+    without a closure."""
+    if len(args) > 1 and callable(args[1]):
+        return (args[0], wrap(args[1]), *args[2:]), kwargs
+    if callable(kwargs.get("closure")):
+        return args, {**kwargs, "closure": wrap(kwargs["closure"])}
+    return None
 
 
 def modules_by_id(calls, namespace: dict | None) -> list[torch.nn.Module | None]:
@@ -389,7 +413,12 @@ class SessionNames:
                         add_param(pname, p)
                     owner = self.owners.get(id(p))
                     for key, value in opt.state.get(p, {}).items():
-                        add(f"{opt_name}.state[{pname}].{key}", Role.OPTIMIZER_STATE, value, owner)
+                        name = f"{opt_name}.state[{pname}].{key}"
+                        if isinstance(value, (list, tuple)):  # LBFGS's history
+                            for i, v in enumerate(value):
+                                add(f"{name}[{i}]", Role.OPTIMIZER_STATE, v, owner)
+                        else:
+                            add(name, Role.OPTIMIZER_STATE, value, owner)
         return rows
 
 

@@ -22,6 +22,7 @@ from typing import Any
 import torch
 
 from .._records import (
+    CLOSURE_MARKER,
     MODULE_MARKER,
     NO_ID,
     MemoryRecord,
@@ -289,7 +290,10 @@ def read_trace(
     module_calls: list[tuple[int, str]] = []
     module_index_of: dict[int, int] = {}  # a module's id -> its module_index
     # storages allocated during the capture: their address and size come from the allocator
-    allocated: set[int] = set()
+    # (tensor id -> its first allocation id); see _split_tensor_id for the rest
+    allocated: dict[int, int] = {}
+    split: dict[tuple[int, int], int] = {}  # (tensor id, allocation id) -> its own id
+    merged: set[int] = set()  # tensor ids torch gave several storages
     untracked: dict[int, list] = {}
     # per thread: open ops as (end_ns, op_id, depth, node, module_ctx, backward, optimizer)
     open_ops: dict[int, list[tuple]] = {}
@@ -348,6 +352,8 @@ def read_trace(
                     backward = True
                 elif kind is OpKind.OPTIMIZER:
                     optimizer = True
+                elif name == CLOSURE_MARKER:
+                    optimizer = False  # the user's step, called by the optimizer
                 if node < 0 and scope == _BACKWARD_SCOPE:
                     node = op_id
             for i, x in enumerate(inputs):
@@ -358,6 +364,8 @@ def read_trace(
                     # no storage address: a wrapper holding no memory itself (a DTensor,
                     # whose bytes are its local shard, an input of the op it dispatches to)
                     if tid is not None and x.storage_data_ptr:
+                        if tid in merged:
+                            tid = split.get((tid, x.allocation_id), tid)
                         tensors.append(new_ref((op_id, tid, mutable[i] if mutable else False)))
                         if tid not in allocated:
                             _untracked(untracked, tid, x, sizes, dev_names)
@@ -369,6 +377,8 @@ def read_trace(
                             sub.append(sizes)
                             tid = y.id
                             if tid is not None and y.storage_data_ptr:
+                                if tid in merged:
+                                    tid = split.get((tid, y.allocation_id), tid)
                                 tensors.append(
                                     new_ref((op_id, tid, mutable[i] if mutable else False))
                                 )
@@ -431,7 +441,11 @@ def read_trace(
             if tid is None:
                 tid = NO_ID
             elif size > 0:
-                allocated.add(tid)
+                first = allocated.setdefault(tid, f.allocation_id)
+                if first != f.allocation_id:
+                    tid = _split_tensor_id(tid, f.allocation_id, split, merged, allocated)
+            elif tid in merged:
+                tid = split.get((tid, f.allocation_id), tid)
             if dname == "cpu":  # the CPU reporter counts only what it saw: no totals
                 memory.append(
                     new_memory((t, f.ptr, size, tid, f.allocation_id, dname, parent, -1, -1))
@@ -500,6 +514,29 @@ def read_trace(
         n_events,
         module_calls,
     )
+
+
+#: the first id :func:`_split_tensor_id` hands out, far above torch's own tensor ids
+_SPLIT_IDS = 1 << 48
+
+
+def _split_tensor_id(tid: int, allocation_id: int, split: dict, merged: set, allocated: dict):
+    """The tensor id of a storage torch numbered with an earlier storage's id: an id of its
+    own, so that each storage is a block of its own and every use finds its block.
+
+    torch joins the ids of storages one TensorImpl pointed to, and every empty tensor
+    points to the same null storage. A tensor rebuilt from shared memory (a DataLoader
+    worker's batch, a ``torch.multiprocessing`` queue) starts empty and is then set to its
+    storage, so every such storage would share one id; a tensor whose storage ``resize_``
+    or ``set_`` replaced too. Uses carry the allocation id of the storage they saw and are
+    renumbered the same way."""
+    key = (tid, allocation_id)
+    new = split.get(key)
+    if new is None:
+        new = split[key] = _SPLIT_IDS + len(split)
+        merged.add(tid)
+        allocated[new] = allocation_id
+    return new
 
 
 def _module_call(

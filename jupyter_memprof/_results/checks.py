@@ -232,6 +232,8 @@ META_FIELDS = {
     "capture_s": _is_num,
     "analysis_s": _is_num,
     "stop_s": _is_num,
+    "free_s": _is_num,
+    "finish_s": _is_num,
     "event_count": nonneg_int,
     "stage_s": lambda v: type(v) is dict and all(_is_num(x) for x in v.values()),
     "allocator": _str,

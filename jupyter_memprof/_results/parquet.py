@@ -393,7 +393,8 @@ def _read_tables(path: str, names, stored: int) -> dict[str, pd.DataFrame]:
             columns = {}
             for c, dtype in schema.items():
                 if c not in have:
-                    columns[c] = pd.Series([None] * table.num_rows, dtype=object)
+                    fill = S.ADDED_DEFAULTS.get((name, c))
+                    columns[c] = pd.Series([fill] * table.num_rows, dtype=object)
                     continue
                 try:
                     columns[c] = _column(table.column(c), dtype, budget)

@@ -167,7 +167,7 @@ def _table_from_json(doc, schema: dict, name: str, text: TextBudget) -> pd.DataF
     columns = {}
     for col, dtype in schema.items():
         if col not in data:  # a column added after the file was written
-            columns[col] = pd.Series([None] * rows, dtype=object)
+            columns[col] = pd.Series([S.ADDED_DEFAULTS.get((name, col))] * rows, dtype=object)
             continue
         try:
             columns[col] = _column_from_json(data[col], dtype, text)

@@ -55,12 +55,17 @@ def summary(prof: ProfileLike) -> dict[str, Any]:
       ``modelled``) and ``fragmentation_bytes`` (reserved minus allocated at the peak);
     - ``ops``, ``blocks``, ``events``: row counts of those tables;
     - ``wall_s`` (how long the code ran), ``capture_s`` (reading torch's events) and
-      ``analysis_s`` (building the tables), each None when unknown;
+      ``analysis_s`` (building the tables), each None when unknown; ``finish_s``: how long
+      leaving the capture took, of which ``stop_s`` stopping torch's profiler (torch's
+      own work on its events) and ``free_s`` freeing torch's raw result (0 when a shell
+      frees it after the cell); the rest is reading and analysis;
     - ``baseline``: per device, ``{"bytes", "untouched", "unreachable"}``: bytes live when
       the capture started, those the code never used, and (CUDA) those nothing names;
     - ``cuda``: per CUDA device with recorded counters, ``{"reserved_peak",
       "outside_start", "outside_end"}`` (bytes; None where unknown): the caching allocator's
       largest reserved total and the device memory outside PyTorch's allocator;
+    - ``steps``: ``{"complete", "rows"}``, the complete steps of ``prof.steps`` and its
+      steps (a tail after the last step's end is a step not complete);
     - ``growth``: when memory grows with every step (:meth:`Profile.leaks`),
       ``{"bytes_per_step", "device", "holder", "callsite", "why", "leaks"}``, else None;
     - ``estimate``: True for a fake run (:func:`jupyter_memprof.estimate`), whose peaks have
@@ -68,6 +73,45 @@ def summary(prof: ProfileLike) -> dict[str, Any]:
       None) and ``oom``: where the estimated step first went over the limit, else None;
       ``note``: how the estimate was computed (None for a real capture).
     """
+    meta = prof.meta
+    peaks = _question_first(_peaks(prof), meta)
+    return {
+        "label": prof.label,
+        "fit": _fit(prof),
+        "baseline": _baseline(meta),
+        "cuda": _cuda(meta, peaks),
+        "error": meta.get("error") or None,
+        "analysis_error": meta.get("analysis_error") or None,
+        "analysis_interrupted": bool(meta.get("analysis_interrupted")),
+        "empty": not peaks,
+        "peaks": peaks,
+        "ops": len(prof.ops),
+        "blocks": len(prof.allocations),
+        "events": len(prof.events),
+        "wall_s": _float(meta.get("wall_s")),
+        # the time spent reading torch's events into records
+        "capture_s": _float(meta.get("capture_s")),
+        "analysis_s": _float(meta.get("analysis_s")),
+        # the wait after the code (``finish_s``) and the parts besides reading and analysis
+        "finish_s": _float(meta.get("finish_s")),
+        "stop_s": _float(meta.get("stop_s")),
+        "free_s": _float(meta.get("free_s")),
+        "estimate": bool(meta.get("estimate")),
+        "limit": meta.get("limit"),
+        "oom": meta.get("oom") or None,
+        "note": _estimate_note(meta),
+        "growth": _growth(prof),
+        "long_run": meta.get("long_run") or None,
+        "inferred_frees": meta.get("inferred_frees") or {},
+        "no_tensor_ids": meta.get("tensor_ids") is False,
+        "snapshot_oom": meta.get("snapshot_oom") or None,
+        "trace_ooms": len((meta.get("trace") or {}).get("oom_events") or []),
+        "steps": _steps(prof.steps),
+    }
+
+
+def _peaks(prof: ProfileLike) -> dict[str, dict[str, Any]]:
+    """Each device with activity: its peak, when, what filled it and (CUDA) reserved."""
     meta = prof.meta
     start_ns = prof.start_ns
     peaks: dict[str, dict[str, Any]] = {}
@@ -98,35 +142,7 @@ def summary(prof: ProfileLike) -> dict[str, Any]:
             )
             recorded = device in (meta.get("reserved_model_error") or {})
             peaks[device]["reserved_source"] = "recorded" if recorded else "modelled"
-    peaks = _question_first(peaks, meta)
-    return {
-        "label": prof.label,
-        "fit": _fit(prof),
-        "baseline": _baseline(meta),
-        "cuda": _cuda(meta, peaks),
-        "error": meta.get("error") or None,
-        "analysis_error": meta.get("analysis_error") or None,
-        "analysis_interrupted": bool(meta.get("analysis_interrupted")),
-        "empty": not peaks,
-        "peaks": peaks,
-        "ops": len(prof.ops),
-        "blocks": len(prof.allocations),
-        "events": len(prof.events),
-        "wall_s": _float(meta.get("wall_s")),
-        # the time spent reading torch's events into records
-        "capture_s": _float(meta.get("capture_s")),
-        "analysis_s": _float(meta.get("analysis_s")),
-        "estimate": bool(meta.get("estimate")),
-        "limit": meta.get("limit"),
-        "oom": meta.get("oom") or None,
-        "note": _estimate_note(meta),
-        "growth": _growth(prof),
-        "long_run": meta.get("long_run") or None,
-        "inferred_frees": meta.get("inferred_frees") or {},
-        "no_tensor_ids": meta.get("tensor_ids") is False,
-        "snapshot_oom": meta.get("snapshot_oom") or None,
-        "trace_ooms": len((meta.get("trace") or {}).get("oom_events") or []),
-    }
+    return peaks
 
 
 def _question_first(peaks: dict[str, Any], meta: dict) -> dict[str, Any]:
@@ -150,6 +166,13 @@ def _fit(prof: ProfileLike) -> dict[str, Any] | None:
         return headroom(prof.tables, prof.meta)
     except (KeyError, ValueError):  # no memory events on the limit's device
         return None
+
+
+def _steps(steps: pd.DataFrame) -> dict[str, int]:
+    """``{"complete", "rows"}``: the steps that end at a step boundary, and the steps
+    table's rows (one per step; the tail after the last boundary is one not complete)."""
+    one = steps.drop_duplicates("step")
+    return {"complete": int(one["complete"].sum()), "rows": len(one)}
 
 
 def _top_categories(allocations: pd.DataFrame, alloc_ids) -> dict[str, int]:
@@ -299,6 +322,19 @@ def inferred_phrase(device: str, found: dict[str, int]) -> str:
     if left:
         line += f"; {format_bytes(left)} freed matched no blocks and is still counted live"
     return line
+
+
+def steps_phrase(s: dict[str, Any]) -> str | None:
+    """``3 steps, then what ran after the last one`` for a capture of a loop (a long run
+    says its steps in :func:`long_run_phrase`), or None for fewer than two steps."""
+    steps = s.get("steps") or {}
+    complete, rows = steps.get("complete", 0), steps.get("rows", 0)
+    if s.get("long_run") or rows < 2:
+        return None
+    text = f"{complete} step{'s' if complete != 1 else ''}"
+    if rows > complete:
+        text += ", then what ran after the last one"
+    return text
 
 
 def long_run_phrase(s: dict[str, Any]) -> str | None:
@@ -463,11 +499,39 @@ def _timing_phrase(s: dict[str, Any]) -> str:
     if s["wall_s"] is not None:  # an estimate ran nothing: it took that long to compute
         verb = "estimated in" if s["estimate"] else "ran"
         parts.append(f"{verb} {format_seconds(s['wall_s'])}")
+    if s.get("finish_s") is not None:
+        return ", ".join([*parts, _wait_phrase(s)])
     if s["capture_s"] is not None:
         parts.append(f"capture {format_seconds(s['capture_s'])}")
     if s["analysis_s"] is not None:
         parts.append(f"analysis {format_seconds(s['analysis_s'])}")
     return ", ".join(parts)
+
+
+#: the parts of the wait after the code, in the order they happen
+_WAIT_PARTS = (
+    ("stop_s", "stopping torch's profiler"),
+    ("capture_s", "capture"),
+    ("analysis_s", "analysis"),
+    ("free_s", "freeing torch's events"),
+)
+
+
+def _wait_phrase(s: dict[str, Any]) -> str:
+    """``then 1.16 s: stopping torch's profiler 478 ms, capture 328 ms, analysis 196 ms,
+    freeing torch's events 140 ms``: what leaving the capture took and where it went, the
+    parts adding up to it (the rest, when over a tenth of it, as ``other``)."""
+    total = s["finish_s"]
+    parts, known = [], 0.0
+    for key, words in _WAIT_PARTS:
+        value = s.get(key)
+        if value is not None and (value >= 0.0005 or key in ("capture_s", "analysis_s")):
+            parts.append(f"{words} {format_seconds(value)}")
+            known += value
+    rest = total - known
+    if rest > max(0.1 * total, 0.001):
+        parts.append(f"other {format_seconds(rest)}")
+    return f"then {format_seconds(total)}: " + ", ".join(parts)
 
 
 def _one_line(s: dict[str, Any]) -> bool:
@@ -562,7 +626,9 @@ def _detail_rows(s: dict) -> list[tuple[str, str, str]]:
         rows.append(("snapshot-oom", _ERROR_STYLE, oom))
     if source:
         rows.append(("source", _MUTED_STYLE, source))
-    growth, long_run = growth_phrase(s), long_run_phrase(s)
+    growth, long_run, steps = growth_phrase(s), long_run_phrase(s), steps_phrase(s)
+    if steps:
+        rows.append(("steps", _MUTED_STYLE, steps))
     if growth:
         severity = (s.get("growth") or {}).get("severity", "alarm")
         rows.append(("growth", _SEVERITY_STYLE.get(severity, _ERROR_STYLE), growth))
