@@ -13,7 +13,6 @@ import re
 
 from .._results.profile import Profile, _path
 from .._results.profile import load as load_saved
-from . import finish
 
 __all__ = ["load_any", "load_trace", "trace_files"]
 
@@ -56,7 +55,10 @@ def load_trace(path: str | os.PathLike, *, label: str | None = None) -> Profile:
     >>> p.export_chrome_trace("step.pt.trace.json")  # doctest: +SKIP
     >>> jupyter_memprof.load_trace("step.pt.trace.json").peak_by("category")  # doctest: +SKIP
     """
+    # here, not at the top: `load` of a saved file (the command line's summary) stays
+    # free of torch, which finish and the producer import
     from .._producers.kineto import read_trace
+    from . import finish
 
     path = _path(path)
     prof = Profile.empty()
