@@ -126,6 +126,8 @@ def summary(prof: ProfileLike) -> dict[str, Any]:
         "no_tensor_ids": meta.get("tensor_ids") is False,
         "snapshot_oom": meta.get("snapshot_oom") or None,
         "trace_ooms": len((meta.get("trace") or {}).get("oom_events") or []),
+        "producer": meta.get("producer") or None,
+        "not_recorded": list(meta.get("not_recorded") or []),
     }
 
 
@@ -528,6 +530,18 @@ def summary_text(prof: ProfileLike) -> str:
     return "\n".join(lines)
 
 
+def not_recorded_phrase(s: dict) -> str:
+    """What the profile's producer could not record, as a line (a memory snapshot: no
+    tensor ids, versions or op tree; its categories come from the Python frames)."""
+    what = ", ".join(s["not_recorded"])
+    if s["producer"] == "snapshot":
+        return (
+            f"from a memory snapshot: not recorded there: {what}; categories come from "
+            "its Python stacks and their order in time"
+        )
+    return f"not recorded by {s['producer'] or 'its producer'}: {what}"
+
+
 # -- HTML ---------------------------------------------------------------------------------
 _STYLE = (
     "font-family: var(--jp-ui-font-family, system-ui, sans-serif); font-size: 13px; "
@@ -562,6 +576,8 @@ def _detail_rows(s: dict) -> list[tuple[str, str, str]]:
         rows.append(("snapshot-oom", _ERROR_STYLE, oom))
     if source:
         rows.append(("source", _MUTED_STYLE, source))
+    if s["not_recorded"]:
+        rows.append(("not-recorded", _MUTED_STYLE, not_recorded_phrase(s)))
     growth, long_run = growth_phrase(s), long_run_phrase(s)
     if growth:
         severity = (s.get("growth") or {}).get("severity", "alarm")

@@ -1,0 +1,101 @@
+"""Open a torch memory snapshot as a :class:`~jupyter_memprof.Profile`:
+:func:`load_snapshot`, and :func:`load`, which tells a snapshot from a saved profile by its
+content.
+
+The snapshot producer (:mod:`jupyter_memprof._producers.snapshot`) reads the file as plain
+data and makes the records; the same analysis as a capture's makes the tables
+(:func:`.finish.fill`), with the allocator settings the snapshot recorded.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from .._analysis.allocator_config import AllocatorConfig, parse_config
+from .._errors import AllocatorConfigError, DeviceError, ProfileFileError
+from .._producers.snapshot.read import Bad, read_snapshot
+from .._producers.snapshot.unpickle import is_snapshot_file, read_file, shown
+from .._results import profile as _profile
+from .._results.profile import Profile
+from . import finish
+
+__all__ = ["NOT_RECORDED", "load", "load_snapshot"]
+
+#: What a memory snapshot does not record (``meta["not_recorded"]``): the analysis invents
+#: none of it.
+NOT_RECORDED = ["tensor_id", "versions", "ops"]
+
+
+def _device_index(device: Any) -> int | None:
+    if device is None:
+        return None
+    if type(device) is int and device >= 0:
+        return device
+    from .._devices import parse_device
+
+    try:
+        d = parse_device(device, need_present=False)
+    except DeviceError as e:
+        raise ValueError(str(e)) from None
+    if not d.startswith("cuda:"):
+        raise ValueError(f"a memory snapshot records CUDA devices only, not {d!r}")
+    return int(d.split(":")[1])
+
+
+def load_snapshot(
+    path_or_snapshot: str | os.PathLike | dict, *, device: Any = None, label: str | None = None
+) -> Profile:
+    """A torch memory snapshot as a :class:`~jupyter_memprof.Profile`: a file written by
+    ``torch.cuda.memory._dump_snapshot`` (a pickle of protocol 2 to 5, read without running
+    anything in it) or its JSON form, or the dict ``torch.cuda.memory._snapshot()`` returns.
+
+    ``device``: only this CUDA device (``"cuda:1"`` or ``1``); default every device
+    recorded (``device_traces[i]`` is ``cuda:i``). ``label``: the profile's label (default
+    the file's name). A damaged or crafted file raises
+    :class:`~jupyter_memprof.ProfileFileError` (one line); see docs/snapshots.md for what
+    a snapshot holds and what it cannot say (``meta["not_recorded"]``)."""
+    index = _device_index(device)
+    if isinstance(path_or_snapshot, dict):
+        name, snap = "snapshot", path_or_snapshot
+    else:
+        path = os.fsdecode(os.fspath(path_or_snapshot))
+        name, snap = shown(path), read_file(path)
+    try:
+        read = read_snapshot(snap, device=index)
+    except Bad as e:
+        raise ProfileFileError(f"{name}: {e}") from None
+    except RecursionError:
+        raise ProfileFileError(f"{name}: nested too deeply") from None
+    allocator, conf_note = _allocator(read.meta.get("snapshot_alloc_conf"))
+    prof = Profile.empty()
+    finish.fill(prof, lambda reading: read.capture, allocator=allocator)
+    prof.meta.update(read.meta)
+    prof.meta.update(
+        producer="snapshot",
+        not_recorded=list(NOT_RECORDED),
+        devices=list(read.capture.devices),
+        label=label or name,
+        **({"snapshot_alloc_conf_error": conf_note} if conf_note else {}),
+    )
+    return finish.register(prof, remember=True)
+
+
+def _allocator(conf: str | None) -> tuple[AllocatorConfig | None, str | None]:
+    """The recorded allocator settings as the model reads them (torch's defaults when none
+    were recorded), and why they could not be read, if so."""
+    if not conf:
+        return None, None
+    try:
+        return parse_config(conf), None
+    except AllocatorConfigError as e:
+        return None, str(e)
+
+
+def load(path: str | os.PathLike) -> Profile:
+    """Load a saved profile (:meth:`Profile.save`: a zip file or a Parquet folder) or a
+    torch memory snapshot (:func:`load_snapshot`), told apart by content."""
+    p = _profile._path(path)
+    if os.path.isfile(p) and is_snapshot_file(p):
+        return load_snapshot(p)
+    return _profile.load(p)

@@ -1,0 +1,432 @@
+"""A snapshot dict (what ``torch.cuda.memory._snapshot()`` returns) checked and read into a
+:class:`~jupyter_memprof._records.Capture`.
+
+What it holds (docs/snapshots.md has the format): ``device_traces[i]`` is ``cuda:i``'s ring
+buffer of allocator events, each with ``action``, ``addr``, ``size``, ``stream``,
+``time_us`` (since late 2023) and ``frames``; ``segments`` is the allocator's state when the
+snapshot was taken, each segment with its blocks; ``external_annotations`` are
+``record_function`` ranges; ``allocator_settings`` the allocator's configuration.
+
+The records made of it:
+
+- ``alloc`` starts a block, its ``free_completed`` ends it (``free_requested`` alone, when
+  the history ends before the block's stream work did); a free with no allocation is a
+  block older than the history (the ring buffer wrapped, or recording started late);
+- blocks alive in the final ``segments`` that the history never allocated are
+  :class:`~jupyter_memprof._records.OlderBlock`\\ s: alive throughout;
+- ``segment_alloc`` / ``segment_free`` / ``segment_map`` / ``segment_unmap`` are
+  :class:`~jupyter_memprof._records.SegmentRecord`\\ s, and the reserved total after every
+  event (counted back from the final segments) is each memory record's ``total_reserved``;
+- annotations become ops of kind ``annotation`` (``Optimizer.step#...`` ones of kind
+  ``optimizer``): the only ops a snapshot has. Tensor ids, versions and an op tree with
+  shapes a snapshot does not record: none are invented.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import NamedTuple
+
+from ..._records import (
+    NO_ID,
+    Capture,
+    MemoryRecord,
+    OlderBlock,
+    OpRecord,
+    SegmentRecord,
+    Stacks,
+    Trace,
+)
+from ..._vocab import OpKind
+from .frames import Bad, StackReader
+
+__all__ = ["Bad", "Read", "read_snapshot"]
+
+_INT64 = 2**63
+_FREES = ("free_completed", "free_requested", "free")
+_SEGMENT_ACTIONS = {"segment_alloc": 1, "segment_map": 1, "segment_free": -1, "segment_unmap": -1}
+#: the size of the caching allocator's small-pool segments
+_SMALL_SEGMENT = 2 * 2**20
+
+
+class Read(NamedTuple):
+    """The records of a snapshot and what it says beyond them (for ``meta``)."""
+
+    capture: Capture
+    meta: dict
+
+
+def _int(v: object, what: str, *, low: int = 0) -> int:
+    if type(v) is not int:
+        raise Bad(f"{what} must be an int, not {type(v).__name__}")
+    if not low <= v < _INT64:
+        raise Bad(
+            f"{what} out of range ({v:.3g})" if abs(v) > 2**70 else f"{what} out of range ({v})"
+        )
+    return v
+
+
+def _num(v: object, what: str) -> float:
+    if type(v) not in (int, float) or v != v or abs(v) > 2**62:
+        raise Bad(f"{what} must be a finite number, not {type(v).__name__}")
+    return v
+
+
+def _list(v: object, what: str) -> list:
+    if not isinstance(v, (list, tuple)):
+        raise Bad(f"{what} must be a list, not {type(v).__name__}")
+    return v
+
+
+def _dict(v: object, what: str) -> dict:
+    if not isinstance(v, dict):
+        raise Bad(f"{what} must be a dict, not {type(v).__name__}")
+    return v
+
+
+def _str(v: object, what: str) -> str:
+    if not isinstance(v, str):
+        raise Bad(f"{what} must be text, not {type(v).__name__}")
+    return v
+
+
+class _Entry(NamedTuple):
+    time_ns: int
+    device: int
+    order: int
+    action: str
+    addr: int
+    size: int
+    stream: int
+    stack: int
+
+
+def _entries(snap: dict, stacks: StackReader, wanted) -> tuple[list[_Entry], bool, Counter]:
+    """Every trace entry of the wanted devices, time ordered; whether times were recorded
+    (else the entry order is the clock); how many of each action."""
+    traces = _list(snap.get("device_traces", []), "device_traces")
+    rows: list = []
+    timed = True
+    actions: Counter = Counter()
+    order = 0
+    for dev, trace in enumerate(traces):
+        trace = _list(trace, f"device_traces[{dev}]")
+        if not wanted(dev):
+            continue
+        for e in trace:
+            e = _dict(e, "a trace entry")
+            action = _str(e.get("action"), "an entry's action")
+            actions[action] += 1
+            t = e.get("time_us")
+            if t is None:
+                timed = False
+                t_ns = order
+            else:
+                t_ns = int(_num(t, "time_us") * 1000)
+            addr = e.get("device_free" if action == "oom" else "addr", 0)
+            rows.append(
+                _Entry(
+                    t_ns,
+                    dev,
+                    order,
+                    action,
+                    _int(addr if addr is not None else 0, f"{action} address"),
+                    _int(e.get("size", 0), f"{action} size"),
+                    _int(e.get("stream", 0), "stream"),
+                    stacks.index(e.get("frames")),
+                )
+            )
+            order += 1
+    if not timed:
+        rows = [r._replace(time_ns=r.order) for r in rows]
+    rows.sort(key=lambda r: (r.time_ns, r.order))
+    return rows, timed, actions
+
+
+class _Final(NamedTuple):
+    """The allocator's state when the snapshot was taken."""
+
+    blocks: dict  # (device, address) -> (size, stack index)
+    segments: list  # (device, address, size, pool, stream)
+    reserved: Counter  # device -> bytes reserved
+    allocated: Counter  # device -> bytes of active blocks
+
+
+def _final_state(snap: dict, stacks: StackReader, wanted) -> _Final:
+    blocks: dict = {}
+    segs: list = []
+    reserved: Counter = Counter()
+    allocated: Counter = Counter()
+    seen: set = set()
+    for s in _list(snap.get("segments", []), "segments"):
+        s = _dict(s, "a segment")
+        dev = _int(s.get("device", 0), "a segment's device")
+        if not wanted(dev):
+            continue
+        addr = _int(s.get("address", 0), "a segment's address")
+        total = _int(s.get("total_size", 0), "a segment's total_size")
+        kind = s.get("segment_type")
+        pool = kind if kind in ("small", "large") else _pool(total)
+        segs.append((dev, addr, total, pool, _int(s.get("stream", 0), "stream")))
+        reserved[dev] += total
+        bl = s.get("blocks", [])
+        if id(bl) in seen:  # a shared list of blocks is one segment's, read once
+            continue
+        seen.add(id(bl))
+        at = addr
+        for b in _list(bl, "a segment's blocks"):
+            b = _dict(b, "a block")
+            size = _int(b.get("size", 0), "a block's size")
+            state = b.get("state")
+            baddr = b.get("address", at)
+            baddr = _int(baddr, "a block's address") if baddr is not None else at
+            if state in ("active_allocated", "active_pending_free"):
+                blocks[(dev, baddr)] = (size, stacks.index(_block_frames(b)))
+                allocated[dev] += size
+            at = baddr + size
+    return _Final(blocks, segs, reserved, allocated)
+
+
+def _pool(size: int) -> str:
+    return "small" if size <= _SMALL_SEGMENT else "large"
+
+
+def _block_frames(b: dict) -> object:
+    """A block's frames: its own, else (old snapshots) its last ``history`` entry's."""
+    frames = b.get("frames")
+    if frames:
+        return frames
+    history = _list(b.get("history") or [], "a block's history")
+    for h in history:
+        _int(_dict(h, "a history entry").get("real_size", 0), "a history entry's real_size")
+    return _dict(history[-1], "a history entry").get("frames") if history else None
+
+
+class _Replay:
+    """The trace replayed in time order into records."""
+
+    def __init__(self, final: _Final) -> None:
+        self.memory: list[MemoryRecord] = []
+        self.of_memory: list[int] = []
+        self.segments: list[SegmentRecord] = []
+        self.open: dict = {}  # (device, address) -> allocation id
+        self.next_id = 0
+        self.freed_older = 0
+        self.ooms: list[dict] = []
+        self.pending: dict = {}  # (device, address) -> free_requested time
+        self.final = final
+        self.reserved: Counter = Counter()
+
+    def run(self, rows: list[_Entry], annotation_op) -> None:
+        # the reserved total before the history: the end's minus what the history changed
+        net: Counter = Counter()
+        for r in rows:
+            sign = _SEGMENT_ACTIONS.get(r.action)
+            if sign:
+                net[r.device] += sign * r.size
+        self.reserved = Counter(
+            {d: self.final.reserved[d] - net[d] for d in set(net) | set(self.final.reserved)}
+        )
+        for r in rows:
+            self.entry(r, annotation_op(r.time_ns))
+
+    def entry(self, r: _Entry, op: int) -> None:
+        dev, key = f"cuda:{r.device}", (r.device, r.addr)
+        if r.action == "alloc":
+            if key in self.open:  # its free fell out of the record: end it here
+                self._free(r, key, op, NO_ID)
+            aid = self.open[key] = self.next_id
+            self.next_id += 1
+            self._add(MemoryRecord(r.time_ns, r.addr, r.size, NO_ID, aid, dev, op), r)
+        elif r.action in _FREES:
+            if r.action == "free_requested":
+                self.pending[key] = r
+                return
+            self.pending.pop(key, None)
+            self._free(r, key, op, r.stack)
+        elif r.action in _SEGMENT_ACTIONS:
+            sign = _SEGMENT_ACTIONS[r.action]
+            self.reserved[r.device] += sign * r.size
+            pool = self._segment_pool(r)
+            self.segments.append(
+                SegmentRecord(r.time_ns, dev, r.addr, sign * r.size, pool, r.stream)
+            )
+        elif r.action == "oom":
+            self.ooms.append(
+                {
+                    "device": dev,
+                    "time_ns": r.time_ns,
+                    "size": r.size,
+                    "device_free": r.addr,
+                    "stream": r.stream,
+                }
+            )
+
+    def _segment_pool(self, r: _Entry) -> str:
+        for dev, addr, _, pool, _ in self.final.segments:
+            if dev == r.device and addr == r.addr:
+                return pool
+        return _pool(abs(r.size))
+
+    def _free(self, r: _Entry, key, op: int, stack: int) -> None:
+        aid = self.open.pop(key, None)
+        if aid is None:  # allocated before the history began
+            aid = self.next_id
+            self.next_id += 1
+            self.freed_older += 1
+        self._add(
+            MemoryRecord(r.time_ns, r.addr, -r.size, NO_ID, aid, f"cuda:{r.device}", op), r, stack
+        )
+
+    def _add(self, m: MemoryRecord, r: _Entry, stack: int | None = None) -> None:
+        self.memory.append(m._replace(total_reserved=self.reserved[r.device]))
+        self.of_memory.append(r.stack if stack is None else stack)
+
+    def finish(self, end_ns: int) -> None:
+        """Frees only requested when the history ended complete then (their stream work was
+        still pending: the block is counted until then)."""
+        for key, r in sorted(self.pending.items(), key=lambda kv: kv[1].order):
+            if key in self.open and key not in self.final.blocks:
+                self._free(r._replace(time_ns=max(r.time_ns, end_ns)), key, NO_ID, r.stack)
+
+
+def _annotations(snap: dict, wanted, timed: bool) -> list[OpRecord]:
+    """``external_annotations`` as ops: each START paired with the next END of its name
+    (one per name and stage and time: torch repeats them per device), nested by time."""
+    raw = _list(snap.get("external_annotations", []) or [], "external_annotations")
+    if not timed:
+        return []  # no clock to place them on
+    seen: set = set()
+    marks: list = []
+    for a in raw:
+        a = _dict(a, "an annotation")
+        name = _str(a.get("name"), "an annotation's name")
+        stage = a.get("stage")
+        t = int(_num(a.get("time_us", 0), "an annotation's time_us") * 1000)
+        dev = a.get("device", 0)
+        if type(dev) is int and not wanted(dev):
+            continue
+        if stage not in ("START", "END") or (name, stage, t) in seen:
+            continue
+        seen.add((name, stage, t))
+        marks.append((t, stage == "START", name))
+    marks.sort(key=lambda m: (m[0], m[1]))  # an END before a START at the same time
+    opened: dict[str, list] = {}
+    spans: list = []
+    last = marks[-1][0] if marks else 0
+    for t, start, name in marks:
+        if start:
+            opened.setdefault(name, []).append(t)
+        elif opened.get(name):
+            spans.append((opened[name].pop(), t, name))
+    spans += [(t0, last, name) for name, ts in opened.items() for t0 in ts]
+    return _nest(spans)
+
+
+def _nest(spans: list) -> list[OpRecord]:
+    """Spans ``(start, end, name)`` as ops in pre-order, each inside the innermost open one
+    that contains it."""
+    spans.sort(key=lambda s: (s[0], -s[1]))
+    ops: list[OpRecord] = []
+    stack: list[OpRecord] = []
+    for t0, t1, name in spans:
+        while stack and not (stack[-1].start_ns <= t0 and t1 <= stack[-1].end_ns):
+            stack.pop()
+        parent = stack[-1].op_id if stack else NO_ID
+        optimizer = name.startswith("Optimizer.")
+        kind = OpKind.OPTIMIZER if optimizer else OpKind.ANNOTATION
+        op = OpRecord(
+            len(ops), parent, len(stack), name, kind, t0, t1, 0, NO_ID, False,
+            optimizer, NO_ID, NO_ID, None, [], NO_ID,
+        )  # fmt: skip
+        ops.append(op)
+        stack.append(op)
+    return ops
+
+
+def _innermost(ops: list[OpRecord]):
+    """``f(time_ns)``: the innermost op open at that time, or NO_ID."""
+    if not ops:
+        return lambda t: NO_ID
+    import bisect
+
+    starts = [o.start_ns for o in ops]
+
+    def find(t: int) -> int:
+        i = bisect.bisect_right(starts, t) - 1
+        while i >= 0:
+            o = ops[i]
+            if o.start_ns <= t <= o.end_ns:
+                return o.op_id
+            i = o.parent_id
+        return NO_ID
+
+    return find
+
+
+def _wanted(device: int | None):
+    return (lambda d: True) if device is None else (lambda d: d == device)
+
+
+def read_snapshot(snap: object, *, device: int | None = None) -> Read:
+    """The records of the snapshot dict ``snap`` (of every CUDA device, or only of
+    ``device``); :class:`Bad` (one phrase) for anything a snapshot does not hold."""
+    snap = _dict(snap, "a memory snapshot")
+    if "segments" not in snap and "device_traces" not in snap:
+        raise Bad("not a memory snapshot (it has neither 'segments' nor 'device_traces')")
+    wanted = _wanted(device)
+    stacks = StackReader()
+    rows, timed, actions = _entries(snap, stacks, wanted)
+    final = _final_state(snap, stacks, wanted)
+    ops = _annotations(snap, wanted, timed)
+    replay = _Replay(final)
+    replay.run(rows, _innermost(ops))
+    start = rows[0].time_ns if rows else (ops[0].start_ns if ops else 0)
+    end = max([rows[-1].time_ns if rows else start, *(o.end_ns for o in ops)])
+    replay.finish(end)
+    opened = {(s.device, s.address) for s in replay.segments if s.size > 0}
+    alive_before = [
+        SegmentRecord(start, f"cuda:{d}", a, z, pool, stream)
+        for d, a, z, pool, stream in final.segments
+        if (f"cuda:{d}", a) not in opened
+    ]
+    older, of_older = [], []
+    for (dev, addr), (size, stack) in final.blocks.items():
+        if (dev, addr) not in replay.open:
+            older.append(OlderBlock(f"cuda:{dev}", addr, size))
+            of_older.append(stack)
+    devices = sorted(
+        {f"cuda:{r.device}" for r in rows} | {f"cuda:{d}" for d, *_ in final.segments},
+        key=lambda d: int(d.split(":")[1]),
+    )
+    if device is not None and not devices:
+        devices = [f"cuda:{device}"]
+    trace = Trace(ops, [], replay.memory, [], len(rows))
+    capture = Capture(
+        trace,
+        [],
+        [],
+        [],
+        devices,
+        start,
+        stacks=Stacks(stacks.frames, stacks.context, stacks.callsite, replay.of_memory, of_older),
+        segments=alive_before + replay.segments,
+        older=older,
+    )
+    meta = {
+        "snapshot_actions": dict(sorted(actions.items())),
+        "snapshot_older_blocks": {
+            "alive": len(older),
+            "alive_bytes": sum(b.size for b in older),
+            "freed": replay.freed_older,
+        },
+        "snapshot_ooms": replay.ooms,
+        "snapshot_end_allocated": {f"cuda:{d}": int(v) for d, v in sorted(final.allocated.items())},
+        "snapshot_end_reserved": {f"cuda:{d}": int(v) for d, v in sorted(final.reserved.items())},
+        "clock": "time_us" if timed else "entry order",
+    }
+    settings = snap.get("allocator_settings")
+    if isinstance(settings, dict):
+        conf = settings.get("PYTORCH_CUDA_ALLOC_CONF")
+        meta["snapshot_alloc_conf"] = conf if isinstance(conf, str) else ""
+    return Read(capture, meta)
