@@ -38,6 +38,16 @@ class StackFacts:
     older: np.ndarray
     kept: np.ndarray
     callsite: np.ndarray
+    alloc_ns: np.ndarray  # 0 for older blocks
+    free_ns: np.ndarray  # int64 max for blocks alive at the end
+
+    def alive_through(self, context: StackContext) -> np.ndarray:
+        """Per block: was a block of ``context`` made while it was alive?"""
+        times = np.sort(self.alloc_ns[self.made_in(context) & ~self.older])
+        if not len(times):
+            return np.zeros(self.n, dtype=bool)
+        first = np.searchsorted(times, self.alloc_ns, side="left")
+        return (first < len(times)) & (times[np.minimum(first, len(times) - 1)] < self.free_ns)
 
     def made_in(self, *contexts: StackContext) -> np.ndarray:
         return np.isin(self.made, [_CODE[c.value] for c in contexts])
@@ -102,6 +112,8 @@ def stack_facts(allocations: pd.DataFrame, mem: pd.DataFrame, capture: Capture) 
         older=~has_a,
         kept=~has_f,
         callsite=cs[made],
+        alloc_ns=np.where(has_a, alloc_ns, 0),
+        free_ns=np.where(has_f, free_ns, np.iinfo(np.int64).max),
     )
 
 
@@ -146,15 +158,17 @@ def setup_work_rule(f: StackFacts, d: Decisions) -> None:
 
 
 def outside_rule(f: StackFacts, d: Decisions) -> None:
-    """Made by user code outside the model, the backward and the optimizer: freed by the
-    model's work (forward or backward), ``input``; freed elsewhere, ``temporary``; kept,
-    ``input`` (data not part of the forward-backward-update loop)."""
+    """Made by user code outside the model, the backward and the optimizer, by time order:
+    freed in backward, an ``activation`` (the loss's work on forward results); alive while
+    a forward ran, or kept to the end, ``input`` (data not part of the forward-backward-
+    update loop, as torch defines inputs); else ``temporary``."""
     made = f.made_in(X.OTHER)
     d.decide(
-        made & f.freed_in(X.FORWARD, X.BACKWARD), C.INPUT, "made outside the model, used by it"
+        made & f.freed_in(X.BACKWARD), C.ACTIVATION, "made outside the model, freed in backward"
     )
-    d.decide(made & ~f.kept, C.TEMPORARY, "made and freed outside the model")
-    d.decide(made, C.INPUT, "made outside the model, kept")
+    d.decide(made & f.alive_through(X.FORWARD), C.INPUT, "made outside the model, alive in forward")
+    d.decide(made & f.kept, C.INPUT, "made outside the model, kept")
+    d.decide(made, C.TEMPORARY, "made and freed outside the model")
 
 
 def older_rule(f: StackFacts, d: Decisions) -> None:

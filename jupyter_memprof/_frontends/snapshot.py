@@ -14,6 +14,7 @@ from typing import Any
 
 from .._analysis.allocator_config import AllocatorConfig, parse_config
 from .._errors import AllocatorConfigError, DeviceError, ProfileFileError
+from .._producers.snapshot.blocks import Rules
 from .._producers.snapshot.read import Bad, read_snapshot
 from .._producers.snapshot.unpickle import is_snapshot_file, read_file, shown
 from .._results import profile as _profile
@@ -61,13 +62,13 @@ def load_snapshot(
     else:
         path = os.fsdecode(os.fspath(path_or_snapshot))
         name, snap = shown(path), read_file(path)
+    allocator, conf_note = _allocator(_alloc_conf(snap))
     try:
-        read = read_snapshot(snap, device=index)
+        read = read_snapshot(snap, device=index, rules=_rules(allocator))
     except Bad as e:
         raise ProfileFileError(f"{name}: {e}") from None
     except RecursionError:
         raise ProfileFileError(f"{name}: nested too deeply") from None
-    allocator, conf_note = _allocator(read.meta.get("snapshot_alloc_conf"))
     prof = Profile.empty()
     finish.fill(prof, lambda reading: read.capture, allocator=allocator)
     prof.meta.update(read.meta)
@@ -79,6 +80,25 @@ def load_snapshot(
         **({"snapshot_alloc_conf_error": conf_note} if conf_note else {}),
     )
     return finish.register(prof, remember=True)
+
+
+def _alloc_conf(snap: object) -> str | None:
+    """The ``PYTORCH_CUDA_ALLOC_CONF`` the snapshot recorded, if any."""
+    settings = snap.get("allocator_settings") if isinstance(snap, dict) else None
+    conf = settings.get("PYTORCH_CUDA_ALLOC_CONF") if isinstance(settings, dict) else None
+    return conf if isinstance(conf, str) else None
+
+
+def _rules(config: AllocatorConfig | None) -> Rules:
+    """What the producer needs of the settings to size blocks as the allocator did."""
+    if config is None:
+        return Rules()
+    rounded = any(d > 1 for d in config.roundup_power2_divisions)
+    return Rules(
+        rounding=config.round_size if rounded else Rules().rounding,
+        max_split_size=config.max_split_size,
+        expandable=config.expandable_segments,
+    )
 
 
 def _allocator(conf: str | None) -> tuple[AllocatorConfig | None, str | None]:

@@ -299,6 +299,10 @@ def _snapshot_oom(o) -> bool:
         type(o) is dict
         and is_device_name(o.get("device"))
         and all(is_int(o.get(k)) for k in ("time_ns", "size", "device_free", "stream"))
+        and all(
+            o.get(k) is None or is_int(o[k])
+            for k in ("allocated_bytes", "reserved_bytes", "largest_free_bytes")
+        )
     )
 
 

@@ -38,6 +38,7 @@ from ..._records import (
     Trace,
 )
 from ..._vocab import OpKind
+from .blocks import Layout, Rules
 from .frames import Bad, StackReader
 
 __all__ = ["Bad", "Read", "read_snapshot"]
@@ -205,7 +206,9 @@ def _block_frames(b: dict) -> object:
 class _Replay:
     """The trace replayed in time order into records."""
 
-    def __init__(self, final: _Final) -> None:
+    def __init__(self, final: _Final, rules: Rules) -> None:
+        self.layout = Layout(rules)
+        self.sizes: dict = {}  # (device, address) -> the open block's bytes
         self.memory: list[MemoryRecord] = []
         self.of_memory: list[int] = []
         self.segments: list[SegmentRecord] = []
@@ -216,6 +219,7 @@ class _Replay:
         self.pending: dict = {}  # (device, address) -> free_requested time
         self.final = final
         self.reserved: Counter = Counter()
+        self.track_reserved = False
 
     def run(self, rows: list[_Entry], annotation_op) -> None:
         # the reserved total before the history: the end's minus what the history changed
@@ -224,9 +228,12 @@ class _Replay:
             sign = _SEGMENT_ACTIONS.get(r.action)
             if sign:
                 net[r.device] += sign * r.size
-        self.reserved = Counter(
-            {d: self.final.reserved[d] - net[d] for d in set(net) | set(self.final.reserved)}
-        )
+        self.track_reserved = bool(net) or bool(self.final.segments)
+        if self.final.segments:  # counted back from the end
+            self.reserved = Counter(
+                {d: self.final.reserved[d] - net[d] for d in set(net) | set(self.final.reserved)}
+            )
+        self._layout_at_start(rows)
         for r in rows:
             self.entry(r, annotation_op(r.time_ns))
 
@@ -237,7 +244,9 @@ class _Replay:
                 self._free(r, key, op, NO_ID)
             aid = self.open[key] = self.next_id
             self.next_id += 1
-            self._add(MemoryRecord(r.time_ns, r.addr, r.size, NO_ID, aid, dev, op), r)
+            size = self.sizes[key] = self.layout.block_size(r.device, r.addr, r.size)
+            self.layout.occupy(r.device, r.addr, size)
+            self._add(MemoryRecord(r.time_ns, r.addr, size, NO_ID, aid, dev, op), r)
         elif r.action in _FREES:
             if r.action == "free_requested":
                 self.pending[key] = r
@@ -247,6 +256,10 @@ class _Replay:
         elif r.action in _SEGMENT_ACTIONS:
             sign = _SEGMENT_ACTIONS[r.action]
             self.reserved[r.device] += sign * r.size
+            if sign > 0:
+                self.layout.add_segment(r.device, r.addr, r.size)
+            else:
+                self.layout.drop_segment(r.device, r.addr, r.size)
             pool = self._segment_pool(r)
             self.segments.append(
                 SegmentRecord(r.time_ns, dev, r.addr, sign * r.size, pool, r.stream)
@@ -259,8 +272,32 @@ class _Replay:
                     "size": r.size,
                     "device_free": r.addr,
                     "stream": r.stream,
+                    # the allocator then, as the trace records it: the fragmentation
+                    "allocated_bytes": self.layout.allocated.get(r.device, 0),
+                    "reserved_bytes": self.reserved[r.device],
+                    "largest_free_bytes": self.layout.largest_free(r.device),
                 }
             )
+
+    def _layout_at_start(self, rows: list[_Entry]) -> None:
+        """Segments and blocks in use before the first entry: the final state's segments
+        the history did not allocate, its blocks the history did not allocate, and blocks
+        the history frees before allocating them."""
+        made = {(r.device, r.addr) for r in rows if r.action in _SEGMENT_ACTIONS}
+        for dev, addr, size, _, _ in self.final.segments:
+            if (dev, addr) not in made:
+                self.layout.add_segment(dev, addr, size)
+        first: dict = {}
+        for r in rows:
+            if r.action == "alloc" or r.action in _FREES:
+                first.setdefault((r.device, r.addr), r.action)
+        for key, (size, _) in self.final.blocks.items():
+            if key not in first:
+                self.layout.occupy(*key, size)
+        sizes = {(r.device, r.addr): r.size for r in rows if r.action in _FREES}
+        for (dev, addr), action in first.items():
+            if action != "alloc":
+                self.layout.occupy(dev, addr, self.layout.rules.rounding(sizes[(dev, addr)]))
 
     def _segment_pool(self, r: _Entry) -> str:
         for dev, addr, _, pool, _ in self.final.segments:
@@ -270,16 +307,23 @@ class _Replay:
 
     def _free(self, r: _Entry, key, op: int, stack: int) -> None:
         aid = self.open.pop(key, None)
+        size = self.sizes.pop(key, None)
         if aid is None:  # allocated before the history began
             aid = self.next_id
             self.next_id += 1
             self.freed_older += 1
+        if size is None:
+            size = self.layout.rules.rounding(r.size)
+        self.layout.release(r.device, r.addr)
+        r = r._replace(size=size)
         self._add(
             MemoryRecord(r.time_ns, r.addr, -r.size, NO_ID, aid, f"cuda:{r.device}", op), r, stack
         )
 
     def _add(self, m: MemoryRecord, r: _Entry, stack: int | None = None) -> None:
-        self.memory.append(m._replace(total_reserved=self.reserved[r.device]))
+        if self.track_reserved:  # recorded: counted back from the final segments
+            m = m._replace(total_reserved=self.reserved[r.device])
+        self.memory.append(m)
         self.of_memory.append(r.stack if stack is None else stack)
 
     def finish(self, end_ns: int) -> None:
@@ -368,9 +412,10 @@ def _wanted(device: int | None):
     return (lambda d: True) if device is None else (lambda d: d == device)
 
 
-def read_snapshot(snap: object, *, device: int | None = None) -> Read:
+def read_snapshot(snap: object, *, device: int | None = None, rules: Rules | None = None) -> Read:
     """The records of the snapshot dict ``snap`` (of every CUDA device, or only of
-    ``device``); :class:`Bad` (one phrase) for anything a snapshot does not hold."""
+    ``device``); block sizes follow ``rules`` (the snapshot's allocator settings, see
+    :mod:`.blocks`). :class:`Bad` (one phrase) for anything a snapshot does not hold."""
     snap = _dict(snap, "a memory snapshot")
     if "segments" not in snap and "device_traces" not in snap:
         raise Bad("not a memory snapshot (it has neither 'segments' nor 'device_traces')")
@@ -379,7 +424,7 @@ def read_snapshot(snap: object, *, device: int | None = None) -> Read:
     rows, timed, actions = _entries(snap, stacks, wanted)
     final = _final_state(snap, stacks, wanted)
     ops = _annotations(snap, wanted, timed)
-    replay = _Replay(final)
+    replay = _Replay(final, rules or Rules())
     replay.run(rows, _innermost(ops))
     start = rows[0].time_ns if rows else (ops[0].start_ns if ops else 0)
     end = max([rows[-1].time_ns if rows else start, *(o.end_ns for o in ops)])
