@@ -66,6 +66,11 @@ def _frames(stack: list, cache: dict) -> list:
     return got
 
 
+def block(size: int) -> int:
+    """The block CUDA's allocator gives a request of ``size`` bytes (rounded to 512)."""
+    return max(512, -(-size // 512) * 512)
+
+
 def _name(e) -> str:
     try:
         return e.name
@@ -124,11 +129,12 @@ def record(fn: Callable[[Marks], object], *, drop_first: int = 0) -> tuple[dict,
             live.pop(x["addr"], None)
     segments = [
         {
-            "device": 0, "address": a, "total_size": x["size"], "allocated_size": x["size"],
-            "active_size": x["size"], "requested_size": x["size"], "stream": 0,
+            "device": 0, "address": a, "total_size": block(x["size"]),
+            "allocated_size": block(x["size"]), "active_size": block(x["size"]),
+            "requested_size": x["size"], "stream": 0,
             "segment_type": "large", "segment_pool_id": (0, 0), "is_expandable": False,
             "frames": x["frames"],
-            "blocks": [{"address": a, "size": x["size"], "requested_size": x["size"],
+            "blocks": [{"address": a, "size": block(x["size"]), "requested_size": x["size"],
                         "state": "active_allocated", "frames": x["frames"]}],
         }
         for a, x in sorted(live.items())
