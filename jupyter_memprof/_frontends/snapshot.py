@@ -17,6 +17,7 @@ from .._errors import AllocatorConfigError, DeviceError, ProfileFileError
 from .._producers.snapshot.blocks import Rules
 from .._producers.snapshot.read import Bad, read_snapshot
 from .._producers.snapshot.unpickle import is_snapshot_file, read_file, shown
+from .._records import Capture
 from .._results import profile as _profile
 from .._results.profile import Profile
 from . import finish
@@ -63,14 +64,20 @@ def load_snapshot(
         path = os.fsdecode(os.fspath(path_or_snapshot))
         name, snap = shown(path), read_file(path)
     allocator, conf_note = _allocator(_alloc_conf(snap))
-    try:
-        read = read_snapshot(snap, device=index, rules=_rules(allocator))
+    reads: list = []
+
+    def produce(reading) -> Capture:
+        reads.append(read_snapshot(snap, device=index, rules=_rules(allocator)))
+        return reads[0].capture
+
+    prof = Profile.empty()
+    try:  # read with the collector paused, as every producer's records are
+        finish.fill(prof, produce, allocator=allocator)
     except Bad as e:
         raise ProfileFileError(f"{name}: {e}") from None
     except RecursionError:
         raise ProfileFileError(f"{name}: nested too deeply") from None
-    prof = Profile.empty()
-    finish.fill(prof, lambda reading: read.capture, allocator=allocator)
+    read = reads[0]
     prof.meta.update(read.meta)
     prof.meta.update(
         producer="snapshot",

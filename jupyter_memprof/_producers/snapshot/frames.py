@@ -95,7 +95,7 @@ class StackReader:
         self.frames: list[tuple[Frame, ...]] = []
         self.context: list[str] = []
         self.callsite: list[str | None] = []
-        self._by_id: dict[int, int] = {}
+        self.by_id: dict[int, int] = {}
         self._by_value: dict[tuple[Frame, ...], int] = {}
         self._alive: list = []  # the lists read, so their ids stay theirs
 
@@ -103,7 +103,7 @@ class StackReader:
         """The index of the stack ``frames`` (a list of frame dicts), NO_ID for none."""
         if frames is None:
             return NO_ID
-        got = self._by_id.get(id(frames))
+        got = self.by_id.get(id(frames))
         if got is not None:
             return got
         if not isinstance(frames, (list, tuple)):
@@ -115,7 +115,7 @@ class StackReader:
             self.frames.append(stack)
             self.context.append(context(stack).value)
             self.callsite.append(callsite(stack))
-        self._by_id[id(frames)] = i
+        self.by_id[id(frames)] = i
         self._alive.append(frames)
         return i
 

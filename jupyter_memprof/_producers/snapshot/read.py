@@ -25,6 +25,7 @@ The records made of it:
 from __future__ import annotations
 
 from collections import Counter
+from functools import partial
 from typing import NamedTuple
 
 from ..._records import (
@@ -91,56 +92,60 @@ def _str(v: object, what: str) -> str:
     return v
 
 
-class _Entry(NamedTuple):
-    time_ns: int
-    device: int
-    order: int
-    action: str
-    addr: int
-    size: int
-    stream: int
-    stack: int
+#: The fields of a trace entry as read (plain tuples: a million of them are made): sorting
+#: the tuples sorts by time, then by the order in the file.
+T, ORDER, DEV, ACTION, ADDR, SIZE, STREAM, STACK = range(8)
+_new_record = partial(tuple.__new__, MemoryRecord)  # a MemoryRecord without its __new__
 
 
-def _entries(snap: dict, stacks: StackReader, wanted) -> tuple[list[_Entry], bool, Counter]:
-    """Every trace entry of the wanted devices, time ordered; whether times were recorded
-    (else the entry order is the clock); how many of each action."""
+def _ok(v: object) -> bool:
+    return type(v) is int and 0 <= v < _INT64
+
+
+def _entries(snap: dict, stacks: StackReader, wanted) -> tuple[list[tuple], bool, Counter]:
+    """Every trace entry of the wanted devices (as tuples, fields :data:`T` ...), time
+    ordered; whether times were recorded (else the entry order is the clock); how many of
+    each action."""
     traces = _list(snap.get("device_traces", []), "device_traces")
     rows: list = []
+    append = rows.append
     timed = True
     actions: Counter = Counter()
     order = 0
+    by_id, index = stacks.by_id, stacks.index
     for dev, trace in enumerate(traces):
         trace = _list(trace, f"device_traces[{dev}]")
         if not wanted(dev):
             continue
         for e in trace:
-            e = _dict(e, "a trace entry")
-            action = _str(e.get("action"), "an entry's action")
-            actions[action] += 1
+            if type(e) is not dict:
+                _dict(e, "a trace entry")
+            action = e.get("action")
+            if type(action) is not str:
+                _str(action, "an entry's action")
             t = e.get("time_us")
-            if t is None:
-                timed = False
-                t_ns = order
+            if type(t) is int and 0 <= t < 2**53:
+                t_ns = t * 1000
+            elif t is None:
+                timed, t_ns = False, order
             else:
                 t_ns = int(_num(t, "time_us") * 1000)
             addr = e.get("device_free" if action == "oom" else "addr", 0)
-            rows.append(
-                _Entry(
-                    t_ns,
-                    dev,
-                    order,
-                    action,
-                    _int(addr if addr is not None else 0, f"{action} address"),
-                    _int(e.get("size", 0), f"{action} size"),
-                    _int(e.get("stream", 0), "stream"),
-                    stacks.index(e.get("frames")),
-                )
-            )
+            addr = 0 if addr is None else addr
+            size, stream = e.get("size", 0), e.get("stream", 0)
+            if not (_ok(addr) and _ok(size) and _ok(stream)):
+                _int(addr, f"{action} address"), _int(size, f"{action} size")
+                _int(stream, "stream")
+            frames = e.get("frames")
+            stack = by_id.get(id(frames))
+            if stack is None:
+                stack = index(frames)
+            append((t_ns, order, dev, action, addr, size, stream, stack))
             order += 1
+    actions.update(r[ACTION] for r in rows)
     if not timed:
-        rows = [r._replace(time_ns=r.order) for r in rows]
-    rows.sort(key=lambda r: (r.time_ns, r.order))
+        rows = [(r[ORDER], *r[1:]) for r in rows]
+    rows.sort()
     return rows, timed, actions
 
 
@@ -216,96 +221,107 @@ class _Replay:
         self.next_id = 0
         self.freed_older = 0
         self.ooms: list[dict] = []
-        self.pending: dict = {}  # (device, address) -> free_requested time
+        self.pending: dict = {}  # (device, address) -> its free_requested entry
         self.final = final
         self.reserved: Counter = Counter()
         self.track_reserved = False
 
-    def run(self, rows: list[_Entry], annotation_op) -> None:
+    def run(self, rows: list[tuple], ops: list[int]) -> None:
+        """Replay ``rows``; ``ops[i]``: the innermost annotation open at row i's time."""
         # the reserved total before the history: the end's minus what the history changed
         net: Counter = Counter()
         for r in rows:
-            sign = _SEGMENT_ACTIONS.get(r.action)
+            sign = _SEGMENT_ACTIONS.get(r[ACTION])
             if sign:
-                net[r.device] += sign * r.size
+                net[r[DEV]] += sign * r[SIZE]
         self.track_reserved = bool(net) or bool(self.final.segments)
         if self.final.segments:  # counted back from the end
             self.reserved = Counter(
                 {d: self.final.reserved[d] - net[d] for d in set(net) | set(self.final.reserved)}
             )
         self._layout_at_start(rows)
-        for r in rows:
-            self.entry(r, annotation_op(r.time_ns))
-
-    def entry(self, r: _Entry, op: int) -> None:
-        dev, key = f"cuda:{r.device}", (r.device, r.addr)
-        if r.action == "alloc":
-            if key in self.open:  # its free fell out of the record: end it here
-                self._free(r, key, op, NO_ID)
-            aid = self.open[key] = self.next_id
-            self.next_id += 1
-            size = self.sizes[key] = self.layout.block_size(r.device, r.addr, r.size)
-            self.layout.occupy(r.device, r.addr, size)
-            self._add(MemoryRecord(r.time_ns, r.addr, size, NO_ID, aid, dev, op), r)
-        elif r.action in _FREES:
-            if r.action == "free_requested":
-                self.pending[key] = r
-                return
-            self.pending.pop(key, None)
-            self._free(r, key, op, r.stack)
-        elif r.action in _SEGMENT_ACTIONS:
-            sign = _SEGMENT_ACTIONS[r.action]
-            self.reserved[r.device] += sign * r.size
-            if sign > 0:
-                self.layout.add_segment(r.device, r.addr, r.size)
+        names = [f"cuda:{d}" for d in range(max((r[DEV] for r in rows), default=0) + 1)]
+        open_, sizes, pending, reserved = self.open, self.sizes, self.pending, self.reserved
+        block_size, occupy = self.layout.block_size, self.layout.occupy
+        memory, of_memory = self.memory.append, self.of_memory.append
+        track = self.track_reserved
+        for r, op in zip(rows, ops):
+            action, dev, addr = r[ACTION], r[DEV], r[ADDR]
+            key = (dev, addr)
+            if action == "alloc":
+                if key in open_:  # its free fell out of the record: end it here
+                    self._free(r, key, op, NO_ID)
+                aid = open_[key] = self.next_id
+                self.next_id += 1
+                size = sizes[key] = block_size(dev, addr, r[SIZE])
+                occupy(dev, addr, size)
+                total = reserved[dev] if track else NO_ID
+                memory(_new_record((r[T], addr, size, NO_ID, aid, names[dev], op, NO_ID, total)))
+                of_memory(r[STACK])
+            elif action == "free_completed" or action == "free":
+                pending.pop(key, None)
+                self._free(r, key, op, r[STACK])
+            elif action == "free_requested":
+                pending[key] = r
             else:
-                self.layout.drop_segment(r.device, r.addr, r.size)
+                self.rare(r)
+
+    def rare(self, r: tuple) -> None:
+        """Segments and ``oom`` entries (the rest are counted, not replayed)."""
+        action, dev = r[ACTION], r[DEV]
+        if action in _SEGMENT_ACTIONS:
+            sign = _SEGMENT_ACTIONS[action]
+            self.reserved[dev] += sign * r[SIZE]
+            if sign > 0:
+                self.layout.add_segment(dev, r[ADDR], r[SIZE])
+            else:
+                self.layout.drop_segment(dev, r[ADDR], r[SIZE])
             pool = self._segment_pool(r)
             self.segments.append(
-                SegmentRecord(r.time_ns, dev, r.addr, sign * r.size, pool, r.stream)
+                SegmentRecord(r[T], f"cuda:{dev}", r[ADDR], sign * r[SIZE], pool, r[STREAM])
             )
-        elif r.action == "oom":
+        elif action == "oom":
             self.ooms.append(
                 {
-                    "device": dev,
-                    "time_ns": r.time_ns,
-                    "size": r.size,
-                    "device_free": r.addr,
-                    "stream": r.stream,
+                    "device": f"cuda:{dev}",
+                    "time_ns": r[T],
+                    "size": r[SIZE],
+                    "device_free": r[ADDR],
+                    "stream": r[STREAM],
                     # the allocator then, as the trace records it: the fragmentation
-                    "allocated_bytes": self.layout.allocated.get(r.device, 0),
-                    "reserved_bytes": self.reserved[r.device],
-                    "largest_free_bytes": self.layout.largest_free(r.device),
+                    "allocated_bytes": self.layout.allocated.get(dev, 0),
+                    "reserved_bytes": self.reserved[dev],
+                    "largest_free_bytes": self.layout.largest_free(dev),
                 }
             )
 
-    def _layout_at_start(self, rows: list[_Entry]) -> None:
+    def _layout_at_start(self, rows: list[tuple]) -> None:
         """Segments and blocks in use before the first entry: the final state's segments
         the history did not allocate, its blocks the history did not allocate, and blocks
         the history frees before allocating them."""
-        made = {(r.device, r.addr) for r in rows if r.action in _SEGMENT_ACTIONS}
+        made = {(r[DEV], r[ADDR]) for r in rows if r[ACTION] in _SEGMENT_ACTIONS}
         for dev, addr, size, _, _ in self.final.segments:
             if (dev, addr) not in made:
                 self.layout.add_segment(dev, addr, size)
         first: dict = {}
         for r in rows:
-            if r.action == "alloc" or r.action in _FREES:
-                first.setdefault((r.device, r.addr), r.action)
+            if r[ACTION] == "alloc" or r[ACTION] in _FREES:
+                first.setdefault((r[DEV], r[ADDR]), r)
         for key, (size, _) in self.final.blocks.items():
             if key not in first:
                 self.layout.occupy(*key, size)
-        sizes = {(r.device, r.addr): r.size for r in rows if r.action in _FREES}
-        for (dev, addr), action in first.items():
-            if action != "alloc":
-                self.layout.occupy(dev, addr, self.layout.rules.rounding(sizes[(dev, addr)]))
+        rounding = self.layout.rules.rounding
+        for (dev, addr), r in first.items():
+            if r[ACTION] != "alloc":
+                self.layout.occupy(dev, addr, rounding(r[SIZE]))
 
-    def _segment_pool(self, r: _Entry) -> str:
+    def _segment_pool(self, r: tuple) -> str:
         for dev, addr, _, pool, _ in self.final.segments:
-            if dev == r.device and addr == r.addr:
+            if dev == r[DEV] and addr == r[ADDR]:
                 return pool
-        return _pool(abs(r.size))
+        return _pool(abs(r[SIZE]))
 
-    def _free(self, r: _Entry, key, op: int, stack: int) -> None:
+    def _free(self, r: tuple, key, op: int, stack: int) -> None:
         aid = self.open.pop(key, None)
         size = self.sizes.pop(key, None)
         if aid is None:  # allocated before the history began
@@ -313,25 +329,19 @@ class _Replay:
             self.next_id += 1
             self.freed_older += 1
         if size is None:
-            size = self.layout.rules.rounding(r.size)
-        self.layout.release(r.device, r.addr)
-        r = r._replace(size=size)
-        self._add(
-            MemoryRecord(r.time_ns, r.addr, -r.size, NO_ID, aid, f"cuda:{r.device}", op), r, stack
-        )
-
-    def _add(self, m: MemoryRecord, r: _Entry, stack: int | None = None) -> None:
-        if self.track_reserved:  # recorded: counted back from the final segments
-            m = m._replace(total_reserved=self.reserved[r.device])
-        self.memory.append(m)
-        self.of_memory.append(r.stack if stack is None else stack)
+            size = self.layout.rules.rounding(r[SIZE])
+        self.layout.release(r[DEV], r[ADDR])
+        total = self.reserved[r[DEV]] if self.track_reserved else NO_ID
+        dev = f"cuda:{r[DEV]}"
+        self.memory.append(_new_record((r[T], r[ADDR], -size, NO_ID, aid, dev, op, NO_ID, total)))
+        self.of_memory.append(stack)
 
     def finish(self, end_ns: int) -> None:
         """Frees only requested when the history ended complete then (their stream work was
         still pending: the block is counted until then)."""
-        for key, r in sorted(self.pending.items(), key=lambda kv: kv[1].order):
+        for key, r in sorted(self.pending.items(), key=lambda kv: kv[1][ORDER]):
             if key in self.open and key not in self.final.blocks:
-                self._free(r._replace(time_ns=max(r.time_ns, end_ns)), key, NO_ID, r.stack)
+                self._free((max(r[T], end_ns), *r[1:]), key, NO_ID, r[STACK])
 
 
 def _annotations(snap: dict, wanted, timed: bool) -> list[OpRecord]:
@@ -388,24 +398,24 @@ def _nest(spans: list) -> list[OpRecord]:
     return ops
 
 
-def _innermost(ops: list[OpRecord]):
-    """``f(time_ns)``: the innermost op open at that time, or NO_ID."""
+def _innermost(ops: list[OpRecord], times) -> list[int]:
+    """For each time (ascending), the innermost op open then, or NO_ID: one sweep over
+    the ops (pre-order: by start) and the times together."""
     if not ops:
-        return lambda t: NO_ID
-    import bisect
-
-    starts = [o.start_ns for o in ops]
-
-    def find(t: int) -> int:
-        i = bisect.bisect_right(starts, t) - 1
-        while i >= 0:
-            o = ops[i]
-            if o.start_ns <= t <= o.end_ns:
-                return o.op_id
-            i = o.parent_id
-        return NO_ID
-
-    return find
+        return [NO_ID] * len(times)
+    out: list[int] = []
+    stack: list[OpRecord] = []
+    i, n = 0, len(ops)
+    for t in times:
+        while i < n and ops[i].start_ns <= t:
+            while stack and stack[-1].end_ns < ops[i].start_ns:
+                stack.pop()
+            stack.append(ops[i])
+            i += 1
+        while stack and stack[-1].end_ns < t:
+            stack.pop()
+        out.append(stack[-1].op_id if stack else NO_ID)
+    return out
 
 
 def _wanted(device: int | None):
@@ -425,9 +435,9 @@ def read_snapshot(snap: object, *, device: int | None = None, rules: Rules | Non
     final = _final_state(snap, stacks, wanted)
     ops = _annotations(snap, wanted, timed)
     replay = _Replay(final, rules or Rules())
-    replay.run(rows, _innermost(ops))
-    start = rows[0].time_ns if rows else (ops[0].start_ns if ops else 0)
-    end = max([rows[-1].time_ns if rows else start, *(o.end_ns for o in ops)])
+    replay.run(rows, _innermost(ops, [r[T] for r in rows]))
+    start = rows[0][T] if rows else (ops[0].start_ns if ops else 0)
+    end = max([rows[-1][T] if rows else start, *(o.end_ns for o in ops)])
     replay.finish(end)
     opened = {(s.device, s.address) for s in replay.segments if s.size > 0}
     alive_before = [
@@ -441,7 +451,7 @@ def read_snapshot(snap: object, *, device: int | None = None, rules: Rules | Non
             older.append(OlderBlock(f"cuda:{dev}", addr, size))
             of_older.append(stack)
     devices = sorted(
-        {f"cuda:{r.device}" for r in rows} | {f"cuda:{d}" for d, *_ in final.segments},
+        {f"cuda:{d}" for d in {r[DEV] for r in rows}} | {f"cuda:{d}" for d, *_ in final.segments},
         key=lambda d: int(d.split(":")[1]),
     )
     if device is not None and not devices:
