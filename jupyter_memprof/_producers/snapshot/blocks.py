@@ -38,8 +38,12 @@ class Rules(NamedTuple):
 class Layout:
     """Segments and blocks in use, per device, at their addresses."""
 
-    def __init__(self, rules: Rules) -> None:
+    def __init__(self, rules: Rules, *, every_block: bool = False) -> None:
+        """``every_block``: place every block (the largest free block is asked for, at an
+        ``oom``); else only those a later request's size can depend on: blocks of the large
+        pool in plain segments (small blocks live in segments of their own)."""
         self.rules = rules
+        self.every_block = every_block
         self.bases: dict[int, list[int]] = {}  # device -> segment starts, ascending
         self.ends: dict[tuple[int, int], int] = {}  # (device, start) -> end
         self.used: dict[int, list[int]] = {}  # device -> starts of blocks in use, ascending
@@ -84,6 +88,21 @@ class Layout:
                 j += 1
             best = max(best, end - at)
         return best
+
+    def place(self, dev: int, addr: int, request: int) -> int:
+        """The block a request of ``request`` bytes served at ``addr`` took, now in use."""
+        size = self.rules.rounding(request)
+        if size > _SMALL_SIZE and not self.rules.expandable:
+            size = self.block_size(dev, addr, request)
+        elif not self.every_block:
+            return size
+        self.occupy(dev, addr, size)
+        return size
+
+    def remove(self, dev: int, addr: int) -> None:
+        """Block ``addr`` is free again (nothing when it was not placed)."""
+        if (dev, addr) in self.size:
+            self.release(dev, addr)
 
     def block_size(self, dev: int, addr: int, request: int) -> int:
         """The block a request of ``request`` bytes served at ``addr`` took."""

@@ -211,8 +211,8 @@ def _block_frames(b: dict) -> object:
 class _Replay:
     """The trace replayed in time order into records."""
 
-    def __init__(self, final: _Final, rules: Rules) -> None:
-        self.layout = Layout(rules)
+    def __init__(self, final: _Final, rules: Rules, every_block: bool) -> None:
+        self.layout = Layout(rules, every_block=every_block)
         self.sizes: dict = {}  # (device, address) -> the open block's bytes
         self.memory: list[MemoryRecord] = []
         self.of_memory: list[int] = []
@@ -242,7 +242,7 @@ class _Replay:
         self._layout_at_start(rows)
         names = [f"cuda:{d}" for d in range(max((r[DEV] for r in rows), default=0) + 1)]
         open_, sizes, pending, reserved = self.open, self.sizes, self.pending, self.reserved
-        block_size, occupy = self.layout.block_size, self.layout.occupy
+        place, remove = self.layout.place, self.layout.remove
         memory, of_memory = self.memory.append, self.of_memory.append
         track = self.track_reserved
         for r, op in zip(rows, ops):
@@ -253,10 +253,16 @@ class _Replay:
                     self._free(r, key, op, NO_ID)
                 aid = open_[key] = self.next_id
                 self.next_id += 1
-                size = sizes[key] = block_size(dev, addr, r[SIZE])
-                occupy(dev, addr, size)
+                size = sizes[key] = place(dev, addr, r[SIZE])
                 total = reserved[dev] if track else NO_ID
                 memory(_new_record((r[T], addr, size, NO_ID, aid, names[dev], op, NO_ID, total)))
+                of_memory(r[STACK])
+            elif (action == "free_completed" or action == "free") and key in open_:
+                pending.pop(key, None)
+                aid, size = open_.pop(key), sizes.pop(key)
+                remove(dev, addr)
+                total = reserved[dev] if track else NO_ID
+                memory(_new_record((r[T], addr, -size, NO_ID, aid, names[dev], op, NO_ID, total)))
                 of_memory(r[STACK])
             elif action == "free_completed" or action == "free":
                 pending.pop(key, None)
@@ -330,7 +336,7 @@ class _Replay:
             self.freed_older += 1
         if size is None:
             size = self.layout.rules.rounding(r[SIZE])
-        self.layout.release(r[DEV], r[ADDR])
+        self.layout.remove(r[DEV], r[ADDR])
         total = self.reserved[r[DEV]] if self.track_reserved else NO_ID
         dev = f"cuda:{r[DEV]}"
         self.memory.append(_new_record((r[T], r[ADDR], -size, NO_ID, aid, dev, op, NO_ID, total)))
@@ -434,7 +440,7 @@ def read_snapshot(snap: object, *, device: int | None = None, rules: Rules | Non
     rows, timed, actions = _entries(snap, stacks, wanted)
     final = _final_state(snap, stacks, wanted)
     ops = _annotations(snap, wanted, timed)
-    replay = _Replay(final, rules or Rules())
+    replay = _Replay(final, rules or Rules(), every_block=actions.get("oom", 0) > 0)
     replay.run(rows, _innermost(ops, [r[T] for r in rows]))
     start = rows[0][T] if rows else (ops[0].start_ns if ops else 0)
     end = max([rows[-1][T] if rows else start, *(o.end_ns for o in ops)])
