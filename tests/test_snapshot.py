@@ -220,3 +220,25 @@ def test_views_work_on_a_snapshot(tmp_path):
     assert jm.diff(prof, prof)["delta"].eq(0).all()
     exported = prof.export(tmp_path / "t.trace.json")
     assert exported
+
+
+def test_a_progress_bar_follows_the_reading_and_the_analysis(tmp_path, monkeypatch):
+    from jupyter_memprof._frontends import snapshot
+
+    seen: list = []
+
+    class Bar:
+        def __call__(self, stage, done, total):
+            seen.append((stage, done, total))
+
+        def close(self):
+            seen.append("closed")
+
+    monkeypatch.setattr(snapshot, "_progress", Bar)
+    path = tmp_path / "s.pickle"
+    path.write_bytes(pickle.dumps(_two_devices()))
+    jm.load_snapshot(path)
+    assert seen[0] == ("reading the file", 0, 8) and seen[1] == ("reading its records", 1, 8)
+    assert seen[-2][1:] == (8, 8) and seen[-1] == "closed"
+    done = [s[1] for s in seen[:-1]]
+    assert done == sorted(done)

@@ -58,26 +58,17 @@ def load_snapshot(
     :class:`~jupyter_memprof.ProfileFileError` (one line); see docs/snapshots.md for what
     a snapshot holds and what it cannot say (``meta["not_recorded"]``)."""
     index = _device_index(device)
-    if isinstance(path_or_snapshot, dict):
-        name, snap = "snapshot", path_or_snapshot
-    else:
-        path = os.fsdecode(os.fspath(path_or_snapshot))
-        name, snap = shown(path), read_file(path)
-    allocator, conf_note = _allocator(_alloc_conf(snap))
-    reads: list = []
-
-    def produce(reading) -> Capture:
-        reads.append(read_snapshot(snap, device=index, rules=_rules(allocator)))
-        return reads[0].capture
-
-    prof = Profile.empty()
-    try:  # read with the collector paused, as every producer's records are
-        finish.fill(prof, produce, allocator=allocator)
-    except Bad as e:
-        raise ProfileFileError(f"{name}: {e}") from None
-    except RecursionError:
-        raise ProfileFileError(f"{name}: nested too deeply") from None
-    read = reads[0]
+    bar = _progress()
+    try:
+        if isinstance(path_or_snapshot, dict):
+            name, snap = "snapshot", path_or_snapshot
+        else:
+            path = os.fsdecode(os.fspath(path_or_snapshot))
+            bar("reading the file", 0, _STEPS)
+            name, snap = shown(path), read_file(path)
+        prof, read, conf_note = _analysed(snap, name, index, bar)
+    finally:
+        bar.close()
     prof.meta.update(read.meta)
     prof.meta.update(
         producer="snapshot",
@@ -87,6 +78,58 @@ def load_snapshot(
         **({"snapshot_alloc_conf_error": conf_note} if conf_note else {}),
     )
     return finish.register(prof, remember=True)
+
+
+#: the progress bar's steps: the file, its records, then the analysis's stages
+_STEPS = 8
+
+
+def _progress():
+    """A progress bar in a Jupyter kernel (shown when opening takes over a second), else a
+    callable that does nothing."""
+    from .progress import Progress, in_kernel
+
+    try:
+        from IPython import get_ipython
+
+        shell = get_ipython()
+    except ImportError:
+        shell = None
+    if in_kernel(shell):
+        return Progress()
+    return _NoProgress()
+
+
+class _NoProgress:
+    def __call__(self, stage: str, done: int, total: int) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def _analysed(snap, name: str, index: int | None, bar):
+    """The profile of ``snap`` (its tables and the analysis's meta), the producer's read,
+    and why the recorded allocator settings could not be followed (or None)."""
+    allocator, conf_note = _allocator(_alloc_conf(snap))
+    reads: list = []
+
+    def produce(reading) -> Capture:
+        bar("reading its records", 1, _STEPS)
+        reads.append(read_snapshot(snap, device=index, rules=_rules(allocator)))
+        return reads[0].capture
+
+    def analysing(stage: str, done: int, total: int) -> None:
+        bar(stage, 2 + done * (_STEPS - 2) // max(total, 1), _STEPS)
+
+    prof = Profile.empty()
+    try:  # read with the collector paused, as every producer's records are
+        finish.fill(prof, produce, allocator=allocator, analysing=analysing)
+    except Bad as e:
+        raise ProfileFileError(f"{name}: {e}") from None
+    except RecursionError:
+        raise ProfileFileError(f"{name}: nested too deeply") from None
+    return prof, reads[0], conf_note
 
 
 def _alloc_conf(snap: object) -> str | None:
