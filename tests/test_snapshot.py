@@ -242,3 +242,15 @@ def test_a_progress_bar_follows_the_reading_and_the_analysis(tmp_path, monkeypat
     assert seen[-2][1:] == (8, 8) and seen[-1] == "closed"
     done = [s[1] for s in seen[:-1]]
     assert done == sorted(done)
+
+
+def test_one_snapshot_per_rank_with_load_many(tmp_path):
+    for rank in (0, 1):
+        snap = _two_devices()
+        snap["device_traces"] = [snap["device_traces"][rank]]
+        snap["segments"] = [dict(s, device=0) for s in snap["segments"] if s["device"] == rank]
+        (tmp_path / f"rank{rank}.pickle").write_bytes(pickle.dumps(snap))
+    ranks = jm.load_many(str(tmp_path / "rank*.pickle"), panel=False)
+    assert ranks.ranks == [0, 1]
+    peaks = ranks.peaks().set_index("rank")["peak_bytes"]
+    assert peaks.to_dict() == {0: 12 * MiB, 1: 6 * MiB}

@@ -57,6 +57,18 @@ def load_snapshot(
     the file's name). A damaged or crafted file raises
     :class:`~jupyter_memprof.ProfileFileError` (one line); see docs/snapshots.md for what
     a snapshot holds and what it cannot say (``meta["not_recorded"]``)."""
+    return _load_snapshot(path_or_snapshot, device=device, label=label, remember=True)
+
+
+def _load_snapshot(
+    path_or_snapshot: str | os.PathLike | dict,
+    *,
+    device: Any = None,
+    label: str | None = None,
+    remember: bool = True,
+) -> Profile:
+    """:func:`load_snapshot`; the profile goes into the session's list only with
+    ``remember``."""
     index = _device_index(device)
     bar = _progress()
     try:
@@ -77,7 +89,7 @@ def load_snapshot(
         label=label or name,
         **({"snapshot_alloc_conf_error": conf_note} if conf_note else {}),
     )
-    return finish.register(prof, remember=True)
+    return finish.register(prof, remember=remember)
 
 
 #: the progress bar's steps: the file, its records, then the analysis's stages
@@ -165,7 +177,12 @@ def _allocator(conf: str | None) -> tuple[AllocatorConfig | None, str | None]:
 def load(path: str | os.PathLike) -> Profile:
     """Load a saved profile (:meth:`Profile.save`: a zip file or a Parquet folder) or a
     torch memory snapshot (:func:`load_snapshot`), told apart by content."""
+    return open_file(path, remember=True)
+
+
+def open_file(path: str | os.PathLike, *, remember: bool = False) -> Profile:
+    """:func:`load`; a snapshot goes into the session's list only with ``remember``."""
     p = _profile._path(path)
     if os.path.isfile(p) and is_snapshot_file(p):
-        return load_snapshot(p)
+        return _load_snapshot(p, remember=remember)
     return _profile.load(p)

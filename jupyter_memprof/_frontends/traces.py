@@ -124,9 +124,9 @@ def load_any(path: str | os.PathLike) -> Profile:
 
     p = _path(path)
     if os.path.isfile(p) and is_snapshot_file(p):
-        from .snapshot import load_snapshot
+        from .snapshot import _load_snapshot
 
-        return load_snapshot(p)
+        return _load_snapshot(p, remember=False)  # as a saved profile: not in the panel
     if os.path.isfile(p) and looks_like_trace(p):
         return load_trace(p)
     return load_saved(p)
