@@ -116,6 +116,13 @@ def make_snapshot(entries: int, seed: int = 0) -> dict:
             "allocator_settings": {"PYTORCH_CUDA_ALLOC_CONF": ""}}  # fmt: skip
 
 
+_IMPORTS = (
+    "import jupyter_memprof as jm; from jupyter_memprof._frontends import snapshot_cache; "
+    "snapshot_cache.MIN_BYTES = 0; "  # --quick's file is under the size cached by default
+    "import jupyter_memprof._results.parquet"  # its imports (pyarrow) are not the open's
+)
+
+
 #: what each child imports before the clock starts, and what it then runs
 def write(path: str, entries: int) -> None:
     with open(path, "wb") as f:
@@ -125,8 +132,12 @@ def write(path: str, entries: int) -> None:
 _CHILD = {
     "pickle.load": ("import pickle", "pickle.load(open(PATH, 'rb'))"),
     "load_snapshot": (
-        "import jupyter_memprof as jm; from jupyter_memprof._frontends import snapshot",
+        _IMPORTS,
         "p = jm.load_snapshot(PATH); p.summary()",
+    ),
+    "load_snapshot, again": (
+        _IMPORTS,
+        "p = jm.load_snapshot(PATH); p.summary(); assert p.meta['snapshot_cached']",
     ),
     "torch _memory_viz.trace": (
         "import pickle, contextlib; from torch.cuda import _memory_viz as v",
@@ -136,7 +147,7 @@ _CHILD = {
 }
 
 
-def measure(what: str, path: str) -> tuple[float, int]:
+def measure(what: str, path: str, cache: str, use_cache: bool = False) -> tuple[float, int]:
     """(seconds, resident bytes its peak added) of ``what`` in a fresh process, after its
     imports (a notebook has them already)."""
     imports, run = _CHILD[what]
@@ -147,7 +158,8 @@ def measure(what: str, path: str) -> tuple[float, int]:
         "print(json.dumps([time.perf_counter() - t, "
         "(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base) * 1024]))"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+    env = dict(os.environ, JUPYTER_MEMPROF_CACHE=cache if use_cache else "off")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
                          cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # fmt: skip
     if out.returncode:
         raise RuntimeError(out.stderr.strip().splitlines()[-1])
@@ -164,6 +176,7 @@ def main() -> None:
     entries, rounds = (150_000, 1) if args.quick else (args.entries, args.rounds)
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "snapshot.pickle")
+        cache = os.path.join(tmp, "cache")
         # written by another process: a child's peak memory (ru_maxrss) starts at the
         # parent's, which must stay small
         write = f"import bench_snapshot as b; b.write({path!r}, {entries})"
@@ -173,7 +186,9 @@ def main() -> None:
         base = None
         for what in _CHILD:
             try:
-                runs = [measure(what, path) for _ in range(rounds)]
+                if "again" in what:  # the first open writes the cached copy
+                    measure("load_snapshot", path, cache, use_cache=True)
+                runs = [measure(what, path, cache, "again" in what) for _ in range(rounds)]
             except RuntimeError as e:
                 print(f"{what:>24}: did not run ({e})")
                 continue

@@ -254,3 +254,25 @@ def test_one_snapshot_per_rank_with_load_many(tmp_path):
     assert ranks.ranks == [0, 1]
     peaks = ranks.peaks().set_index("rank")["peak_bytes"]
     assert peaks.to_dict() == {0: 12 * MiB, 1: 6 * MiB}
+
+
+def test_a_big_snapshot_opens_again_from_its_cached_copy(tmp_path, monkeypatch):
+    from jupyter_memprof._frontends import snapshot_cache
+
+    monkeypatch.setenv("JUPYTER_MEMPROF_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(snapshot_cache, "MIN_BYTES", 0)
+    path = tmp_path / "big.pickle"
+    path.write_bytes(pickle.dumps(_two_devices()))
+    first = jm.load_snapshot(path)
+    assert "snapshot_cached" not in first.meta
+    (copy,) = (tmp_path / "cache").iterdir()
+    second = jm.load_snapshot(path, label="again")
+    assert second.meta["snapshot_cached"] is True and second.label == "again"
+    assert second.allocations.equals(first.allocations)
+    assert second.meta["not_recorded"] == first.meta["not_recorded"]
+    # another device, or a changed file, is read again
+    assert "snapshot_cached" not in jm.load_snapshot(path, device=1).meta
+    path.write_bytes(pickle.dumps(_two_devices(), protocol=2))
+    assert "snapshot_cached" not in jm.load_snapshot(path).meta
+    monkeypatch.setenv("JUPYTER_MEMPROF_CACHE", "off")
+    assert snapshot_cache.cache_dir() is None

@@ -10,6 +10,7 @@ data and makes the records; the same analysis as a capture's makes the tables
 from __future__ import annotations
 
 import os
+import sys
 from typing import Any
 
 from .._analysis.allocator_config import AllocatorConfig, parse_config
@@ -20,7 +21,7 @@ from .._producers.snapshot.unpickle import is_snapshot_file, read_file, shown
 from .._records import Capture
 from .._results import profile as _profile
 from .._results.profile import Profile
-from . import finish
+from . import finish, snapshot_cache
 
 __all__ = ["NOT_RECORDED", "load", "load_snapshot"]
 
@@ -76,6 +77,10 @@ def _load_snapshot(
             name, snap = "snapshot", path_or_snapshot
         else:
             path = os.fsdecode(os.fspath(path_or_snapshot))
+            cached = snapshot_cache.lookup(path, index)
+            if cached is not None:
+                cached.meta["label"] = label or shown(path)
+                return finish.register(cached, remember=remember)
             bar("reading the file", 0, _STEPS)
             name, snap = shown(path), read_file(path)
         prof, read, conf_note = _analysed(snap, name, index, bar)
@@ -89,6 +94,8 @@ def _load_snapshot(
         label=label or name,
         **({"snapshot_alloc_conf_error": conf_note} if conf_note else {}),
     )
+    if not isinstance(path_or_snapshot, dict):
+        snapshot_cache.store(prof, path, index)
     return finish.register(prof, remember=remember)
 
 
@@ -101,12 +108,8 @@ def _progress():
     callable that does nothing."""
     from .progress import Progress, in_kernel
 
-    try:
-        from IPython import get_ipython
-
-        shell = get_ipython()
-    except ImportError:
-        shell = None
+    ipython = sys.modules.get("IPython")  # a kernel has imported it: no import here
+    shell = ipython.get_ipython() if ipython is not None else None
     if in_kernel(shell):
         return Progress()
     return _NoProgress()

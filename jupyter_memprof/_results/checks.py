@@ -255,6 +255,7 @@ META_FIELDS = {
     "snapshot_end_reserved": lambda v: _by_device(v, nonneg_int),
     "snapshot_alloc_conf": _str,
     "snapshot_alloc_conf_error": _str,
+    "snapshot_cached": lambda v: type(v) is bool,
     "snapshot_error": _str,
     "snapshot_oom": lambda v: (
         type(v) is dict
