@@ -74,7 +74,7 @@ def _load_snapshot(
     bar = _progress()
     try:
         if isinstance(path_or_snapshot, dict):
-            name, snap = "snapshot", path_or_snapshot
+            name, held = "snapshot", [path_or_snapshot]
         else:
             path = os.fsdecode(os.fspath(path_or_snapshot))
             cached = snapshot_cache.lookup(path, index)
@@ -82,8 +82,8 @@ def _load_snapshot(
                 cached.meta["label"] = label or shown(path)
                 return finish.register(cached, remember=remember)
             bar("reading the file", 0, _STEPS)
-            name, snap = shown(path), read_file(path)
-        prof, read, conf_note = _analysed(snap, name, index, bar)
+            name, held = shown(path), [read_file(path)]
+        prof, read, conf_note = _analysed(held, name, index, bar)
     finally:
         bar.close()
     prof.meta.update(read.meta)
@@ -123,15 +123,17 @@ class _NoProgress:
         pass
 
 
-def _analysed(snap, name: str, index: int | None, bar):
-    """The profile of ``snap`` (its tables and the analysis's meta), the producer's read,
-    and why the recorded allocator settings could not be followed (or None)."""
-    allocator, conf_note = _allocator(_alloc_conf(snap))
+def _analysed(held: list, name: str, index: int | None, bar):
+    """The profile of the snapshot ``held[0]`` (its tables and the analysis's meta), the
+    producer's read, and why the recorded allocator settings could not be followed (or
+    None). The snapshot is let go once its records are read (``held`` is emptied): read
+    from a file, its memory is free again before the analysis runs."""
+    allocator, conf_note = _allocator(_alloc_conf(held[0]))
     reads: list = []
 
     def produce(reading) -> Capture:
         bar("reading its records", 1, _STEPS)
-        reads.append(read_snapshot(snap, device=index, rules=_rules(allocator)))
+        reads.append(read_snapshot(held.pop(), device=index, rules=_rules(allocator)))
         return reads[0].capture
 
     def analysing(stage: str, done: int, total: int) -> None:

@@ -99,6 +99,11 @@ class StackReader:
         self._by_value: dict[tuple[Frame, ...], int] = {}
         self._alive: list = []  # the lists read, so their ids stay theirs
 
+    def let_go(self) -> None:
+        """Forget the lists read (no more :meth:`index` calls): they may be freed."""
+        self.by_id.clear()
+        self._alive.clear()
+
     def index(self, frames: object) -> int:
         """The index of the stack ``frames`` (a list of frame dicts), NO_ID for none."""
         if frames is None:

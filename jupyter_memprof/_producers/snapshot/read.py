@@ -440,6 +440,9 @@ def read_snapshot(snap: object, *, device: int | None = None, rules: Rules | Non
     rows, timed, actions = _entries(snap, stacks, wanted)
     final = _final_state(snap, stacks, wanted)
     ops = _annotations(snap, wanted, timed)
+    settings = snap.get("allocator_settings")
+    snap = None  # the file's objects may go now (its frames are copied into stacks)
+    stacks.let_go()
     replay = _Replay(final, rules or Rules(), every_block=actions.get("oom", 0) > 0)
     replay.run(rows, _innermost(ops, [r[T] for r in rows]))
     start = rows[0][T] if rows else (ops[0].start_ns if ops else 0)
@@ -486,7 +489,6 @@ def read_snapshot(snap: object, *, device: int | None = None, rules: Rules | Non
         "snapshot_end_reserved": {f"cuda:{d}": int(v) for d, v in sorted(final.reserved.items())},
         "clock": "time_us" if timed else "entry order",
     }
-    settings = snap.get("allocator_settings")
     if isinstance(settings, dict):
         conf = settings.get("PYTORCH_CUDA_ALLOC_CONF")
         meta["snapshot_alloc_conf"] = conf if isinstance(conf, str) else ""
