@@ -49,15 +49,47 @@ def _device_index(device: Any) -> int | None:
 def load_snapshot(
     path_or_snapshot: str | os.PathLike | dict, *, device: Any = None, label: str | None = None
 ) -> Profile:
-    """A torch memory snapshot as a :class:`~jupyter_memprof.Profile`: a file written by
-    ``torch.cuda.memory._dump_snapshot`` (a pickle of protocol 2 to 5, read without running
-    anything in it) or its JSON form, or the dict ``torch.cuda.memory._snapshot()`` returns.
+    """Open a torch memory snapshot as a :class:`~jupyter_memprof.Profile`.
 
-    ``device``: only this CUDA device (``"cuda:1"`` or ``1``); default every device
-    recorded (``device_traces[i]`` is ``cuda:i``). ``label``: the profile's label (default
-    the file's name). A damaged or crafted file raises
-    :class:`~jupyter_memprof.ProfileFileError` (one line); see docs/snapshots.md for what
-    a snapshot holds and what it cannot say (``meta["not_recorded"]``)."""
+    Reads what ``torch.cuda.memory._dump_snapshot`` writes (a pickle of protocol 2 to 5,
+    through an unpickler that refuses every global, so nothing in the file runs), its JSON
+    form, or the dict ``torch.cuda.memory._snapshot()`` returns, into the same tables as a
+    capture: ``allocations`` (``ptr`` is the block's address), ``events``, ``timeline``,
+    ``segments`` (as the allocator recorded them), ``steps``; categories come from each
+    allocation's Python stack and the time order. What a snapshot cannot say (tensor ids,
+    versions, an op tree) is listed in ``meta["not_recorded"]``. See docs/snapshots.md.
+
+    Parameters
+    ----------
+    path_or_snapshot : str or os.PathLike or dict
+        The snapshot file, or the snapshot itself.
+    device : str or int, optional
+        Only this CUDA device (``"cuda:1"`` or ``1``); default every device recorded
+        (``device_traces[i]`` is ``cuda:i``).
+    label : str, optional
+        The profile's label; default the file's name.
+
+    Returns
+    -------
+    Profile
+        Also listed in this kernel's Memory profiles panel. A big file's profile is cached
+        (a Parquet folder, ``$JUPYTER_MEMPROF_CACHE``) so the next open of it is fast.
+
+    Raises
+    ------
+    ProfileFileError
+        The file is damaged, truncated, crafted or not a snapshot: one line naming the
+        file and what is wrong.
+    ValueError
+        A ``device`` that is not a CUDA device.
+    FileNotFoundError
+        ``path_or_snapshot`` does not exist.
+
+    Examples
+    --------
+    >>> prof = jupyter_memprof.load_snapshot("snapshot.pickle")  # doctest: +SKIP
+    >>> prof.peak_by("category")  # doctest: +SKIP
+    """
     return _load_snapshot(path_or_snapshot, device=device, label=label, remember=True)
 
 
@@ -180,8 +212,36 @@ def _allocator(conf: str | None) -> tuple[AllocatorConfig | None, str | None]:
 
 
 def load(path: str | os.PathLike) -> Profile:
-    """Load a saved profile (:meth:`Profile.save`: a zip file or a Parquet folder) or a
-    torch memory snapshot (:func:`load_snapshot`), told apart by content."""
+    """Load a profile written by :meth:`Profile.save` (a zip file or a Parquet folder), or
+    a torch memory snapshot (:func:`load_snapshot`), told apart by content.
+
+    Never executes code from the file; checks sizes before decompressing anything, then
+    every table and metadata field, so a profile that loads works.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The zip file, the Parquet folder, or the snapshot (a pickle, or JSON naming
+        ``segments`` or ``device_traces``).
+
+    Returns
+    -------
+    Profile
+        With its kept windows (``.kept``) when it was a long run.
+
+    Raises
+    ------
+    ProfileFileError
+        The file is damaged, truncated, crafted or not a saved profile: one line naming
+        the file and what is wrong.
+    FileNotFoundError
+        ``path`` does not exist.
+
+    Examples
+    --------
+    >>> prof.save("step.memprof")  # doctest: +SKIP
+    >>> jupyter_memprof.load("step.memprof").peak_by("category")  # doctest: +SKIP
+    """
     return open_file(path, remember=True)
 
 
