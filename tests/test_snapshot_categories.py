@@ -108,3 +108,43 @@ def test_a_wrapped_ring_buffer_counts_older_blocks(run):
     assert alive_end["size_bytes"].sum() == alive_full["size_bytes"].sum()
     assert sorted(alive_end["category"].astype(str)) == sorted(alive_full["category"].astype(str))
     assert (prof.allocations["alloc_ns"].isna()).sum() == older["alive"] + older["freed"]
+
+
+def _train_cnn(mark, steps: int = 3):
+    """A CNN with BatchNorm (buffers), SGD with momentum, gradients zeroed in place, and
+    batches from a DataLoader."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 16, 3, padding=1), torch.nn.BatchNorm2d(16), torch.nn.ReLU(),
+        torch.nn.Conv2d(16, 16, 3, padding=1), torch.nn.ReLU(), torch.nn.Flatten(),
+        torch.nn.Linear(16 * 16 * 16, 10),
+    )  # fmt: skip
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    data = torch.utils.data.TensorDataset(torch.randn(64, 3, 16, 16), torch.randint(0, 10, (64,)))
+    loader = torch.utils.data.DataLoader(data, batch_size=16)
+    for i, (x, y) in zip(range(steps), loader):
+        with record_function(f"ProfilerStep#{i}"):
+            out = model(x)
+            loss = torch.nn.functional.cross_entropy(out, y)
+            truth = _truth(model, opt, x, y, out=out)
+            truth.update({b: "parameter" for b in model.buffers()})
+            truth.update({t: "input" for t in data.tensors})  # the dataset: data too
+            mark(f"forward{i}", truth)
+            loss.backward()
+            mark(f"backward{i}", {**truth, **_truth(model, opt, x, y)})
+            opt.step()
+            mark(f"step{i}", {**truth, **_truth(model, opt, x, y)})
+            opt.zero_grad(set_to_none=False)
+    return model, opt, data
+
+
+def test_categories_of_a_cnn_with_buffers_momentum_and_a_data_loader():
+    snap, marks = record(_train_cnn)
+    prof = jm.load_snapshot(snap, label="cnn")
+    got = scores(prof, marks, default={f"forward{i}": "activation" for i in range(3)})
+    assert min(got.values()) >= 0.95, got
+    reasons = set(prof.allocations["reason"].dropna())
+    assert "made by data loading" in reasons
+    peak = prof.peak()
+    unknown = peak.loc[peak["category"] == "unknown", "size_bytes"].sum()
+    assert unknown <= 0.02 * peak.attrs["peak_bytes"]
