@@ -148,3 +148,32 @@ def test_categories_of_a_cnn_with_buffers_momentum_and_a_data_loader():
     peak = prof.peak()
     unknown = peak.loc[peak["category"] == "unknown", "size_bytes"].sum()
     assert unknown <= 0.02 * peak.attrs["peak_bytes"]
+
+
+def _leaky(mark, steps: int = 4):
+    """A loop that keeps every step's output (a list of forward results): it grows."""
+    torch.manual_seed(0)
+    model = torch.nn.Linear(256, 1024)
+    opt = torch.optim.Adam(model.parameters())
+    kept = []
+    for _ in range(steps):
+        out = model(torch.randn(64, 256))
+        out.sum().backward()
+        opt.step()
+        opt.zero_grad()
+        kept.append(out.detach())
+    return model, opt, kept
+
+
+def test_steps_from_optimizer_frames_and_the_leak_they_show():
+    snap, _ = record(_leaky)
+    snap["external_annotations"] = []  # recorded without record_function marks
+    prof = jm.load_snapshot(snap)
+    steps = prof.ops[prof.ops["kind"] == "optimizer"]
+    assert len(steps) == 4 and set(steps["name"]) == {"Optimizer.step#(from its frames)"}
+    assert len(prof.steps) >= 4
+    leaks = prof.leaks()
+    assert not leaks.empty
+    top = leaks.iloc[0]
+    assert top["bytes_per_step"] == 64 * 1024 * 4
+    assert str(top["category"]) == "activation"

@@ -35,6 +35,7 @@ from ..._records import (
     OlderBlock,
     OpRecord,
     SegmentRecord,
+    StackContext,
     Stacks,
     Trace,
 )
@@ -350,9 +351,9 @@ class _Replay:
                 self._free((max(r[T], end_ns), *r[1:]), key, NO_ID, r[STACK])
 
 
-def _annotations(snap: dict, wanted, timed: bool) -> list[OpRecord]:
-    """``external_annotations`` as ops: each START paired with the next END of its name
-    (one per name and stage and time: torch repeats them per device), nested by time."""
+def _annotations(snap: dict, wanted, timed: bool) -> list[tuple[int, int, str]]:
+    """``external_annotations`` as spans ``(start, end, name)``: each START paired with the
+    next END of its name (one per name and stage and time: torch repeats them per device)."""
     raw = _list(snap.get("external_annotations", []) or [], "external_annotations")
     if not timed:
         return []  # no clock to place them on
@@ -380,7 +381,33 @@ def _annotations(snap: dict, wanted, timed: bool) -> list[OpRecord]:
         elif opened.get(name):
             spans.append((opened[name].pop(), t, name))
     spans += [(t0, last, name) for name, ts in opened.items() for t0 in ts]
-    return _nest(spans)
+    return spans
+
+
+#: The name of an ``optimizer.step()`` call found from frames: the prefix the steps
+#: analysis splits at, then where it comes from.
+OPTIMIZER_FROM_FRAMES = "Optimizer.step#(from its frames)"
+
+
+def _optimizer_spans(rows: list[tuple], stacks: StackReader) -> list[tuple[int, int, str]]:
+    """Where no ``Optimizer.step#`` annotation was recorded: each run of entries whose
+    stacks are inside ``optimizer.step()`` (ended by an entry of another context) as a span,
+    so that steps split there as they split at a captured ``optimizer.step()``."""
+    context = stacks.context
+    inside, other = StackContext.OPTIMIZER_STEP.value, StackContext.NONE.value
+    spans: list = []
+    start = last = None
+    for r in rows:
+        c = context[r[STACK]] if r[STACK] >= 0 else other
+        if c == inside:
+            start = r[T] if start is None else start
+            last = r[T]
+        elif c != other and start is not None:
+            spans.append((start, last, OPTIMIZER_FROM_FRAMES))
+            start = None
+    if start is not None:
+        spans.append((start, last, OPTIMIZER_FROM_FRAMES))
+    return spans
 
 
 def _nest(spans: list) -> list[OpRecord]:
@@ -439,7 +466,10 @@ def read_snapshot(snap: object, *, device: int | None = None, rules: Rules | Non
     stacks = StackReader()
     rows, timed, actions = _entries(snap, stacks, wanted)
     final = _final_state(snap, stacks, wanted)
-    ops = _annotations(snap, wanted, timed)
+    spans = _annotations(snap, wanted, timed)
+    if not any(name.startswith("Optimizer.step#") for _, _, name in spans):
+        spans += _optimizer_spans(rows, stacks)
+    ops = _nest(spans)
     settings = snap.get("allocator_settings")
     snap = None  # the file's objects may go now (its frames are copied into stacks)
     stacks.let_go()
