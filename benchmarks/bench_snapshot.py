@@ -74,7 +74,7 @@ def make_snapshot(entries: int, seed: int = 0) -> dict:
 
     def add(action, addr, size, frames):
         nonlocal t
-        t += 1
+        t += rng.randint(1, 40)  # times and sizes vary as a real run's do
         trace.append({"action": action, "addr": addr, "size": size, "stream": 0,
                       "time_us": t, "frames": frames})  # fmt: skip
 
@@ -86,15 +86,17 @@ def make_snapshot(entries: int, seed: int = 0) -> dict:
     while len(trace) < entries:
         annotations.append({"name": f"ProfilerStep#{step}", "stage": "START", "time_us": t,
                             "device": 0})  # fmt: skip
+        made = {}
         for k in range(40):  # forward: activations and small temporaries
             i = k % 24
             base = seg_at + i * 32 * MiB
-            add("alloc", base + (k // 24) * 512, sizes[i] // 8, stacks[f"fwd{i}"])
+            made[k] = sizes[i] // 8 - 512 * rng.randint(0, 256)
+            add("alloc", base + (k // 24) * 4 * MiB, made[k], stacks[f"fwd{i}"])
         for k in reversed(range(40)):  # backward frees them; gradients come and go
             i = k % 24
             base = seg_at + i * 32 * MiB
             for action in ("free_requested", "free_completed"):
-                add(action, base + (k // 24) * 512, sizes[i] // 8, stacks[f"bwd{i}"])
+                add(action, base + (k // 24) * 4 * MiB, made[k], stacks[f"bwd{i}"])
             add("alloc", base + 24 * MiB, 4096, stacks[f"bwd{i}"])
             add("free_requested", base + 24 * MiB, 4096, stacks[f"bwd{i}"])
             add("free_completed", base + 24 * MiB, 4096, stacks[f"bwd{i}"])
