@@ -46,8 +46,8 @@ def test_public_surface_is_small():
     )
     from jupyter_memprof._errors import CaptureError, ProfileFileError
     from jupyter_memprof._frontends.capture import profile
-    from jupyter_memprof._frontends.traces import load_any, load_trace
     from jupyter_memprof._frontends.snapshot import load_snapshot
+    from jupyter_memprof._frontends.traces import load_any, load_trace
     from jupyter_memprof._results.profile import Profile
 
     assert jupyter_memprof.profile is profile

@@ -1,6 +1,6 @@
 """Open a torch memory snapshot as a :class:`~jupyter_memprof.Profile`:
-:func:`load_snapshot`, and :func:`load`, which tells a snapshot from a saved profile by its
-content.
+:func:`load_snapshot` (and :func:`jupyter_memprof.load`, :mod:`.traces`, which tells a
+snapshot from a saved profile or a trace by its content).
 
 The snapshot producer (:mod:`jupyter_memprof._producers.snapshot`) reads the file as plain
 data and makes the records; the same analysis as a capture's makes the tables
@@ -17,13 +17,12 @@ from .._analysis.allocator_config import AllocatorConfig, parse_config
 from .._errors import AllocatorConfigError, DeviceError, ProfileFileError
 from .._producers.snapshot.blocks import Rules
 from .._producers.snapshot.read import Bad, read_snapshot
-from .._producers.snapshot.unpickle import is_snapshot_file, read_file, shown
+from .._producers.snapshot.unpickle import read_file, shown
 from .._records import Capture
-from .._results import profile as _profile
 from .._results.profile import Profile
 from . import finish, snapshot_cache
 
-__all__ = ["NOT_RECORDED", "load", "load_snapshot"]
+__all__ = ["NOT_RECORDED", "load_snapshot"]
 
 #: What a memory snapshot does not record (``meta["not_recorded"]``): the analysis invents
 #: none of it.
@@ -209,45 +208,3 @@ def _allocator(conf: str | None) -> tuple[AllocatorConfig | None, str | None]:
         return parse_config(conf), None
     except AllocatorConfigError as e:
         return None, str(e)
-
-
-def load(path: str | os.PathLike) -> Profile:
-    """Load a profile written by :meth:`Profile.save` (a zip file or a Parquet folder), or
-    a torch memory snapshot (:func:`load_snapshot`), told apart by content.
-
-    Never executes code from the file; checks sizes before decompressing anything, then
-    every table and metadata field, so a profile that loads works.
-
-    Parameters
-    ----------
-    path : str or os.PathLike
-        The zip file, the Parquet folder, or the snapshot (a pickle, or JSON naming
-        ``segments`` or ``device_traces``).
-
-    Returns
-    -------
-    Profile
-        With its kept windows (``.kept``) when it was a long run.
-
-    Raises
-    ------
-    ProfileFileError
-        The file is damaged, truncated, crafted or not a saved profile: one line naming
-        the file and what is wrong.
-    FileNotFoundError
-        ``path`` does not exist.
-
-    Examples
-    --------
-    >>> prof.save("step.memprof")  # doctest: +SKIP
-    >>> jupyter_memprof.load("step.memprof").peak_by("category")  # doctest: +SKIP
-    """
-    return open_file(path, remember=True)
-
-
-def open_file(path: str | os.PathLike, *, remember: bool = False) -> Profile:
-    """:func:`load`; a snapshot goes into the session's list only with ``remember``."""
-    p = _profile._path(path)
-    if os.path.isfile(p) and is_snapshot_file(p):
-        return _load_snapshot(p, remember=remember)
-    return _profile.load(p)
