@@ -92,12 +92,22 @@ def stack_facts(allocations: pd.DataFrame, mem: pd.DataFrame, capture: Capture) 
     freed = np.full(n, -1, dtype=np.int64)
     m_dev, m_ptr = mem["device"].astype(object).to_numpy(), mem["ptr"].to_numpy()
     m_t, m_size = mem["time_ns"].to_numpy(), mem["size"].to_numpy()
+    codes, _ = pd.factorize(np.concatenate([dev, m_dev]))
+    b_dev, r_dev = codes[:n], codes[n:]
     for rows, times, sign, out in ((has_a, alloc_ns, 1, made), (has_f, free_ns, -1, freed)):
         idx = np.flatnonzero(rows)
         # blocks at one address and time in the order they lived (a freed one first)
-        order = idx[np.lexsort((~has_f[idx], free_ns[idx], times[idx], ptr[idx]))]
+        order = idx[np.lexsort((~has_f[idx], free_ns[idx], times[idx], ptr[idx], b_dev[idx]))]
+        recs = np.flatnonzero(m_size * sign > 0)  # records in file order within a key
+        recs = recs[np.lexsort((recs, m_t[recs], m_ptr[recs], r_dev[recs]))]
+        same = len(order) == len(recs) and all(
+            np.array_equal(x[order], y[recs])
+            for x, y in ((b_dev, r_dev), (ptr, m_ptr), (times, m_t))
+        )
+        if same:  # one record per block, as a snapshot's are: matched in order
+            out[order] = of_mem[recs]
+            continue
         blocks = _nth(dev[order], ptr[order], times[order])
-        recs = np.flatnonzero(m_size * sign > 0)
         records = _nth(m_dev[recs], m_ptr[recs], m_t[recs])
         out[order] = _match(blocks, records, of_mem[recs])
     if st.of_older:
