@@ -95,6 +95,8 @@ def test_truncated_garbage_and_wrong_protocols(tmp_path):
         (lambda s: s["device_traces"][0][0].update(frames="x"), "frames must be a list"),
         (lambda s: s["device_traces"][0][0].update(frames=[[1]]), "a frame must be a dict"),
         (lambda s: s["device_traces"][0][0].update(time_us=float("nan")), "time_us"),
+        (lambda s: s["device_traces"][0][0].update(time_us=2**61), "time_us out of range"),
+        (lambda s: s["device_traces"][0][0].update(size=2**63 - 1), "alloc size out of range"),
         (lambda s: s.update(device_traces={}), "device_traces must be a list"),
         (lambda s: s.update(segments=[{"address": -1}]), "address out of range"),
         (lambda s: (s.pop("segments"), s.pop("device_traces")), "not a memory snapshot"),

@@ -45,7 +45,9 @@ from .frames import Bad, StackReader
 
 __all__ = ["Bad", "Read", "read_snapshot"]
 
-_INT64 = 2**63
+#: The largest int a snapshot may hold for an address, a size, a stream or a time (in ns):
+#: sums and roundings of them stay in int64.
+_INT64 = 2**62
 _FREES = ("free_completed", "free_requested", "free")
 _SEGMENT_ACTIONS = {"segment_alloc": 1, "segment_map": 1, "segment_free": -1, "segment_unmap": -1}
 #: the size of the caching allocator's small-pool segments
@@ -131,6 +133,8 @@ def _entries(snap: dict, stacks: StackReader, wanted) -> tuple[list[tuple], bool
                 timed, t_ns = False, order
             else:
                 t_ns = int(_num(t, "time_us") * 1000)
+                if not -_INT64 < t_ns < _INT64:
+                    raise Bad(f"time_us out of range ({t!r:.40})")
             addr = e.get("device_free" if action == "oom" else "addr", 0)
             addr = 0 if addr is None else addr
             size, stream = e.get("size", 0), e.get("stream", 0)
