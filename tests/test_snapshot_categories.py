@@ -177,3 +177,27 @@ def test_steps_from_optimizer_frames_and_the_leak_they_show():
     top = leaks.iloc[0]
     assert top["bytes_per_step"] == 64 * 1024 * 4
     assert str(top["category"]) == "activation"
+
+
+def _frameless_backward(snap: dict) -> dict:
+    """The snapshot as a GPU records it: the autograd engine's device threads record no
+    Python frames, so only the first entry of each backward (``_make_grads`` on the main
+    thread) keeps its stack."""
+    trace, out, inside = snap["device_traces"][0], [], False
+    for e in trace:
+        backward = any(f["name"] == "_engine_run_backward" for f in e["frames"])
+        out.append(dict(e, frames=[]) if backward and inside else e)
+        inside = backward
+    return dict(snap, device_traces=[out])
+
+
+def test_backward_without_frames_is_read_from_the_time_order(run):
+    _, marks, snap = run
+    prof = jm.load_snapshot(_frameless_backward(snap))
+    got = scores(prof, marks, default={f"forward{i}": "activation" for i in range(3)})
+    assert min(got.values()) >= 0.95, got
+    reasons = set(prof.allocations["reason"].dropna())
+    assert "made in backward, kept past it (no frames: by time)" in reasons
+    peak = prof.peak()
+    unknown = peak.loc[peak["category"] == "unknown", "size_bytes"].sum()
+    assert unknown <= 0.02 * peak.attrs["peak_bytes"]

@@ -40,6 +40,8 @@ class StackFacts:
     callsite: np.ndarray
     alloc_ns: np.ndarray  # 0 for older blocks
     free_ns: np.ndarray  # int64 max for blocks alive at the end
+    #: blocks whose making context was read from the time order (:func:`frameless_pass`)
+    by_time: np.ndarray | None = None
 
     def alive_through(self, context: StackContext) -> np.ndarray:
         """Per block: was a block of ``context`` made while it was alive?"""
@@ -211,14 +213,48 @@ FRAME_RULES = (
 )
 
 
+def frameless_pass(f: StackFacts) -> None:
+    """Allocations and frees with no Python frames (on a GPU, the autograd engine's device
+    threads record none: backward's blocks and the activations it frees) take the context
+    of the event before them in time that has one: the main thread was in ``backward()``
+    then. Sets ``f.by_time`` (made so) and fills ``f.made`` / ``f.freed``."""
+    none = {-1, _CODE[X.NONE.value]}
+    made_ev = np.flatnonzero(~f.older)
+    freed_ev = np.flatnonzero(f.free_ns < np.iinfo(np.int64).max)
+    times = np.concatenate([f.alloc_ns[made_ev], f.free_ns[freed_ev]])
+    codes = np.concatenate([f.made[made_ev], f.freed[freed_ev]])
+    order = np.argsort(times, kind="stable")
+    c = codes[order]
+    known = ~np.isin(c, list(none))
+    last = np.maximum.accumulate(np.where(known, np.arange(len(c)), -1)) if len(c) else c
+    filled = np.where(known | (last < 0), c, c[np.maximum(last, 0)])
+    codes[order] = filled
+    k = len(made_ev)
+    f.by_time = np.zeros(f.n, dtype=bool)
+    f.by_time[made_ev] = np.isin(f.made[made_ev], list(none)) & ~np.isin(codes[:k], list(none))
+    f.made[made_ev], f.freed[freed_ev] = codes[:k], codes[k:]
+
+
+def _mark_by_time(f: StackFacts, d: Decisions) -> None:
+    """Say so in the reason of blocks whose context came from the time order."""
+    if f.by_time is None or not f.by_time.any():
+        return
+    for code in np.unique(d.why[f.by_time]).tolist():
+        text = d.reasons.values[code]
+        d.why[f.by_time & (d.why == code)] = d.reasons(f"{text} (no frames: by time)")
+
+
 def categorise_by_frames(allocations: pd.DataFrame, mem: pd.DataFrame, capture: Capture):
-    """``allocations`` with ``category`` and ``reason`` from :data:`FRAME_RULES`."""
+    """``allocations`` with ``category`` and ``reason`` from :data:`FRAME_RULES`, after
+    :func:`frameless_pass`."""
     if allocations.empty or capture.stacks is None:
         return allocations
     f = stack_facts(allocations, mem, capture)
+    frameless_pass(f)
     d = Decisions(f.n)
     for rule in FRAME_RULES:
         rule(f, d)
+    _mark_by_time(f, d)
     return allocations.assign(
         category=pd.Categorical.from_codes(d.cat, dtype=S.CATEGORY_DTYPE),
         reason=d.reasons.column(d.why),
