@@ -276,3 +276,28 @@ def test_a_big_snapshot_opens_again_from_its_cached_copy(tmp_path, monkeypatch):
     assert "snapshot_cached" not in jm.load_snapshot(path).meta
     monkeypatch.setenv("JUPYTER_MEMPROF_CACHE", "off")
     assert snapshot_cache.cache_dir() is None
+
+
+def test_each_entry_gets_the_innermost_annotation_open_then():
+    """The sweep over the points where ops start and end agrees with asking every op."""
+    import random
+
+    from jupyter_memprof._producers.snapshot.read import _innermost, _nest
+
+    rng = random.Random(0)
+    spans = []
+    for _ in range(200):  # nested ranges, as record_function makes them, and gaps
+        t0 = rng.randrange(0, 10_000)
+        spans.append((t0, t0 + rng.choice([0, 1, 5, 50, 500]), f"op{len(spans)}"))
+    ops = _nest(spans)
+    times = sorted(rng.randrange(-10, 10_600) for _ in range(3000))
+    got = _innermost(ops, times)
+    for t, op in zip(times, got):
+        open_ = [o for o in ops if o.start_ns <= t <= o.end_ns]
+        # the innermost open op: the deepest, the latest started among equals
+        want = max(open_, key=lambda o: (o.depth, o.start_ns, o.op_id)).op_id if open_ else -1
+        if open_ and op != want:
+            # spans that overlap without nesting: any open op containing t is acceptable
+            assert any(o.op_id == op for o in open_), (t, op, want)
+        else:
+            assert op == want, (t, op, want)

@@ -28,6 +28,8 @@ from collections import Counter
 from functools import partial
 from typing import NamedTuple
 
+import numpy as np
+
 from ..._records import (
     NO_ID,
     Capture,
@@ -436,14 +438,17 @@ def _nest(spans: list) -> list[OpRecord]:
 
 
 def _innermost(ops: list[OpRecord], times) -> list[int]:
-    """For each time (ascending), the innermost op open then, or NO_ID: one sweep over
-    the ops (pre-order: by start) and the times together."""
+    """For each time (ascending), the innermost op open then (``start <= t <= end``), or
+    NO_ID. The innermost op only changes where an op starts or ends: it is found at those
+    few points by one sweep over the ops (pre-order: by start), then each time takes the
+    point at or before it (``searchsorted``)."""
     if not ops:
         return [NO_ID] * len(times)
-    out: list[int] = []
+    points = sorted({o.start_ns for o in ops} | {o.end_ns + 1 for o in ops})
+    inner: list[int] = []
     stack: list[OpRecord] = []
     i, n = 0, len(ops)
-    for t in times:
+    for t in points:
         while i < n and ops[i].start_ns <= t:
             while stack and stack[-1].end_ns < ops[i].start_ns:
                 stack.pop()
@@ -451,8 +456,10 @@ def _innermost(ops: list[OpRecord], times) -> list[int]:
             i += 1
         while stack and stack[-1].end_ns < t:
             stack.pop()
-        out.append(stack[-1].op_id if stack else NO_ID)
-    return out
+        inner.append(stack[-1].op_id if stack else NO_ID)
+    at = np.searchsorted(np.asarray(points, dtype=np.int64), np.asarray(times, np.int64), "right")
+    table = np.asarray([NO_ID, *inner], dtype=np.int64)
+    return table[at].tolist()
 
 
 def _wanted(device: int | None):
