@@ -22,6 +22,7 @@ __all__ = [
     "load_ipython_extension",
     "load_many",
     "load_trace",
+    "load_snapshot",
     "profile",
     "release",
     "step",
@@ -57,6 +58,10 @@ def __getattr__(name: str):
         from ._frontends.traces import load_trace
 
         return load_trace
+    if name == "load_snapshot":
+        from ._frontends.snapshot import load_snapshot
+
+        return load_snapshot
     if name == "load_many":
         from ._frontends.ranks import load_many
 

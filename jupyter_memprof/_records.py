@@ -12,7 +12,11 @@ Producers today:
 - :mod:`jupyter_memprof._producers.torch_profiler` reads the event tree of
   ``torch.profiler.profile`` (a real run, started by :mod:`~jupyter_memprof._producers.recorder`);
 - estimate mode runs the code on fake tensors and records the same things through a
-  dispatch mode (:mod:`jupyter_memprof._producers.fake`; see docs/estimate.md).
+  dispatch mode (:mod:`jupyter_memprof._producers.fake`; see docs/estimate.md);
+- a torch memory snapshot (``torch.cuda.memory._dump_snapshot``) read from a file
+  (:mod:`jupyter_memprof._producers.snapshot`): allocator events with Python stacks
+  (:class:`Stacks`), recorded segments (:class:`SegmentRecord`), blocks older than its
+  history (:class:`OlderBlock`), and no ops but its annotations (see docs/snapshots.md).
 
 Only producers touch torch's private APIs (``torch._C`` and friends: the profiler's event
 tree, fake tensors, the autograd engine); from these records on, nothing does
@@ -31,6 +35,7 @@ Rules every producer keeps (the analysis relies on them):
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -154,6 +159,67 @@ class WatchedFree(NamedTuple):
     time_ns: int
 
 
+class StackContext(str, enum.Enum):
+    """What a Python stack says its allocation was part of (a producer's reading of the
+    frames; the outermost frame it recognises decides): the analysis's frame rules
+    (:mod:`jupyter_memprof._analysis.frame_rules`) turn it into categories."""
+
+    FORWARD = "forward"  # inside a module's forward (nn.Module.__call__)
+    BACKWARD = "backward"  # inside tensor.backward() / torch.autograd.backward / grad
+    OPTIMIZER_STEP = "optimizer_step"  # inside optimizer.step()
+    ZERO_GRAD = "zero_grad"  # inside zero_grad()
+    DATA = "data"  # inside torch.utils.data (a DataLoader, collate)
+    MODULE_TO = "module_to"  # inside Module.to() / .cuda() (Module._apply): parameters
+    MODULE_INIT = "module_init"  # inside a torch.nn module's __init__ / torch.nn.init
+    OTHER = "other"  # Python frames, none recognised
+    NONE = "none"  # no Python frames recorded
+
+
+class Frame(NamedTuple):
+    """One frame of a recorded stack."""
+
+    filename: str
+    line: int
+    name: str
+
+
+class Stacks(NamedTuple):
+    """The Python stacks of a producer that records one per allocator event (a memory
+    snapshot), each distinct stack once: by stack index, its frames (innermost first), its
+    :class:`StackContext` value and its callsite (the innermost user frame,
+    ``file.py:12 in fn``, or None); by memory record (as ``Trace.memory``) and by
+    :class:`OlderBlock`, the stack index or NO_ID."""
+
+    frames: list[tuple[Frame, ...]]
+    context: list[str]
+    callsite: list[str | None]
+    of_memory: list[int]
+    of_older: list[int]
+
+
+class SegmentRecord(NamedTuple):
+    """A recorded change of the caching allocator's reserved memory: a segment allocated
+    (``size > 0``) or freed (``size < 0``), or with expandable segments a range mapped or
+    unmapped. ``time_ns`` on the capture's clock; ``pool``: ``"small"`` or ``"large"``."""
+
+    time_ns: int
+    device: str
+    address: int
+    size: int
+    pool: str
+    stream: int
+
+
+class OlderBlock(NamedTuple):
+    """A block alive when the recorded history begins, known only from the allocator's
+    state at its end (a snapshot's ``segments``): alive throughout, no allocation or free
+    recorded."""
+
+    device: str
+    ptr: int
+    size: int
+
+
 class Capture(NamedTuple):
     """Everything one producer hands to the analysis."""
 
@@ -168,3 +234,10 @@ class Capture(NamedTuple):
     totals_start: dict[str, DeviceTotals] | None = None
     totals_end: dict[str, DeviceTotals] | None = None
     watched_frees: list[WatchedFree] | None = None
+    #: a producer that records Python stacks per allocator event instead of ops: the stacks
+    #: (read by :mod:`jupyter_memprof._analysis.frame_rules`); None for the others
+    stacks: Stacks | None = None
+    #: the allocator's own record of its segments (replaces the modelled ``segments``)
+    segments: list[SegmentRecord] | None = None
+    #: blocks alive throughout, older than what was recorded (a snapshot's final state)
+    older: list[OlderBlock] | None = None

@@ -35,6 +35,7 @@ def test_public_surface_is_small():
             "load_ipython_extension",
             "load_many",
             "load_trace",
+            "load_snapshot",
             "profile",
             "release",
             "step",
@@ -45,6 +46,7 @@ def test_public_surface_is_small():
     )
     from jupyter_memprof._errors import CaptureError, ProfileFileError
     from jupyter_memprof._frontends.capture import profile
+    from jupyter_memprof._frontends.snapshot import load_snapshot
     from jupyter_memprof._frontends.traces import load_any, load_trace
     from jupyter_memprof._results.profile import Profile
 
@@ -52,6 +54,7 @@ def test_public_surface_is_small():
     assert jupyter_memprof.Profile is Profile
     assert jupyter_memprof.load is load_any  # saved profiles, and traces by content
     assert jupyter_memprof.load_trace is load_trace
+    assert jupyter_memprof.load_snapshot is load_snapshot
     from jupyter_memprof._frontends.whatif import what_if
 
     assert jupyter_memprof.what_if is what_if

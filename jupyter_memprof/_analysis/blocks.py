@@ -119,6 +119,7 @@ def build_allocations(
     watched_frees: list | None = None,
     totals_end: dict | None = None,
     inferred: dict | None = None,
+    older: list | None = None,
 ) -> pd.DataFrame:
     """One row per block, from allocation to free.
 
@@ -137,11 +138,19 @@ def build_allocations(
     were freed (:func:`.lost_frees.frees_from_totals`; ``totals_end``: the totals at the stop;
     what it did per device is put in ``inferred``).
 
+    ``older``: blocks alive throughout that no event recorded (``Capture.older``).
+
     Rows: the blocks existing before the capture first, then by allocation time, then by
     free time; ties keep the order of (``allocation_id``, device) and blocks seen only as op
     inputs last, in order of first use.
     """
-    if mem.empty and untracked.empty and not totals_start and not (names["when"] == "start").any():
+    if (
+        mem.empty
+        and untracked.empty
+        and not totals_start
+        and not older
+        and not (names["when"] == "start").any()
+    ):
         return S.empty(S.ALLOCATIONS)  # nothing happened: skip pandas' fixed costs
     b = _pair_events(mem)
     live = _start_sizes(names) if (~b.has_a).any() or not untracked.empty else {}
@@ -150,6 +159,8 @@ def build_allocations(
     held_at_start = allocated_at_start(mem, totals_start)
     _add_baseline(b, mem, untracked, names, devices, held_at_start)
     _watched_frees(watched_frees, b)
+    if older:
+        _append_found(b, [(o.device, o.ptr, o.size) for o in older])
     # Preexisting blocks first (alloc_ns NA), then by allocation time.
     b.reorder(np.lexsort((b.free_ns, b.has_f, b.alloc_ns, b.has_a)))
     reported = b.has_f.copy()

@@ -21,6 +21,8 @@ from .allocator import model_profile
 from .allocator_config import AllocatorConfig
 from .categories import categorise
 from .distributed import end_unseen_frees
+from .frame_rules import categorise_by_frames
+from .recorded_segments import recorded_segments
 from .steps import build_steps
 from .timeline import build_events, build_timeline, with_reserved
 
@@ -95,12 +97,15 @@ def analyse(
     tables, mem = _record_tables(capture, stages, inferred)
     allocations, versions = categorise(tables)
     allocations = end_unseen_frees(allocations, tables["ops"])  # FSDP's, on gloo's threads
+    allocations = categorise_by_frames(allocations, mem, capture)  # a snapshot's stacks
     tables.update(allocations=allocations, versions=versions)
     stages.done(3)
     start_ns = _start_ns(capture.start_ns, tables["ops"], mem)
     end_ns = _time_tables(tables, mem, capture, start_ns, window)
     stages.done(4)
     segments, allocator_meta = model_profile(tables, allocator)
+    if capture.segments is not None:  # the allocator's own record
+        segments = recorded_segments(capture.segments, start_ns)
     tables["segments"] = segments
     stages.done(5)
     totals_start = capture.totals_start or {}
@@ -146,6 +151,7 @@ def _record_tables(
         watched_frees=capture.watched_frees,
         totals_end=capture.totals_end,
         inferred=inferred,
+        older=capture.older,
     )
     names_df = T.match_names(names_df, allocations)
     ops = T.finish_ops(ops, flows, allocations)

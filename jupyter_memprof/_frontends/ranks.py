@@ -27,7 +27,8 @@ def load_many(
     paths_or_glob : str or os.PathLike or list of them
         One glob pattern (``"run/rank*"``; ``{rank}`` counts as ``*``), a list of paths
         of saved profiles (zip files or Parquet folders) or of traces torch's profiler
-        wrote, or a folder of such traces, one per rank (``tensorboard_trace_handler``'s).
+        wrote, or memory snapshots (:func:`jupyter_memprof.load_snapshot`), or a folder of
+        such traces, one per rank (``tensorboard_trace_handler``'s).
     panel : bool, default True
         Also list each profile in this kernel's Memory profiles panel, labelled with its
         rank (``"step (rank 1)"``); :func:`jupyter_memprof.release` takes them out again.

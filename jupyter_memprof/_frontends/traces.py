@@ -94,12 +94,14 @@ def load_any(path: str | os.PathLike) -> Profile:
     Which one is told by the content, not the name: a zip file or a Parquet folder is a
     saved profile (read as :func:`jupyter_memprof._results.profile.load` reads it: no code
     from the file runs, sizes are checked before anything is decompressed, then every table
-    and metadata field); a JSON trace (plain or gzip) goes to :func:`load_trace`.
+    and metadata field); a JSON trace (plain or gzip) goes to :func:`load_trace`; a torch
+    memory snapshot (a pickle, or JSON naming ``segments`` or ``device_traces``) to
+    :func:`jupyter_memprof.load_snapshot`.
 
     Parameters
     ----------
     path : str or os.PathLike
-        The zip file, the Parquet folder or the trace.
+        The zip file, the Parquet folder, the trace or the memory snapshot.
 
     Returns
     -------
@@ -120,8 +122,13 @@ def load_any(path: str | os.PathLike) -> Profile:
     >>> jupyter_memprof.load("step.memprof").peak_by("category")  # doctest: +SKIP
     """
     from .._producers.kineto import looks_like_trace
+    from .._producers.snapshot.unpickle import is_snapshot_file
 
     p = _path(path)
+    if os.path.isfile(p) and is_snapshot_file(p):
+        from .snapshot import _load_snapshot
+
+        return _load_snapshot(p, remember=False)  # as a saved profile: not in the panel
     if os.path.isfile(p) and looks_like_trace(p):
         return load_trace(p)
     return load_saved(p)

@@ -245,6 +245,19 @@ META_FIELDS = {
         v, lambda x: type(x) is dict and all(nonneg_int(n) for n in x.values())
     ),
     "tensor_ids": lambda v: type(v) is bool,
+    # what made the profile, and what that producer cannot record (a memory snapshot)
+    "producer": _str,
+    "not_recorded": _str_list,
+    "snapshot_actions": lambda v: type(v) is dict and all(nonneg_int(n) for n in v.values()),
+    "snapshot_older_blocks": lambda v: (
+        type(v) is dict and all(_str(k) and nonneg_int(n) for k, n in v.items())
+    ),
+    "snapshot_ooms": lambda v: type(v) is list and all(_snapshot_oom(o) for o in v),
+    "snapshot_end_allocated": lambda v: _by_device(v, nonneg_int),
+    "snapshot_end_reserved": lambda v: _by_device(v, nonneg_int),
+    "snapshot_alloc_conf": _str,
+    "snapshot_alloc_conf_error": _str,
+    "snapshot_cached": lambda v: type(v) is bool,
     "snapshot_error": _str,
     "snapshot_oom": lambda v: (
         type(v) is dict
@@ -279,6 +292,19 @@ def _trace(v) -> bool:
             type(x) in (int, str, bool) and (type(x) is not str or _str(x))
             for k, x in v.items()
             if k != "oom_events"
+        )
+    )
+
+
+def _snapshot_oom(o) -> bool:
+    """One ``oom`` entry of a snapshot: its device, time, request and the device's free bytes."""
+    return (
+        type(o) is dict
+        and is_device_name(o.get("device"))
+        and all(is_int(o.get(k)) for k in ("time_ns", "size", "device_free", "stream"))
+        and all(
+            o.get(k) is None or is_int(o[k])
+            for k in ("allocated_bytes", "reserved_bytes", "largest_free_bytes")
         )
     )
 
