@@ -120,6 +120,7 @@ def synthetic_profile(events: int, *, per_step: int = 1000, seed: int = 0) -> Pr
             "name": pd.array([None] * n_blocks, dtype=S.STRING),
             "module": pd.array([None] * n_blocks, dtype=S.STRING),
             "module_reason": pd.array([None] * n_blocks, dtype=S.STRING),
+            "callsite": pd.array([None] * n_blocks, dtype=S.STRING),
         }
     )
     names = np.array(["aten::empty", "aten::mm", "aten::add", "aten::relu"])

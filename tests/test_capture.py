@@ -351,7 +351,7 @@ def _conventional_dtype(column: str) -> set[str]:
         return {"category"}  # repeated strings
     if column.endswith("_id") or column == "seq_nr":
         return {"int64", "Int64"}
-    if column in ("name", "reason", "module", "module_reason"):
+    if column in ("name", "reason", "module", "module_reason", "callsite"):
         return {"string", "category", "object"}
     if column == "mutated":
         return {"bool"}

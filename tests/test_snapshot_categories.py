@@ -177,6 +177,14 @@ def test_steps_from_optimizer_frames_and_the_leak_they_show():
     top = leaks.iloc[0]
     assert top["bytes_per_step"] == 64 * 1024 * 4
     assert str(top["category"]) == "activation"
+    # the leaking function, from the recorded stacks (a snapshot has no op for it; frames
+    # made from a CPU run name the function's first line, as torch's Python tracer does)
+    line = _leaky.__code__.co_firstlineno
+    assert top["callsite"].endswith(f"test_snapshot_categories.py:{line} in _leaky")
+    block = int(top["alloc_ids"][0])
+    assert prof.allocations.loc[block, "callsite"] == top["callsite"]
+    made = prof.lineage(block).query("relation == 'allocated'")
+    assert made["callsite"].tolist() == [top["callsite"]]
 
 
 def _frameless_backward(snap: dict) -> dict:

@@ -105,6 +105,7 @@ class _Blocks:
                 "name": S.no_strings(n),
                 "module": S.no_strings(n),
                 "module_reason": S.no_strings(n),
+                "callsite": S.no_strings(n),
             }
         )
         return S.conform(out, S.ALLOCATIONS, name="allocations")
@@ -174,6 +175,18 @@ def build_allocations(
     if len(b.dev) > n:  # a block split off what nothing named at the start
         b.reorder(np.lexsort((b.free_ns, b.has_f, b.alloc_ns, b.has_a)))
     return b.frame()
+
+
+def callsites_from_ops(allocations: pd.DataFrame, ops: pd.DataFrame) -> pd.DataFrame:
+    """Pass: each block's ``callsite`` is the callsite of the op that allocated it, where
+    the producer gave the block none (a snapshot's blocks have their stack's already)."""
+    if allocations.empty or ops.empty:
+        return allocations
+    op = allocations["alloc_op_id"].to_numpy(dtype=np.int64, na_value=-1)
+    by_op = pd.Series(ops["callsite"].astype(S.STRING).array, index=ops["op_id"].to_numpy())
+    site = by_op.reindex(op).array
+    have = allocations["callsite"].array
+    return allocations.assign(callsite=pd.array(np.where(have.isna(), site, have), dtype=S.STRING))
 
 
 def _pair_events(mem: pd.DataFrame) -> _Blocks:

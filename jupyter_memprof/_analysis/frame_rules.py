@@ -258,4 +258,5 @@ def categorise_by_frames(allocations: pd.DataFrame, mem: pd.DataFrame, capture: 
     return allocations.assign(
         category=pd.Categorical.from_codes(d.cat, dtype=S.CATEGORY_DTYPE),
         reason=d.reasons.column(d.why),
+        callsite=pd.array(f.callsite, dtype=S.STRING),
     )

@@ -262,7 +262,19 @@ def all_lineages(tables: dict[str, pd.DataFrame], alloc_ids=None) -> pd.DataFram
             "callsite": _op_strings(ops, "callsite", op_id),
         }
     )
-    return S.conform(out, LINEAGES, name="lineage")
+    return S.conform(_block_callsites(out, tables["allocations"]), LINEAGES, name="lineage")
+
+
+def _block_callsites(rows: pd.DataFrame, allocations: pd.DataFrame) -> pd.DataFrame:
+    """The block's own callsite on its ``allocated`` row where no op gives one (a
+    snapshot's blocks: the line comes from the recorded stack, not from an op)."""
+    made = (rows["relation"] == Relation.ALLOCATED.value).to_numpy() & rows["callsite"].isna()
+    if not made.any():
+        return rows
+    own = pd.Series(allocations["callsite"].array, index=allocations["alloc_id"].to_numpy())
+    site = rows["callsite"].array.copy()
+    site[made] = own.reindex(rows["alloc_id"].to_numpy()[made]).array
+    return rows.assign(callsite=site)
 
 
 def check_block(tables: dict[str, pd.DataFrame], alloc_id) -> int:

@@ -98,6 +98,7 @@ def analyse(
     allocations, versions = categorise(tables)
     allocations = end_unseen_frees(allocations, tables["ops"])  # FSDP's, on gloo's threads
     allocations = categorise_by_frames(allocations, mem, capture)  # a snapshot's stacks
+    allocations = B.callsites_from_ops(allocations, tables["ops"])
     tables.update(allocations=allocations, versions=versions)
     stages.done(3)
     start_ns = _start_ns(capture.start_ns, tables["ops"], mem)

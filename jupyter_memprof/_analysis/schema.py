@@ -70,6 +70,9 @@ ALLOCATIONS = {
     # extension: the module the block belongs to, and why (see _analysis/categories.py)
     "module": STRING,
     "module_reason": STRING,
+    # extension: the Python line that made the block (its allocating op's callsite, or the
+    # recorded stack's innermost user frame where a producer records stacks instead of ops)
+    "callsite": STRING,
 }
 
 VERSIONS = {
@@ -249,7 +252,7 @@ ADDED_TABLES: tuple[str, ...] = ("segments", "steps")
 #: Columns added after files of format 1 were first written: a saved table without them
 #: loads with them missing (NA).
 ADDED_COLUMNS: dict[str, tuple[str, ...]] = {
-    "allocations": ("module", "module_reason"),
+    "allocations": ("module", "module_reason", "callsite"),
     "names": ("module",),
     "events": ("reserved_bytes",),
     "steps": ("complete",),

@@ -266,9 +266,14 @@ def _survivors(tables: dict[str, pd.DataFrame], ends: np.ndarray) -> pd.DataFram
     a = tables["allocations"]
     alive = a[a["free_ns"].isna().to_numpy() & a["alloc_ns"].notna().to_numpy()]
     ops = tables["ops"]
+    # the block's own callsite; files saved before blocks had one: its allocating op's
     callsite = pd.Series(ops["callsite"].to_numpy(), index=ops["op_id"].to_numpy())
     site = callsite.reindex(alive["alloc_op_id"].to_numpy(dtype=np.int64, na_value=-1))
-    site = [None if pd.isna(v) else str(v) for v in site.tolist()]
+    own = alive["callsite"].astype(object).to_numpy()
+    site = [
+        str(o) if not pd.isna(o) else None if pd.isna(v) else str(v)
+        for o, v in zip(own.tolist(), site.tolist())
+    ]
     held = _held_names(tables["names"])
     ids = alive["alloc_id"].to_numpy()
     reached = _holding_paths(held, set(ids.tolist()))
