@@ -31,6 +31,7 @@ from .fake_copy import FakeCopier
 from .fake_dist import distributed_hooks
 from .fake_modes import PythonMode, RecordingMode, cuda_functions
 from .fake_recorder import FakeRecorder, cudnn_rnn_error
+from .fake_state import compiled_names, eager, real_state_kept
 from .live import SessionNames, held_rows
 from .recorder import _cell_namer, exclusive
 from .torch_profiler import FrameNamer
@@ -87,6 +88,7 @@ class FakeRun:
         self.end_rows: list = []
         self.names: SessionNames | None = None
         self._holding = False  # inside slot()
+        self.compiled_as_eager: list[str] = []  # torch.compile'd code run eagerly
 
     def _device_of(self, device: torch.device) -> str | None:
         if device.type == "meta":
@@ -138,11 +140,15 @@ class FakeRun:
         copies = self.copier.copied()
         for obj in copies:
             _register_held(rec, obj)
+        self.compiled_as_eager = compiled_names([fn, *copies])
         del copies
         self.copier.forget_copies()
         self.start_rows = SessionNames(self.ns(), deep=False).rows("start", rec.storage)
         remap = self.plan.compute if self.plan.simulated else None
         with contextlib.ExitStack() as stack:
+            stack.enter_context(real_state_kept())
+            if self.compiled_as_eager:
+                stack.enter_context(eager())
             if self.plan.compute is not None and self.plan.compute.type == "cuda":
                 stack.enter_context(self.plan.compute)  # factories default to the device
             stack.enter_context(distributed_hooks(rec))

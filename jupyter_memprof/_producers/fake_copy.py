@@ -17,6 +17,9 @@ optimizer state), so ``deepcopy`` never copies real data. ``.grad`` is carried e
 from __future__ import annotations
 
 import copy
+import functools
+import types
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
@@ -111,7 +114,24 @@ class FakeCopier:
                 if isinstance(value, torch.Tensor):
                     self.tensor(value)
         fake = copy.deepcopy(opt, self.memo)
+        _rewrap_scheduled_step(opt, fake)
         self._remember(opt, fake)
+        return fake
+
+    def other(self, obj: Any) -> Any:
+        """A fake copy of any other object that holds tensors, modules or optimizers (a
+        learning-rate scheduler, a ``GradScaler``, an EMA helper, the user's own trainer
+        state): every torch object it reaches is copied first, then the object itself with
+        :func:`copy.deepcopy` and that memo, so its references point at the fake copies
+        (a scheduler steps the fake optimizer) and no real data is copied. Its plain
+        attributes (counters, the scheduler's ``last_epoch``) are the copy's own."""
+        hit = self.memo.get(id(obj))
+        if hit is not None:
+            return hit
+        for value in _reach(obj):
+            self._convert(value)
+        fake = copy.deepcopy(obj, self.memo)
+        self._remember(obj, fake)
         return fake
 
     # -- anything ----------------------------------------------------------------------
@@ -138,6 +158,8 @@ class FakeCopier:
             if isinstance(obj, tuple) and hasattr(obj, "_fields"):
                 return type(obj)(*items)
             return type(obj)(items)
+        if _is_instance(obj) and holds_torch(obj):
+            return self.other(obj)
         return obj
 
     def release(self) -> None:
@@ -160,12 +182,70 @@ def _walk(obj: Any, depth: int = 0) -> Iterator[Any]:
             yield from _walk(v, depth + 1)
 
 
+_KINDS = (torch.Tensor, torch.nn.Module, torch.optim.Optimizer)
+
+
 def holds_torch(obj: Any) -> bool:
-    """Is ``obj`` a tensor, module or optimizer, or a container holding one?"""
-    kinds = (torch.Tensor, torch.nn.Module, torch.optim.Optimizer)
-    if isinstance(obj, kinds):
+    """Is ``obj`` a tensor, module or optimizer, a container holding one, or an object whose
+    attributes reach one (a scheduler holds its optimizer; a ``GradScaler`` its scale)?"""
+    if isinstance(obj, _KINDS):
         return True
-    return isinstance(obj, _CONTAINERS) and any(isinstance(v, kinds) for v in _walk(obj))
+    if isinstance(obj, _CONTAINERS):
+        return any(isinstance(v, _KINDS) or _is_instance(v) and holds_torch(v) for v in _walk(obj))
+    return _is_instance(obj) and any(isinstance(v, _KINDS) for v in _reach(obj))
+
+
+#: Types whose instances are never copied as "other objects": values, code, and torch's own
+#: objects that are not state (devices, dtypes, generators).
+_NOT_STATE = (
+    type, types.ModuleType, types.FunctionType, types.BuiltinFunctionType, types.MethodType,
+    functools.partial, str, bytes, int, float, complex, bool, type(None), range, slice,
+    torch.device, torch.dtype, torch.Generator, torch.Size,
+)  # fmt: skip
+
+
+def _is_instance(obj: Any) -> bool:
+    """Whether ``obj`` is an object with its own attributes that a step may change (not a
+    value, class, module, function or torch descriptor)."""
+    return not isinstance(obj, _NOT_STATE) and hasattr(obj, "__dict__")
+
+
+def _reach(obj: Any, depth: int = 0) -> Iterator[Any]:
+    """Torch objects (tensors, modules, optimizers) an object's attributes reach, through
+    containers and other objects' attributes, a few levels deep."""
+    if depth > 3:
+        return
+    try:
+        values = list(vars(obj).values())
+    except TypeError:
+        return
+    for value in values:
+        for v in (value, *_walk(value)):
+            if isinstance(v, _KINDS):
+                yield v
+            elif _is_instance(v):
+                yield from _reach(v, depth + 1)
+
+
+def _rewrap_scheduled_step(real: torch.optim.Optimizer, fake: torch.optim.Optimizer) -> None:
+    """A learning-rate scheduler wraps its optimizer's ``step`` in an instance attribute
+    whose closure holds a weak reference to *that* optimizer (a deep copy drops it, or would
+    keep stepping the real one). The copy gets its own wrapper, for itself, so the fake
+    scheduler sees its optimizer stepped as the real one would."""
+    step = vars(real).get("step")
+    if step is None or not getattr(step, "_wrapped_by_lr_sched", False):
+        return
+    owner = weakref.ref(fake)
+    func = type(fake).step
+
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        opt = owner()
+        opt._opt_called = True
+        return func(opt, *args, **kwargs)
+
+    wrapper._wrapped_by_lr_sched = True
+    fake.step = wrapper
 
 
 def _module_tensors(m: torch.nn.Module) -> Iterator[torch.Tensor]:

@@ -1,0 +1,76 @@
+"""What a fake run keeps as it was, and what it runs differently from the real step.
+
+- **Random number generators**: the step may draw numbers (dropout's masks are fake, but a
+  data pipeline's ``torch.randint``, Python's ``random`` or NumPy's generator are not);
+  :func:`real_state_kept` saves every generator's state before the run and puts it back
+  after, so the real training run draws the same numbers as if no estimate had been made.
+- **torch.compile**: a fake run follows eager code. Compiled modules and functions
+  (:func:`compiled_names`) run their original Python while the run lasts (:func:`eager`),
+  and the profile says that the eager peak was estimated (``meta["compiled_as_eager"]``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+
+
+@contextlib.contextmanager
+def real_state_kept() -> Iterator[None]:
+    """Save the random generators' states (torch's CPU and CUDA ones, Python's ``random``,
+    NumPy's global one when NumPy is loaded) and restore them when the block ends."""
+    cpu = torch.get_rng_state()
+    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
+    py = random.getstate()
+    np = sys.modules.get("numpy")
+    np_state = np.random.get_state() if np is not None else None
+    try:
+        yield
+    finally:
+        torch.set_rng_state(cpu)
+        if cuda is not None:
+            torch.cuda.set_rng_state_all(cuda)
+        random.setstate(py)
+        if np_state is not None:
+            np.random.set_state(np_state)
+
+
+def compiled_names(objects: list[Any]) -> list[str]:
+    """Names of the ``torch.compile``'d modules and functions among ``objects`` (a compiled
+    module's ``OptimizedModule`` wrapper, a module compiled in place with ``.compile()``, a
+    compiled function), and of compiled modules inside the modules given."""
+    names: list[str] = []
+    for obj in objects:
+        if isinstance(obj, torch.nn.Module):
+            for m in obj.modules():
+                name = _compiled_module(m)
+                if name is not None and name not in names:
+                    names.append(name)
+        elif callable(obj) and getattr(obj, "_torchdynamo_orig_callable", None) is not None:
+            orig = obj._torchdynamo_orig_callable
+            names.append(f"{getattr(orig, '__name__', type(orig).__name__)}()")
+    return names
+
+
+def _compiled_module(m: torch.nn.Module) -> str | None:
+    if getattr(m, "_compiled_call_impl", None) is not None:
+        return type(m).__name__
+    orig = getattr(m, "_orig_mod", None)
+    if isinstance(orig, torch.nn.Module) and type(m).__name__ == "OptimizedModule":
+        return type(orig).__name__
+    return None
+
+
+@contextlib.contextmanager
+def eager() -> Iterator[None]:
+    """torch.compile off while the block lasts: compiled modules and functions run their
+    original eager code (what a fake run can follow)."""
+    import torch._dynamo  # loaded already: something was compiled
+
+    with torch._dynamo.config.patch(disable=True):
+        yield
