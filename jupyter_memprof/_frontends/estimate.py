@@ -224,12 +224,16 @@ def run_estimate(
     remember: bool = True,
     gpu: Gpu | None = None,
     world_size: int | None = None,
+    passed: int = 1,
 ) -> Profile:
     """The work behind :func:`estimate` and ``%%memprofile --estimate``: ``names`` are the
     variables the real objects are known by (they name the fake copies). ``prepare(copier,
     args, kwargs)`` changes the fake copies before the step runs and returns the arguments
     to call it with (:func:`jupyter_memprof.what_if`). ``remember=False`` leaves the profile
-    out of the session's list (the probes of :func:`jupyter_memprof.fit`)."""
+    out of the session's list (the probes of :func:`jupyter_memprof.fit`). Objects other
+    than tensors, modules and optimizers (a scheduler) are copied where they were passed:
+    items of ``args`` (``passed=1``), or items of its containers (``passed=2``: the magic
+    passes the notebook's objects in a dict)."""
     where = plan(device)
     gpu = gpu or parse_gpu(None)
     ns, real_globals = globals_read(fn)
@@ -244,7 +248,7 @@ def run_estimate(
     t0 = time.perf_counter()
     try:
         with run.slot(), _world(world_size):  # the slot first: a busy one is said at once
-            fargs = run.convert(args)
+            fargs = run.convert(args, passed)
             fkwargs = run.convert(kwargs)
             fglobals = run.convert(real_globals)
             if prepare is not None:
@@ -331,6 +335,7 @@ def estimate_cell(shell, code, *, label: str, **options: Any) -> Profile:
             {},
             names=real,
             label=label,
+            passed=2,
             **options,
         )
     finally:

@@ -31,7 +31,7 @@ from .fake_copy import FakeCopier
 from .fake_dist import distributed_hooks
 from .fake_modes import PythonMode, RecordingMode, cuda_functions
 from .fake_recorder import FakeRecorder, cudnn_rnn_error
-from .fake_state import compiled_names, eager, real_state_kept
+from .fake_state import as_real, compiled_names, eager, real_state_kept
 from .live import SessionNames, held_rows
 from .recorder import _cell_namer, exclusive
 from .torch_profiler import FrameNamer
@@ -83,6 +83,8 @@ class FakeRun:
         self.recorder = FakeRecorder(self._device_of, FrameNamer(_cell_namer()))
         self.recorder.foreach_optimizers = where.simulated
         self.recorder.gpu = gpu if targets_cuda(where) else None
+        self.recorder.mode_fake = self.mode
+        self.copier.known = self.recorder.known
         self._namespace = namespace
         self.start_rows: list = []
         self.end_rows: list = []
@@ -104,8 +106,8 @@ class FakeRun:
             self._device_names[device] = name
         return name
 
-    def convert(self, obj: Any) -> Any:
-        return self.copier.convert(obj)
+    def convert(self, obj: Any, passed: int = 1) -> Any:
+        return self.copier.convert(obj, passed)
 
     def ns(self) -> dict:
         return self._namespace(self.copier.fakes) if self._namespace else {}
@@ -147,6 +149,7 @@ class FakeRun:
         remap = self.plan.compute if self.plan.simulated else None
         with contextlib.ExitStack() as stack:
             stack.enter_context(real_state_kept())
+            stack.enter_context(as_real())
             if self.compiled_as_eager:
                 stack.enter_context(eager())
             if self.plan.compute is not None and self.plan.compute.type == "cuda":

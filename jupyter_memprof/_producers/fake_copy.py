@@ -25,6 +25,8 @@ from typing import Any
 
 import torch
 
+from .._errors import EstimateError
+
 _CONTAINERS = (list, tuple, dict)
 
 
@@ -40,6 +42,7 @@ class FakeCopier:
         self.fakes: dict[int, Any] = {}  # id(real) -> fake, the objects passed (for naming)
         self._keep: list[Any] = []  # the real objects, so their ids stay theirs
         self.cpu_scalars: list[torch.Tensor] = []  # fake scalars kept on the CPU
+        self.known = None  # fake_known.KnownValues: the values of integer inputs
 
     # -- tensors ------------------------------------------------------------------------
     def tensor(self, t: torch.Tensor) -> torch.Tensor:
@@ -74,6 +77,8 @@ class FakeCopier:
         grad = t.grad if t.is_leaf else None
         if grad is not None:
             fake.grad = self.tensor(grad)
+        if self.known is not None and not scalar:
+            self.known.seed(t, fake)
         self._remember(t, fake)
         return fake
 
@@ -130,36 +135,46 @@ class FakeCopier:
             return hit
         for value in _reach(obj):
             self._convert(value)
-        fake = copy.deepcopy(obj, self.memo)
+        try:
+            fake = copy.deepcopy(obj, self.memo)
+        except Exception as exc:  # an object deepcopy cannot copy (locks, handles, C state)
+            raise EstimateError(
+                f"estimate() could not copy the {type(obj).__name__} it was given ("
+                f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}): pass "
+                "the tensors, modules and optimizers it holds instead"
+            ) from None
         self._remember(obj, fake)
         return fake
 
     # -- anything ----------------------------------------------------------------------
-    def convert(self, obj: Any) -> Any:
+    def convert(self, obj: Any, passed: int = 1) -> Any:
         """``obj`` with every tensor, module and optimizer replaced by its fake copy; lists,
-        tuples (named ones too) and dicts are rebuilt, everything else is passed as is."""
-        fake = self._convert(obj)
+        tuples (named ones too) and dicts are rebuilt. Other objects that reach torch objects
+        (:meth:`other`) are copied where they were passed themselves: ``obj``, or an item of
+        containers at most ``passed`` levels down (the arguments tuple: 1); everything else
+        is passed as is."""
+        fake = self._convert(obj, passed)
         for real, f in ((obj, fake), *zip(_walk(obj), _walk(fake))):
             if isinstance(real, (torch.Tensor, torch.nn.Module, torch.optim.Optimizer)):
                 self.fakes[id(real)] = f
         return fake
 
-    def _convert(self, obj: Any) -> Any:
+    def _convert(self, obj: Any, passed: int = -1) -> Any:
         if isinstance(obj, torch.Tensor):
             return self.tensor(obj)
         if isinstance(obj, torch.nn.Module):
             return self.module(obj)
         if isinstance(obj, torch.optim.Optimizer):
             return self.optimizer(obj)
-        if isinstance(obj, _CONTAINERS) and holds_torch(obj):
+        if isinstance(obj, _CONTAINERS) and (holds_torch(obj) or passed > 0 and _reaches(obj)):
             if isinstance(obj, dict):
-                return type(obj)((k, self._convert(v)) for k, v in obj.items())
-            items = [self._convert(v) for v in obj]
+                return type(obj)((k, self._convert(v, passed - 1)) for k, v in obj.items())
+            items = [self._convert(v, passed - 1) for v in obj]
             if isinstance(obj, tuple) and hasattr(obj, "_fields"):
                 return type(obj)(*items)
             return type(obj)(items)
-        if _is_instance(obj) and holds_torch(obj):
-            return self.other(obj)
+        if passed >= 0 and _is_instance(obj) and holds_torch(obj):
+            return self.other(obj)  # passed itself (not found inside a container)
         return obj
 
     def release(self) -> None:
@@ -191,7 +206,7 @@ def holds_torch(obj: Any) -> bool:
     if isinstance(obj, _KINDS):
         return True
     if isinstance(obj, _CONTAINERS):
-        return any(isinstance(v, _KINDS) or _is_instance(v) and holds_torch(v) for v in _walk(obj))
+        return any(isinstance(v, _KINDS) for v in _walk(obj))
     return _is_instance(obj) and any(isinstance(v, _KINDS) for v in _reach(obj))
 
 
@@ -202,6 +217,11 @@ _NOT_STATE = (
     functools.partial, str, bytes, int, float, complex, bool, type(None), range, slice,
     torch.device, torch.dtype, torch.Generator, torch.Size,
 )  # fmt: skip
+
+
+def _reaches(obj: Any) -> bool:
+    """Whether a container holds an object whose attributes reach torch objects."""
+    return any(_is_instance(v) and holds_torch(v) for v in _walk(obj, 3))
 
 
 def _is_instance(obj: Any) -> bool:

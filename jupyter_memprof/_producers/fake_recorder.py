@@ -57,6 +57,7 @@ from .._vocab import OpKind
 from . import cuda_kernels
 from .cpu_kernels import _SIZE_RULES
 from .dtensor import local_tensor
+from .fake_known import UNKNOWN, KnownValues
 from .fake_values import stand_in
 from .live import STEP_LISTENERS
 from .torch_profiler import FrameNamer
@@ -139,6 +140,8 @@ class FakeRecorder:
         self.gpu: cuda_kernels.Gpu | None = None  # CUDA's kernel choices follow this GPU
         self.not_modelled: dict[str, str] = {}  # CUDA op -> kernel memory no rule covers
         self.scalars: dict[str, str] = {}  # user's line -> data-dependent scalar answered
+        self.known = KnownValues()  # real values of inputs (ids, masks) and what they make
+        self.mode_fake = None  # the run's FakeTensorMode
         self.pinned: dict[int, str] = {}  # storage key -> device, over device_of
         self.active = False
         self.in_autograd = 0
@@ -363,16 +366,14 @@ class FakeRecorder:
                 f"copy{self._where(op_id)}: pass it to estimate() as an argument, or create it "
                 "inside the estimated code"
             )
+        written = [a for a, f in zip(args, flags) if f] + [
+            a for k, a in kwargs.items() if by_name.get(k, False)
+        ]
+        known = self.known.run(func, args, kwargs, written)
         try:
             out = func(*args, **kwargs)
         except _DATA_DEPENDENT:
-            out = stand_in(func, args, self.ops[op_id][10])
-            if out is None:
-                raise EstimateError(
-                    f"{self._what(op_id)} needs tensor values, which a fake run does not have "
-                    f"(data-dependent output){self._where(op_id)}: {_NO_VALUES}"
-                ) from None
-            self.scalars.setdefault(self.ops[op_id][13] or name, f"{name}: {out!r}")
+            out = self._data_dependent(func, args, op_id, known)
         except UnsupportedOperatorException:
             raise EstimateError(
                 f"{self._what(op_id)} has no fake (meta) implementation, so it cannot run on "
@@ -392,6 +393,9 @@ class FakeRecorder:
                 f"tensors ({_first_line(exc)}){self._where(op_id)}"
                 + (CUDNN_HINT if "cudnn" in name else "")
             ) from None
+        if known is UNKNOWN:
+            known = self.known.run_factory(func, args, kwargs, out)
+        self.known.learn(out, known)
         self._record_outputs(func, op_id, out, args, kwargs)
         self.close(op_id)
         return out
@@ -473,6 +477,22 @@ class FakeRecorder:
     def _free_all(self, op_id: int, device: str, blocks: list) -> None:
         for ptr, n, tid in reversed(blocks):
             self.memory.append(MemoryRecord(self.tick(), ptr, -n, tid, tid, device, op_id))
+
+    def _data_dependent(self, func, args: tuple, op_id: int, known):
+        """The answer to an op that needs values: the real one where the values are known
+        (:mod:`.fake_known`), a stand-in inside optimizer steps and GradScaler
+        (:mod:`.fake_values`, noted in ``scalars``), else an EstimateError."""
+        if known is not UNKNOWN:
+            return self.known.fake_of(self.mode_fake, known)
+        name = func._schema.name
+        out = stand_in(func, args, self.ops[op_id][10])
+        if out is None:
+            raise EstimateError(
+                f"{self._what(op_id)} needs tensor values, which a fake run does not have "
+                f"(data-dependent output){self._where(op_id)}: {_NO_VALUES}"
+            ) from None
+        self.scalars.setdefault(self.ops[op_id][13] or name, f"{name}: {out!r}")
+        return out
 
     def _what(self, op_id: int) -> str:
         """The op and the shapes of its tensor inputs: ``aten::mm on [4, 8], [8, 2]``."""

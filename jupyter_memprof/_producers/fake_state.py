@@ -74,3 +74,45 @@ def eager() -> Iterator[None]:
 
     with torch._dynamo.config.patch(disable=True):
         yield
+
+
+# -- code outside torch that asks whether a tensor is fake --------------------------------------
+class _AskedOutsideTorch(type):
+    """``isinstance(t, torch._subclasses.FakeTensor)`` answered for the code that asks: torch's
+    own modules get the truth (their meta kernels need it); any other code (a library that
+    takes another path when it sees a fake tensor, thinking it is being traced) is told no,
+    as it would be told on the real step."""
+
+    def __instancecheck__(cls, obj) -> bool:
+        return _torch_asks() and isinstance(obj, _FAKE)
+
+    def __subclasscheck__(cls, sub) -> bool:
+        return _torch_asks() and issubclass(sub, _FAKE)
+
+
+def _torch_asks() -> bool:
+    name = sys._getframe(2).f_globals.get("__name__", "")
+    return name == "torch" or name.startswith("torch.")
+
+
+class FakeTensorForTorchOnly(metaclass=_AskedOutsideTorch):
+    """What ``torch._subclasses.FakeTensor`` names while a fake run lasts (:func:`as_real`)."""
+
+
+_FAKE = torch._subclasses.fake_tensor.FakeTensor
+
+
+@contextlib.contextmanager
+def as_real() -> Iterator[None]:
+    """While the block lasts, code outside torch that checks for fake tensors through
+    ``torch._subclasses.FakeTensor`` (transformers' ``is_tracing()``: another mask-building
+    path, data-dependent checks skipped) finds none, so it takes the path the real step
+    takes. One general rule, not a patch per library; torch's own code still sees them."""
+    import torch._subclasses as subclasses
+
+    saved = subclasses.FakeTensor
+    subclasses.FakeTensor = FakeTensorForTorchOnly
+    try:
+        yield
+    finally:
+        subclasses.FakeTensor = saved
