@@ -88,3 +88,60 @@ def test_a_compiled_model_is_estimated_eagerly_and_says_so():
     plain = jupyter_memprof.estimate(step, model, opt, torch.randn(8, 16))
     assert plain.meta["compiled_as_eager"] == []
     assert prof.peak().attrs["peak_bytes"] == plain.peak().attrs["peak_bytes"]
+
+
+# -- what_if(checkpoint=...) on HF Llama with its default cache and an attention mask ----------
+def _llama_and_step(padded: bool, use_cache: bool | None = None):
+    import transformers
+    from bench_estimate_models import _llama_config
+
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(_llama_config())
+    opt = torch.optim.AdamW(model.parameters())
+    ids, mask = torch.randint(0, 512, (4, 64)), torch.ones(4, 64, dtype=torch.long)
+    if padded:
+        mask[0, :5] = 0
+    extra = {} if use_cache is None else {"use_cache": use_cache}
+
+    def step(model, opt, ids, mask):
+        model(input_ids=ids, attention_mask=mask, labels=ids, **extra).loss.backward()
+        opt.step()
+        opt.zero_grad()
+
+    step(model, opt, ids, mask)
+    return step, (model, opt, ids, mask)
+
+
+def _checkpointed_by_hand(model):
+    import functools
+
+    import torch.utils.checkpoint as cp
+
+    for layer in model.model.layers:
+        layer.forward = functools.partial(cp.checkpoint, layer.forward, use_reentrant=False)
+
+
+@pytest.mark.parametrize(("padded", "use_cache"), [(False, None), (True, False)])
+def test_what_if_checkpoint_on_llama_matches_the_step_checkpointed_by_hand(padded, use_cache):
+    step, objs = _llama_and_step(padded, use_cache)
+    cmp = jupyter_memprof.what_if(step, *objs, checkpoint=["model.layers.*"])
+    predicted = cmp.b.peak().attrs["peak_bytes"]
+    _checkpointed_by_hand(objs[0])
+    with jupyter_memprof.profile() as real:
+        step(*objs)
+    actual = real.peak().attrs["peak_bytes"]
+    assert abs(predicted - actual) / actual <= 0.02, (predicted, actual)
+
+
+def test_what_if_checkpoint_with_a_cache_that_grows_on_recompute_is_one_line():
+    """Before: a raw broadcasting RuntimeError and a long torch traceback. The real step
+    checkpointed by hand fails the same way (the cache grows when a layer is recomputed)."""
+    step, objs = _llama_and_step(padded=True)
+    with pytest.raises(jupyter_memprof.EstimateError) as err:
+        jupyter_memprof.what_if(step, *objs, checkpoint=["model.layers.*"])
+    text = str(err.value)
+    assert "\n" not in text and text.startswith("aten::add on [4, 4, 64, 128], [4, 1, 64, 64]")
+    assert "test_estimate_models.py:" in text and "use_cache=False" in text
+    _checkpointed_by_hand(objs[0])
+    with pytest.raises(RuntimeError, match="must match the size"):
+        step(*objs)

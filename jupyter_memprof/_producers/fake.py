@@ -31,7 +31,7 @@ from .fake_copy import FakeCopier
 from .fake_dist import distributed_hooks
 from .fake_modes import PythonMode, RecordingMode, cuda_functions
 from .fake_recorder import FakeRecorder, cudnn_rnn_error
-from .fake_state import as_real, compiled_names, eager, real_state_kept
+from .fake_state import as_real, compiled_names, eager, quiet_fake_logs, real_state_kept
 from .live import SessionNames, held_rows
 from .recorder import _cell_namer, exclusive
 from .torch_profiler import FrameNamer
@@ -150,6 +150,7 @@ class FakeRun:
         with contextlib.ExitStack() as stack:
             stack.enter_context(real_state_kept())
             stack.enter_context(as_real())
+            stack.enter_context(quiet_fake_logs())
             if self.compiled_as_eager:
                 stack.enter_context(eager())
             if self.plan.compute is not None and self.plan.compute.type == "cuda":

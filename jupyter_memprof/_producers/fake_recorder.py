@@ -384,7 +384,7 @@ class FakeRecorder:
             if _has_meta(func):  # the op's own error, as the real run would raise it
                 raise EstimateError(
                     f"{self._what(op_id)} failed{self._where(op_id)}: {_first_line(exc)} "
-                    "(the step run for real fails there too: fix the shapes at that line)"
+                    f"(the step run for real fails there too: {self._fix(op_id)})"
                 ) from None
             # No meta kernel: fake tensors ran the real kernel on stand-in inputs, and it
             # failed (cuDNN's RNN backward does, on a GPU: its weight buffer is not there).
@@ -493,6 +493,20 @@ class FakeRecorder:
             ) from None
         self.scalars.setdefault(self.ops[op_id][13] or name, f"{name}: {out!r}")
         return out
+
+    def _fix(self, op_id: int) -> str:
+        """What to do about an op that fails on its shapes: a forward op run during backward
+        is a checkpointed module computed again, which saw other state than the first time
+        (a key/value cache it appended to)."""
+        in_backward = self.ops[op_id][9]
+        node = torch._C._current_autograd_node()
+        if in_backward and (node is None or "Checkpoint" in node.name() or self.in_autograd):
+            return (
+                "a checkpointed module computed again in backward saw other state than in "
+                "forward, such as a key/value cache it appended to: call the model with "
+                "use_cache=False, as transformers does under gradient checkpointing"
+            )
+        return "fix the shapes at that line"
 
     def _what(self, op_id: int) -> str:
         """The op and the shapes of its tensor inputs: ``aten::mm on [4, 8], [8, 2]``."""

@@ -12,12 +12,26 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import random
 import sys
 from collections.abc import Iterator
 from typing import Any
 
 import torch
+
+
+@contextlib.contextmanager
+def quiet_fake_logs() -> Iterator[None]:
+    """torch's fake tensors log the whole traceback of a meta kernel that fails (a shape
+    error) before raising it; the run reports it as one line instead."""
+    logger = logging.getLogger("torch._subclasses.fake_tensor")
+    level = logger.level
+    logger.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
 
 
 @contextlib.contextmanager
