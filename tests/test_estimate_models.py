@@ -145,3 +145,17 @@ def test_what_if_checkpoint_with_a_cache_that_grows_on_recompute_is_one_line():
     _checkpointed_by_hand(objs[0])
     with pytest.raises(RuntimeError, match="must match the size"):
         step(*objs)
+
+
+def test_cpu_bf16_matmul_scratch_is_named_as_not_modelled():
+    step, objs = MODELS["ViT, bf16 autocast"]()
+    step(*objs)
+    prof = jupyter_memprof.estimate(step, *objs, device="cpu")
+    missing = prof.meta["kernel_memory_not_modelled"]
+    assert "oneDNN" in missing["aten::mm"]
+    assert "kernel memory not modelled in" in prof.summary()["note"]
+    f32 = MODELS["ViT, SGD Nesterov"]()
+    assert (
+        jupyter_memprof.estimate(f32[0], *f32[1], device="cpu").meta["kernel_memory_not_modelled"]
+        == {}
+    )

@@ -56,6 +56,7 @@ from .._records import (
 from .._vocab import OpKind
 from . import cuda_kernels
 from .cpu_kernels import _SIZE_RULES
+from .cpu_kernels import not_modelled as cpu_not_modelled
 from .dtensor import local_tensor
 from .fake_known import UNKNOWN, KnownValues
 from .fake_values import stand_in
@@ -410,6 +411,9 @@ class FakeRecorder:
         if device == "cpu":
             rule = _SIZE_RULES.get(func) if SIZE_RULES else None
             sizes = rule(_bind(func, args, kwargs)) if rule is not None else None
+            missing = cpu_not_modelled(func, args) if rule is None else None
+            if missing is not None:
+                self.not_modelled.setdefault(func._schema.name, missing)
         elif device is not None and self.gpu is not None:
             sizes = self._cuda_sizes(func, device, args, kwargs)
         outs, temps = sizes or ({}, [])
