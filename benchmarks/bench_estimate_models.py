@@ -2,6 +2,7 @@
 
     python benchmarks/bench_estimate_models.py          # every model
     python benchmarks/bench_estimate_models.py llama    # the models whose name has "llama"
+    python benchmarks/bench_estimate_models.py compile  # the compiled model (slow: inductor)
 
 Each model is a ``transformers`` model built from a tiny config (random weights, nothing
 downloaded) with the optimizer, schedule and tricks its users pair it with. One step is run
@@ -195,6 +196,23 @@ def llama_lora():
     return step, (model, opt, ids, mask)
 
 
+def compiled_mlp():
+    """A torch.compile'd model (inductor): the estimate follows the eager code and says so."""
+    _seed()
+    model = nn.Sequential(nn.Linear(256, 1024), nn.GELU(), nn.Linear(1024, 1024), nn.GELU(),
+                          nn.Linear(1024, 10))  # fmt: skip
+    compiled = torch.compile(model)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    x, y = torch.randn(64, 256), torch.randint(0, 10, (64,))
+
+    def step(model, opt, x, y):
+        F.cross_entropy(model(x), y).backward()
+        opt.step()
+        opt.zero_grad()
+
+    return step, (compiled, opt, x, y)
+
+
 MODELS = {
     "BERT, AdamW": bert,
     "T5, Adafactor": t5_adafactor,
@@ -204,6 +222,8 @@ MODELS = {
     "Llama, AdamW + cosine + clipping": llama_adamw,
     "LoRA on a frozen Llama": llama_lora,
 }
+#: Run only when asked for by name (compiling takes a while): the eager peak is estimated.
+SLOW = {"torch.compile'd MLP (inductor)": compiled_mlp}
 
 
 # -- the comparison ------------------------------------------------------------------------------
@@ -246,7 +266,10 @@ def compare(make) -> dict:
         "error": (pe - pr) / pr,
         "seconds": seconds,
         "changed": changed,
-        "notes": est.meta.get("kernel_memory_not_modelled") or {},
+        "notes": {
+            **(est.meta.get("kernel_memory_not_modelled") or {}),
+            **{f"eager: {n}": "" for n in est.meta.get("compiled_as_eager") or []},
+        },
     }
 
 
@@ -256,8 +279,10 @@ def main(argv: list[str]) -> int:
         return 1
     wanted = [a.lower() for a in argv]
     print(f"{'model':34} {'estimate':>12} {'real':>12} {'error':>8} {'s':>5} changed")
-    for name, make in MODELS.items():
+    for name, make in {**MODELS, **SLOW}.items():
         if wanted and not any(w in name.lower() for w in wanted):
+            continue
+        if name in SLOW and not wanted:
             continue
         r = compare(make)
         print(
