@@ -238,3 +238,30 @@ def test_a_shape_error_is_one_line_naming_op_shape_and_line():
     assert text.startswith("aten::addmm on [4], [3, 9], [16, 4] failed at ")
     assert f"test_estimate_real_objects.py:{line} in step" in text
     assert "fix the shapes at that line" in text
+
+
+def test_an_error_inside_torchs_own_code_is_one_line_naming_the_users_line():
+    """Torch's Python code meeting something a fake run lacks raised its own exception
+    (FakeTensorMode's AssertionError); now one EstimateError line with the user's line."""
+    ns: dict = {}
+    code = "def deep(x):\n    assert False, 'Mixing fake modes NYI'\n"
+    exec(compile(code, "/venv/site-packages/torch/_subclasses/inner.py", "exec"), ns)
+
+    def step(x):
+        return ns["deep"](x * 2)
+
+    with pytest.raises(EstimateError) as err:
+        estimate(step, torch.ones(3))
+    line = step.__code__.co_firstlineno + 1
+    text = str(err.value)
+    assert "\n" not in text
+    assert text.startswith(
+        "AssertionError inside torch (_subclasses/inner.py) on fake tensors at "
+        f"test_estimate_real_objects.py:{line} in step: Mixing fake modes NYI; "
+    )
+
+    def mine(x):
+        raise TypeError("the user's own error")
+
+    with pytest.raises(TypeError, match="the user's own error"):
+        estimate(mine, torch.ones(3))

@@ -31,7 +31,14 @@ from .fake_copy import FakeCopier
 from .fake_dist import distributed_hooks
 from .fake_modes import PythonMode, RecordingMode, cuda_functions
 from .fake_recorder import FakeRecorder, cudnn_rnn_error
-from .fake_state import as_real, compiled_names, eager, quiet_fake_logs, real_state_kept
+from .fake_state import (
+    as_real,
+    compiled_names,
+    eager,
+    internal_error,
+    quiet_fake_logs,
+    real_state_kept,
+)
 from .live import SessionNames, held_rows
 from .recorder import _cell_namer, exclusive
 from .torch_profiler import FrameNamer
@@ -166,8 +173,8 @@ class FakeRun:
                 # what fn returns stays alive until the recording stops, as a variable holding
                 # it would in a capture (kept: a list of every step's losses is still there)
                 result = fn(*args, **kwargs)
-            except RuntimeError as exc:
-                error = cudnn_rnn_error(exc, rec)
+            except Exception as exc:
+                error = cudnn_rnn_error(exc, rec) or internal_error(exc, rec.namer)
                 if error is None:
                     raise
                 raise error from None

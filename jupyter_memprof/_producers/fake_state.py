@@ -130,3 +130,42 @@ def as_real() -> Iterator[None]:
         yield
     finally:
         subclasses.FakeTensor = saved
+
+
+# -- errors torch's own code raises on fake tensors ---------------------------------------------
+#: What torch's Python code raises when it meets something a fake run does not have.
+_INTERNAL = (AssertionError, RuntimeError, TypeError, NotImplementedError, AttributeError)
+
+
+def internal_error(exc: BaseException, namer) -> Exception | None:
+    """One :class:`~jupyter_memprof.EstimateError` line for an exception raised inside torch's
+    own code during a fake run (an ``AssertionError`` of FakeTensorMode, a ``TypeError`` of a
+    kernel wrapper), naming it, torch's line and the user's line; ``None`` for exceptions the
+    user's code raised itself (they propagate as they are)."""
+    from .._errors import EstimateError
+
+    if not isinstance(exc, _INTERNAL) or isinstance(exc, EstimateError):
+        return None
+    frames = []
+    tb = exc.__traceback__
+    while tb is not None:
+        frames.append(tb.tb_frame.f_code.co_filename.replace("\\", "/"))
+        tb = tb.tb_next
+    if not frames or "/torch/" not in frames[-1]:
+        return None
+    site = None
+    tb = exc.__traceback__
+    while tb is not None:  # the innermost user frame
+        code = tb.tb_frame.f_code
+        name = code.co_filename.replace("\\", "/")
+        if "/torch/" not in name and namer.is_user(code.co_filename):
+            site = namer.label(code.co_filename, tb.tb_lineno, code.co_name)
+        tb = tb.tb_next
+    text = (str(exc).strip().splitlines() or [""])[0][:300]
+    where = f" at {site}" if site else ""
+    return EstimateError(
+        f"{type(exc).__name__} inside torch ({frames[-1].rsplit('/torch/', 1)[-1]}) on fake "
+        f"tensors{where}: {text or 'no message'}; if the step runs for real, the estimate "
+        "cannot follow this code: pass every tensor, module and optimizer it reads to the "
+        "estimate, or estimate the step without it"
+    )
