@@ -3,6 +3,7 @@
     python benchmarks/bench_estimate_models.py          # every model
     python benchmarks/bench_estimate_models.py llama    # the models whose name has "llama"
     python benchmarks/bench_estimate_models.py compile  # the compiled model (slow: inductor)
+    python benchmarks/bench_estimate_models.py gqa      # Llama 1B/7B/13B with GQA for cuda:0
 
 Each model is a ``transformers`` model built from a tiny config (random weights, nothing
 downloaded) with the optimizer, schedule and tricks its users pair it with. One step is run
@@ -273,10 +274,49 @@ def compare(make) -> dict:
     }
 
 
+#: Llama sizes with grouped-query attention (8 key/value heads), estimated for cuda:0.
+LLAMA_SIZES = {
+    "1B": dict(hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
+               num_attention_heads=32, vocab_size=128256),
+    "7B": dict(hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
+               num_attention_heads=32, vocab_size=32000),
+    "13B": dict(hidden_size=5120, intermediate_size=13824, num_hidden_layers=40,
+                num_attention_heads=40, vocab_size=32000),
+}  # fmt: skip
+
+
+def llama_gqa_for_cuda(size: str, tokens: int = 2048) -> tuple[float, int]:
+    """One AdamW step of a bf16 Llama of ``size`` (built on the meta device: no memory),
+    batch 1 x ``tokens``, estimated for ``cuda:0``: (seconds, peak bytes)."""
+    cfg = transformers.LlamaConfig(
+        **LLAMA_SIZES[size], num_key_value_heads=8, attn_implementation="sdpa"
+    )
+    with torch.device("meta"):
+        model = transformers.LlamaForCausalLM(cfg).to(torch.bfloat16)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    ids = torch.randint(0, 1000, (1, tokens))
+
+    def step(model, opt, ids):
+        model(input_ids=ids, labels=ids).loss.backward()
+        opt.step()
+        opt.zero_grad()
+
+    t0 = time.perf_counter()
+    prof = jupyter_memprof.estimate(step, model, opt, ids, device="cuda:0")
+    return time.perf_counter() - t0, int(prof.peak("cuda:0").attrs["peak_bytes"])
+
+
 def main(argv: list[str]) -> int:
     if transformers is None:
         print("needs transformers")
         return 1
+    if argv == ["gqa"]:
+        for size in LLAMA_SIZES:
+            seconds, peak = llama_gqa_for_cuda(size)
+            print(
+                f"Llama {size:>3} (GQA, bf16) for cuda:0: {peak / 2**30:6.1f} GiB in {seconds:.1f} s"
+            )
+        return 0
     wanted = [a.lower() for a in argv]
     print(f"{'model':34} {'estimate':>12} {'real':>12} {'error':>8} {'s':>5} changed")
     for name, make in {**MODELS, **SLOW}.items():
