@@ -124,28 +124,44 @@ def _search(fits, peaks: dict[int, int], limit: int, low: int, high: int | None)
         if fits(high):
             return high
         hi = high
+    crept = False  # the last step grew by less than a sixteenth and still fit
     while hi is None:  # grow: no size over the limit yet
         if lo >= top:
             return lo
         guess = _towards(peaks, lo, limit)
-        nxt = min(top, GROWTH * lo, guess if guess is not None and guess > lo else 2 * lo)
+        nxt = guess if guess is not None and guess > lo else 2 * lo
+        small = max(1, lo // 16)
+        if crept and nxt - lo < small:  # the line is flat near the limit: find a bracket
+            nxt = lo + 2 * small
+        nxt = min(top, GROWTH * lo, nxt)
         if fits(nxt):
+            crept = nxt - lo < small
             lo = nxt
         else:
             hi = nxt
-    halve = False
+    halve = flat = False
+    creeps = 0
     while hi - lo > 1:  # narrow the bracket
-        if halve:
+        if halve or flat:
             nxt = (lo + hi) // 2
         else:
             slope = (peaks[hi] - peaks[lo]) / (hi - lo)
             nxt = lo + int((limit - peaks[lo]) / slope) if slope > 0 else (lo + hi) // 2
             nxt = min(hi - 1, max(lo + 1, nxt))
         width = hi - lo
-        if fits(nxt):
+        # line steps that twice in a row move an end by less than a sixteenth: the bytes
+        # compared are flat near the limit (the allocator's cache given back), the line
+        # says little, so the rest is halved
+        line = not (halve or flat)
+        ok = fits(nxt)
+        moved = nxt - lo if ok else hi - nxt
+        if ok:
             lo = nxt
         else:
             hi = nxt
+        if line:
+            creeps = creeps + 1 if moved * 16 < width else 0
+            flat = creeps >= 2
         halve = not halve and (hi - lo) * 2 > width
     return lo
 
