@@ -283,3 +283,66 @@ def test_saved_profile_keeps_the_gpu_meta(tmp_path):
     back = jupyter_memprof.load(prof.save(tmp_path / "p.memprof"))
     assert back.meta["gpu"] == "H100 (sm90)"
     assert back.meta["kernel_memory_not_modelled"] == prof.meta["kernel_memory_not_modelled"]
+
+
+# -- grouped-query attention (Llama's num_key_value_heads < num_attention_heads) ----------------
+def _gqa_call(dtype, heads=8, kv_heads=2):
+    q = torch.empty(2, heads, 64, 16, dtype=dtype)
+    k, v = (torch.empty(2, kv_heads, 64, 16, dtype=dtype) for _ in range(2))
+    return ck.SdpaCall(q, k, v, None, 0.0, True, None, True)
+
+
+@pytest.mark.parametrize(
+    ("dtype", "gpu", "backend"),
+    [
+        # the memory-efficient kernel takes no grouped heads (torch's sdp_utils.cpp:
+        # check_batch_size_and_num_heads_dense<false>): f32 goes to math
+        (torch.float32, "H100", ck.SdpaBackend.MATH),
+        (torch.float32, "A100", ck.SdpaBackend.MATH),
+        (torch.bfloat16, "H100", ck.SdpaBackend.CUDNN),
+        (torch.bfloat16, "A100", ck.SdpaBackend.FLASH),
+        (torch.float16, "V100", ck.SdpaBackend.MATH),
+    ],
+)
+def test_grouped_query_attention_backend(dtype, gpu, backend):
+    assert ck.sdpa_backend(_gqa_call(dtype), ck.parse_gpu(gpu)) is backend
+
+
+def _llama(dtype, kv_heads=2):
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.LlamaConfig(
+        vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=8, num_key_value_heads=kv_heads, attn_implementation="sdpa",
+    )  # fmt: skip
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(cfg).to(dtype)
+    return model, torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+
+def _lm_step(model, opt, ids):
+    model(input_ids=ids, labels=ids).loss.backward()
+    opt.step()
+    opt.zero_grad()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_llama_with_grouped_query_attention_estimates_for_cuda(dtype):
+    """Before: "ScaledDotProductEfficientAttentionBackward0 returned an invalid gradient at
+    index 1 - got [1, 8, 32, 8] but expected shape compatible with [1, 2, 32, 8]"."""
+    model, opt = _llama(dtype)
+    ids = torch.randint(0, 256, (1, 32))
+    prof = estimate(_lm_step, model, opt, ids, device="cuda:0")
+    names = set(prof.ops["name"].astype(str))
+    assert "aten::_scaled_dot_product_efficient_attention_backward" not in names
+    if dtype is torch.bfloat16:
+        assert "aten::_scaled_dot_product_cudnn_attention_backward" in names
+        assert (
+            "grouped-query"
+            in prof.meta["kernel_memory_not_modelled"][
+                "aten::_scaled_dot_product_cudnn_attention_backward"
+            ]
+        )
+    # every parameter's gradient, k_proj's and v_proj's of the grouped shape (2 x 8 x 64)
+    params = sum(p.numel() * p.element_size() for p in model.parameters())
+    assert prof.peak_by("category")["parameter"] >= params
+    assert prof.meta["device"] == "cuda:0"

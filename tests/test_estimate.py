@@ -504,7 +504,7 @@ def test_magic_estimate_bad_input_is_one_line(shell, run):
         ),
         (
             "%%memprofile --estimate --no-display\nest_bad = est_t.nonzero()",
-            "aten::nonzero needs tensor values",
+            "aten::nonzero on [4, 4] needs tensor values",
         ),
     ]:
         result, out = run(cell)
@@ -977,3 +977,24 @@ def test_an_estimate_sees_only_its_own_thread():
     modules = set(beside.ops.loc[beside.ops["kind"] == "module", "module"].astype(str))
     assert modules == {"model", "model.0", "model.1", "model.2"}
     assert beside.allocations["size_bytes"].tolist() == alone.allocations["size_bytes"].tolist()
+
+
+def test_magic_estimate_fakes_the_notebooks_scheduler(shell, run):
+    """The magic binds a scheduler in the notebook (an object reaching the optimizer) to a
+    fake copy too: the real learning rate and the scheduler's counters stay as they were."""
+    model, opt, x, y = _mlp(4)
+    sched = torch.optim.lr_scheduler.StepLR(opt, 1, gamma=0.5)
+    classification_step(model, opt, x, y)
+    ns = shell.user_ns
+    ns.update(sch_model=model, sch_opt=opt, sch_sched=sched, sch_x=x, sch_y=y)
+    lr, epoch = opt.param_groups[0]["lr"], sched.last_epoch
+    result, out = run(
+        "%%memprofile --estimate --no-display\n"
+        "F.cross_entropy(sch_model(sch_x), sch_y).backward()\n"
+        "sch_opt.step()\n"
+        "sch_sched.step()\n"
+    )
+    assert result.error_in_exec is None, out
+    assert opt.param_groups[0]["lr"] == lr and sched.last_epoch == epoch
+    assert ns["sch_sched"] is sched and sched.optimizer is opt
+    assert _fake_in(ns) == []

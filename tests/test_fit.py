@@ -179,3 +179,28 @@ def test_fit_on_the_cpu_matches_direct_estimates():
     b = result.batch
     assert estimate(step, b, model).peak().attrs["peak_bytes"] <= 200 * 1024
     assert estimate(step, b + 1, model).peak().attrs["peak_bytes"] > 200 * 1024
+
+
+def _cache_then_bigger(batch):
+    """A block of 1 MiB per row is freed, then one of 1.25 MiB per row is made: with nothing
+    limiting it the cache keeps the first block's segment (reserved 2.25 MiB per row), but
+    within a limit the allocator gives it back and needs only the larger block."""
+    a = torch.empty(batch, 1 << 18, device="cuda")
+    a.mul_(2)
+    del a
+    b = torch.empty(batch, (1 << 18) + (1 << 16), device="cuda")
+    b.mul_(2)
+
+
+def test_fit_answers_b_fitting_and_b_plus_1_not_as_estimate_judges():
+    """Before: fit compared the reserved peak with nothing limiting the cache and answered
+    576 where estimate(limit=) said 577 (and up to 1036) fit."""
+    limit = 2 * 1024**3
+    result = jupyter_memprof.fit(_cache_then_bigger, limit=limit, device="cuda:0", high=4096)
+    b = result.batch
+    fits = jupyter_memprof.estimate(_cache_then_bigger, b, device="cuda:0", limit=limit)
+    over = jupyter_memprof.estimate(_cache_then_bigger, b + 1, device="cuda:0", limit=limit)
+    assert fits.meta["oom"] is None and over.meta["oom"] is not None
+    assert b == 1036
+    tried = result.tried.set_index("batch")
+    assert bool(tried.loc[b, "fits"]) and not bool(tried.loc[b + 1, "fits"])

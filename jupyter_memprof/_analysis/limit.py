@@ -133,6 +133,23 @@ def _replay_limited(
     return np.asarray(stream.event)[mine] if mine else np.zeros(0, int), oom, peak
 
 
+def reserved_within(
+    tables: dict[str, pd.DataFrame],
+    limit: int,
+    device: str,
+    *,
+    allocator: AllocatorConfig | None = None,
+    context: int | None = None,
+) -> int | None:
+    """What CUDA ``device`` needs at most when the step runs within ``limit`` (the caching
+    allocator's reserved peak, replayed as :func:`first_over_gpu` replays it, plus the CUDA
+    context), or None when it does not fit (exactly when :func:`first_over_gpu` finds the
+    moment it runs out)."""
+    ctx = context_bytes(device, context)
+    _, oom, peak = _replay_limited(tables, device, limit - ctx, allocator or AllocatorConfig())
+    return None if oom is not None else int(peak) + ctx
+
+
 def first_over_gpu(
     tables: dict[str, pd.DataFrame],
     limit: int,

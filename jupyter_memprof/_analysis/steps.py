@@ -300,6 +300,33 @@ def _survivors(tables: dict[str, pd.DataFrame], ends: np.ndarray) -> pd.DataFram
     )
 
 
+def adopt_unheld(survivors: pd.DataFrame) -> pd.DataFrame:
+    """Survivors no held path reaches, made by a line in the same steps as the blocks one
+    holder keeps from that line on that device, are given that holder: one object keeps
+    them through references the session cannot walk (a gradient-checkpointed forward's RNG
+    state lives in a frame that only autograd's C++ saved-tensor hooks reach; one ``del``
+    frees both). Only where exactly one holder has blocks from that line and device, and
+    in every step the unheld blocks were made."""
+    if survivors.empty or survivors["holder"].isna().all() or survivors["holder"].notna().all():
+        return survivors
+    held = survivors[survivors["holder"].notna()]
+    steps_of = {
+        (site, dev): (set(g["holder"]), set(g["step"]))
+        for (site, dev), g in held.groupby(["callsite", "device"], dropna=True)
+    }
+    out = survivors.copy()
+    for (site, dev), g in survivors[survivors["holder"].isna()].groupby(
+        ["callsite", "device"], dropna=True
+    ):
+        holders, steps = steps_of.get((site, dev), (set(), set()))
+        if len(holders) != 1 or not set(g["step"]) <= steps:
+            continue
+        holder = next(iter(holders))
+        out.loc[g.index, "holder"] = holder
+        out.loc[g.index, "key"] = pd.Series([("holder", holder, dev)] * len(g), index=g.index)
+    return out
+
+
 def _leak_row(key: tuple, g: pd.DataFrame) -> dict:
     """One row of :func:`leaks` from the survivors of one group."""
     per_step = g.groupby("step")["size"].sum()
@@ -332,7 +359,7 @@ def leaks(tables: dict[str, pd.DataFrame]) -> pd.DataFrame:
     if n_steps < 2 or tables["allocations"].empty:
         return S.empty(S.LEAKS)
     ends = steps.drop_duplicates("step").sort_values("step")["end_ns"].to_numpy()
-    survivors = _survivors(tables, ends)
+    survivors = adopt_unheld(_survivors(tables, ends))
     # what an optimizer keeps is bounded by its design (a state per parameter, LBFGS's
     # history_size) and replaced step after step: filling it over the first steps is no leak
     survivors = survivors[(survivors["category"] != Category.OPTIMIZER_STATE.value).to_numpy()]

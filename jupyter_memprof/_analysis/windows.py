@@ -207,6 +207,7 @@ def leaks_across(steps: pd.DataFrame, carried: pd.DataFrame, names: pd.DataFrame
             "free_ns": pd.array([None] * n, dtype="Int64"),
             "alloc_op_id": pd.array(np.arange(n), dtype="Int64"),
             "category": made["category"],
+            "callsite": made["callsite"],
         }
     )
     ops = pd.DataFrame({"op_id": np.arange(n), "callsite": made["callsite"]})

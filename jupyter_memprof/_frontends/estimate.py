@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import sys
 import time
-import types
 from collections.abc import Callable
 from typing import Any
 
@@ -27,6 +26,7 @@ from .._producers.fake_copy import holds_torch
 from .._producers.fake_dist import check_world_size, fake_world
 from .._results.profile import Profile
 from .._units import parse_bytes
+from .estimate_globals import _restore, bound, globals_read, names_read
 from .finish import allocator_config, fill, register
 from .frames import caller_names
 
@@ -224,14 +224,20 @@ def run_estimate(
     remember: bool = True,
     gpu: Gpu | None = None,
     world_size: int | None = None,
+    passed: int = 1,
 ) -> Profile:
     """The work behind :func:`estimate` and ``%%memprofile --estimate``: ``names`` are the
     variables the real objects are known by (they name the fake copies). ``prepare(copier,
     args, kwargs)`` changes the fake copies before the step runs and returns the arguments
     to call it with (:func:`jupyter_memprof.what_if`). ``remember=False`` leaves the profile
-    out of the session's list (the probes of :func:`jupyter_memprof.fit`)."""
+    out of the session's list (the probes of :func:`jupyter_memprof.fit`). Objects other
+    than tensors, modules and optimizers (a scheduler) are copied where they were passed:
+    items of ``args`` (``passed=1``), or items of its containers (``passed=2``: the magic
+    passes the notebook's objects in a dict)."""
     where = plan(device)
     gpu = gpu or parse_gpu(None)
+    ns, real_globals = globals_read(fn)
+    names = {**real_globals, **names}
 
     def namespace(fakes: dict[int, Any]) -> dict:
         return {
@@ -242,18 +248,23 @@ def run_estimate(
     t0 = time.perf_counter()
     try:
         with run.slot(), _world(world_size):  # the slot first: a busy one is said at once
-            fargs = run.convert(args)
+            fargs = run.convert(args, passed)
             fkwargs = run.convert(kwargs)
+            fglobals = run.convert(real_globals)
             if prepare is not None:
                 fargs, fkwargs = prepare(run.copier, fargs, fkwargs)
-            run.run(fn, fargs, fkwargs)
-            del fargs, fkwargs
+            with bound(ns, fglobals):
+                run.run(fn, fargs, fkwargs)
+            del fargs, fkwargs, fglobals
         wall_s = time.perf_counter() - t0
         prof = Profile.empty()
         capture = fill(prof, lambda _reading: run.capture(), allocator=allocator)
         not_modelled = dict(sorted(run.recorder.not_modelled.items()))
+        scalars = dict(run.recorder.scalars)
     finally:
         run.release()
+        real_globals.clear()
+        names.clear()
     devices = list(capture.devices)
     prof.meta["oom"] = (
         None
@@ -270,6 +281,8 @@ def run_estimate(
         compute_device=None if where.compute is None else str(where.compute),
         gpu=f"{gpu.name} (sm{gpu.sm})" if any(d.startswith("cuda") for d in devices) else None,
         kernel_memory_not_modelled=not_modelled,
+        data_dependent_scalars=scalars,
+        compiled_as_eager=run.compiled_as_eager,
         clock=CLOCK,
         limit=limit,
         **({} if context is None else {"context": context}),
@@ -288,31 +301,6 @@ def _world(world_size: int | None):
 
 
 # -- the magic's estimate: a cell on fake copies of the notebook's objects -------------------
-def names_read(codes: list, namespace: dict, depth: int = 3) -> list[str]:
-    """Global names the code objects use, and the names the notebook's own functions they
-    call use in turn (``depth`` levels): the variables an estimated cell needs as fakes."""
-    seen: set[str] = set()
-    order: list[str] = []
-    done: set[int] = set()
-    todo = [(c, 0) for c in codes]
-    while todo:
-        code, level = todo.pop()
-        if id(code) in done:
-            continue
-        done.add(id(code))
-        for name in code.co_names:
-            if name in seen or name not in namespace:
-                continue
-            seen.add(name)
-            order.append(name)
-            fn = namespace[name]
-            if level < depth and isinstance(fn, types.FunctionType):
-                if fn.__globals__ is namespace:
-                    todo.append((fn.__code__, level + 1))
-        todo.extend((c, level) for c in code.co_consts if isinstance(c, types.CodeType))
-    return order
-
-
 def cell_objects(shell, code) -> dict:
     """The tensors, modules and optimizers (and containers of them) a compiled cell
     (``magic._Code``) reads from the notebook, by name."""
@@ -347,30 +335,9 @@ def estimate_cell(shell, code, *, label: str, **options: Any) -> Profile:
             {},
             names=real,
             label=label,
+            passed=2,
             **options,
         )
     finally:
         _restore(ns, before)
         real.clear()
-
-
-def _restore(ns: dict, before: dict) -> None:
-    """Bind every name as in ``before``: the cell's own bindings go (IPython's ``_``-prefixed
-    bookkeeping stays, unless it holds a fake object)."""
-    for key in list(ns):
-        old = before.get(key, _MISSING)
-        value = ns[key]
-        if value is old:
-            continue
-        if key.startswith("_") and not holds_torch(value):
-            continue  # In/Out history, _i3 and friends
-        if old is _MISSING:
-            del ns[key]
-        else:
-            ns[key] = old
-    for key, old in before.items():
-        if key not in ns:
-            ns[key] = old
-
-
-_MISSING = object()

@@ -21,12 +21,14 @@ from typing import Any
 
 import pandas as pd
 
-from .._analysis.limit import context_bytes
+from .._analysis.limit import context_bytes, first_over, reserved_within
+from .._devices import is_cuda
 from .._errors import EstimateError
 from .._results.profile import Profile
 from .._units import format_bytes
 from . import session as _session
 from .estimate import check_device, check_limit, run_estimate
+from .finish import allocator_config
 from .frames import caller_names
 
 __all__ = ["Fit", "fit", "search"]
@@ -75,7 +77,13 @@ class Fit:
         return f"<pre>{html.escape(self.text())}</pre>"
 
 
-def search(peak_of: Callable[[int], int], limit: int, low: int, high: int | None) -> int | None:
+def search(
+    peak_of: Callable[[int], int],
+    limit: int,
+    low: int,
+    high: int | None,
+    fits_of: Callable[[int], bool] | None = None,
+) -> int | None:
     """The largest batch in ``[low, high]`` whose ``peak_of(batch)`` is at most ``limit``,
     assuming the peak grows with the batch; None when ``low`` does not fit.
 
@@ -84,13 +92,30 @@ def search(peak_of: Callable[[int], int], limit: int, low: int, high: int | None
     rises, at most :data:`GROWTH` times further per step), and once a size that does not fit is known, where the line between the two
     bracketing sizes meets it; a step that does not halve the bracket is followed by a
     halving, so the search ends in a few more estimates than a bisection at worst.
+
+    ``fits_of(batch)`` (after ``peak_of(batch)``) is the judgement, when it is not
+    ``peak <= limit``. The answer ``B`` is checked: ``B + 1`` (within ``high``) does not fit;
+    where it does (peaks that do not grow with the batch everywhere), the search goes on
+    from there.
     """
     peaks: dict[int, int] = {}
+    judged: dict[int, bool] = {}
 
     def fits(b: int) -> bool:
-        peaks[b] = peak_of(b)
-        return peaks[b] <= limit
+        if b not in judged:
+            peaks[b] = peak_of(b)
+            judged[b] = peaks[b] <= limit if fits_of is None else bool(fits_of(b))
+        return judged[b]
 
+    top = MAX_BATCH if high is None else high
+    best = _search(fits, peaks, limit, low, high)
+    while best is not None and best < top and fits(best + 1):
+        best = _search(fits, peaks, limit, best + 1, high)
+    return best
+
+
+def _search(fits, peaks: dict[int, int], limit: int, low: int, high: int | None) -> int | None:
+    """One search from ``low`` (:func:`search`)."""
     top = MAX_BATCH if high is None else high
     if not fits(low):
         return None
@@ -99,28 +124,44 @@ def search(peak_of: Callable[[int], int], limit: int, low: int, high: int | None
         if fits(high):
             return high
         hi = high
+    crept = False  # the last step grew by less than a sixteenth and still fit
     while hi is None:  # grow: no size over the limit yet
         if lo >= top:
             return lo
         guess = _towards(peaks, lo, limit)
-        nxt = min(top, GROWTH * lo, max(lo + 1, guess if guess is not None else 2 * lo))
+        nxt = guess if guess is not None and guess > lo else 2 * lo
+        small = max(1, lo // 16)
+        if crept and nxt - lo < small:  # the line is flat near the limit: find a bracket
+            nxt = lo + 2 * small
+        nxt = min(top, GROWTH * lo, nxt)
         if fits(nxt):
+            crept = nxt - lo < small
             lo = nxt
         else:
             hi = nxt
-    halve = False
+    halve = flat = False
+    creeps = 0
     while hi - lo > 1:  # narrow the bracket
-        if halve:
+        if halve or flat:
             nxt = (lo + hi) // 2
         else:
             slope = (peaks[hi] - peaks[lo]) / (hi - lo)
             nxt = lo + int((limit - peaks[lo]) / slope) if slope > 0 else (lo + hi) // 2
             nxt = min(hi - 1, max(lo + 1, nxt))
         width = hi - lo
-        if fits(nxt):
+        # line steps that twice in a row move an end by less than a sixteenth: the bytes
+        # compared are flat near the limit (the allocator's cache given back), the line
+        # says little, so the rest is halved
+        line = not (halve or flat)
+        ok = fits(nxt)
+        moved = nxt - lo if ok else hi - nxt
+        if ok:
             lo = nxt
         else:
             hi = nxt
+        if line:
+            creeps = creeps + 1 if moved * 16 < width else 0
+            flat = creeps >= 2
         halve = not halve and (hi - lo) * 2 > width
     return lo
 
@@ -188,9 +229,11 @@ def fit(
     if nbytes is None:
         raise EstimateError("fit() needs a limit, such as limit='24GiB'")
     _check_bounds(low, high)
+    config = allocator_config(None)  # the environment's, as estimate() takes it
     caller = caller_names(sys._getframe(1))
     largest: dict[int, Profile] = {}  # the estimate of the largest batch that fits so far
-    order: list[tuple[int, int]] = []
+    order: list[tuple[int, int, bool]] = []
+    judged: dict[int, bool] = {}
 
     def peak_of(batch: int) -> int:
         prof = run_estimate(
@@ -202,29 +245,46 @@ def fit(
             names=caller,
             label=f"{getattr(fn, '__name__', 'step')}, batch {batch}",
             remember=False,
+            allocator=config,
         )
-        peak = footprint(prof, dev)
-        if peak <= nbytes and all(batch > b for b in largest):
+        fits, peak = judge(prof, nbytes, dev, config)
+        judged[batch] = fits
+        if fits and all(batch > b for b in largest):
             largest.clear()
             largest[batch] = prof
-        order.append((batch, peak))
+        order.append((batch, peak, fits))
         return peak
 
     try:
-        best = search(peak_of, nbytes, low, high)
+        best = search(peak_of, nbytes, low, high, judged.__getitem__)
     finally:
         caller.clear()
-    tried = pd.DataFrame(order, columns=["batch", "peak_bytes"])
-    tried["fits"] = tried["peak_bytes"] <= nbytes
+    tried = pd.DataFrame(order, columns=["batch", "peak_bytes", "fits"])
     chosen = largest.get(best) if best is not None else None
     if chosen is not None:
         _session.add(chosen)
     return Fit(best, tried, nbytes, dev, chosen)
 
 
+def judge(prof: Profile, limit: int, device: str | None, allocator=None) -> tuple[bool, int]:
+    """Whether the estimate fits ``limit`` as ``estimate(limit=...)`` judges it
+    (:func:`jupyter_memprof._analysis.limit.first_over`), and the bytes compared: on a CUDA
+    ``device`` the caching allocator replayed within the limit (it gives back its cached
+    segments before it fails), its reserved peak plus the CUDA context when it fits, and
+    when it does not the reserved peak with nothing limiting it plus the context
+    (:func:`footprint`); elsewhere (``device=None``: any device) the peak of live bytes."""
+    if device is not None and device not in prof.devices:
+        return True, 0
+    if device is not None and is_cuda(device):
+        within = reserved_within(prof.tables, limit, device, allocator=allocator)
+        return within is not None, footprint(prof, device) if within is None else within
+    fits = first_over(prof.tables, limit, device, allocator=allocator) is None
+    return fits, max(int(prof.peak(d).attrs["peak_bytes"]) for d in prof.devices)
+
+
 def footprint(prof: Profile, device: str | None) -> int:
-    """What a limit on ``device`` (default: the device with the highest peak) is compared
-    with: on CUDA the reserved peak plus the CUDA context, else the allocated peak."""
+    """The reserved peak plus the CUDA context on a CUDA ``device`` (default: the device with
+    the highest peak) with nothing limiting the cache, else the allocated peak."""
     if device is not None and device not in prof.devices:
         return 0
     point = prof.peak(device).attrs

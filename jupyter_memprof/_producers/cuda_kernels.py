@@ -164,7 +164,9 @@ def can_use_efficient(c: SdpaCall, gpu: Gpu) -> bool:
         torch.float16, torch.float32)  # fmt: skip
     if q.dtype not in allowed:
         return False
-    return _common_ok(c, gqa=True)
+    # torch's dense constraints take no grouped query heads here (sdp_utils.cpp:
+    # check_batch_size_and_num_heads_dense<false>): GQA goes to cuDNN, flash or math
+    return _common_ok(c, gqa=False)
 
 
 def can_use_cudnn(c: SdpaCall, gpu: Gpu) -> bool:

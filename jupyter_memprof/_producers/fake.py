@@ -32,6 +32,14 @@ from .fake_copy import FakeCopier
 from .fake_dist import distributed_hooks
 from .fake_modes import PythonMode, RecordingMode, cuda_functions
 from .fake_recorder import FakeRecorder, cudnn_rnn_error
+from .fake_state import (
+    as_real,
+    compiled_names,
+    eager,
+    internal_error,
+    quiet_fake_logs,
+    real_state_kept,
+)
 from .live import SessionNames, held_rows, marked_closure
 from .recorder import _cell_namer, exclusive
 from .torch_profiler import FrameNamer
@@ -83,11 +91,14 @@ class FakeRun:
         self.recorder = FakeRecorder(self._device_of, FrameNamer(_cell_namer()))
         self.recorder.foreach_optimizers = where.simulated
         self.recorder.gpu = gpu if targets_cuda(where) else None
+        self.recorder.mode_fake = self.mode
+        self.copier.known = self.recorder.known
         self._namespace = namespace
         self.start_rows: list = []
         self.end_rows: list = []
         self.names: SessionNames | None = None
         self._holding = False  # inside slot()
+        self.compiled_as_eager: list[str] = []  # torch.compile'd code run eagerly
 
     def _device_of(self, device: torch.device) -> str | None:
         if device.type == "meta":
@@ -103,8 +114,8 @@ class FakeRun:
             self._device_names[device] = name
         return name
 
-    def convert(self, obj: Any) -> Any:
-        return self.copier.convert(obj)
+    def convert(self, obj: Any, passed: int = 1) -> Any:
+        return self.copier.convert(obj, passed)
 
     def ns(self) -> dict:
         return self._namespace(self.copier.fakes) if self._namespace else {}
@@ -139,11 +150,17 @@ class FakeRun:
         copies = self.copier.copied()
         for obj in copies:
             _register_held(rec, obj)
+        self.compiled_as_eager = compiled_names([fn, *copies])
         del copies
         self.copier.forget_copies()
         self.start_rows = SessionNames(self.ns(), deep=False).rows("start", rec.storage)
         remap = self.plan.compute if self.plan.simulated else None
         with contextlib.ExitStack() as stack:
+            stack.enter_context(real_state_kept())
+            stack.enter_context(as_real())
+            stack.enter_context(quiet_fake_logs())
+            if self.compiled_as_eager:
+                stack.enter_context(eager())
             if self.plan.compute is not None and self.plan.compute.type == "cuda":
                 stack.enter_context(self.plan.compute)  # factories default to the device
             stack.enter_context(distributed_hooks(rec))
@@ -158,8 +175,8 @@ class FakeRun:
                 # what fn returns stays alive until the recording stops, as a variable holding
                 # it would in a capture (kept: a list of every step's losses is still there)
                 result = fn(*args, **kwargs)
-            except RuntimeError as exc:
-                error = cudnn_rnn_error(exc, rec)
+            except Exception as exc:
+                error = cudnn_rnn_error(exc, rec) or internal_error(exc, rec.namer)
                 if error is None:
                     raise
                 raise error from None

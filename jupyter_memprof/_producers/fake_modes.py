@@ -93,7 +93,13 @@ def cuda_attention(rec: FakeRecorder, args: tuple, kwargs: dict) -> torch.Tensor
     call = cuda_kernels.bind_sdpa(args, kwargs)
     if call is None or not is_cuda(rec.device_of(call.query.device) or "cpu"):
         return _SDPA(*args, **kwargs)
-    return cuda_kernels.cuda_sdpa(call, cuda_kernels.sdpa_backend(call, rec.gpu))
+    backend = cuda_kernels.sdpa_backend(call, rec.gpu)
+    if backend is cuda_kernels.SdpaBackend.CUDNN and call.query.shape[1] != call.key.shape[1]:
+        rec.not_modelled.setdefault(
+            "aten::_scaled_dot_product_cudnn_attention_backward",
+            "grouped-query heads: the workspace rule was measured with equal heads",
+        )
+    return cuda_kernels.cuda_sdpa(call, backend)
 
 
 def _cudnn_lstm(rec: FakeRecorder, args: tuple, kwargs: dict):

@@ -55,7 +55,11 @@ from .._records import (
 )
 from .._vocab import OpKind
 from . import cuda_kernels
+from .cpu_kernels import _SIZE_RULES
+from .cpu_kernels import not_modelled as cpu_not_modelled
 from .dtensor import local_tensor
+from .fake_known import UNKNOWN, KnownValues
+from .fake_values import stand_in
 from .live import STEP_LISTENERS
 from .torch_profiler import FrameNamer
 
@@ -136,6 +140,9 @@ class FakeRecorder:
         self.cudnn_rnn = False  # a cuDNN RNN op ran (see cudnn_rnn_error)
         self.gpu: cuda_kernels.Gpu | None = None  # CUDA's kernel choices follow this GPU
         self.not_modelled: dict[str, str] = {}  # CUDA op -> kernel memory no rule covers
+        self.scalars: dict[str, str] = {}  # user's line -> data-dependent scalar answered
+        self.known = KnownValues()  # real values of inputs (ids, masks) and what they make
+        self.mode_fake = None  # the run's FakeTensorMode
         self.pinned: dict[int, str] = {}  # storage key -> device, over device_of
         self.active = False
         self.in_autograd = 0
@@ -360,21 +367,26 @@ class FakeRecorder:
                 f"copy{self._where(op_id)}: pass it to estimate() as an argument, or create it "
                 "inside the estimated code"
             )
+        written = [a for a, f in zip(args, flags) if f] + [
+            a for k, a in kwargs.items() if by_name.get(k, False)
+        ]
+        known = self.known.run(func, args, kwargs, written)
         try:
             out = func(*args, **kwargs)
         except _DATA_DEPENDENT:
-            raise EstimateError(
-                f"{name} needs tensor values, which a fake run does not have (data-dependent "
-                f"output){self._where(op_id)}: {_NO_VALUES}"
-            ) from None
+            out = self._data_dependent(func, args, op_id, known)
         except UnsupportedOperatorException:
             raise EstimateError(
-                f"{name} has no fake (meta) implementation, so it cannot run on fake "
-                f"tensors{self._where(op_id)}"
+                f"{self._what(op_id)} has no fake (meta) implementation, so it cannot run on "
+                f"fake tensors{self._where(op_id)}: estimate without that op (register a fake "
+                "kernel with torch.library.register_fake)"
             ) from None
         except RuntimeError as exc:
-            if _has_meta(func):
-                raise  # the op's own error, as the real run would raise it
+            if _has_meta(func):  # the op's own error, as the real run would raise it
+                raise EstimateError(
+                    f"{self._what(op_id)} failed{self._where(op_id)}: {_first_line(exc)} "
+                    f"(the step run for real fails there too: {self._fix(op_id)})"
+                ) from None
             # No meta kernel: fake tensors ran the real kernel on stand-in inputs, and it
             # failed (cuDNN's RNN backward does, on a GPU: its weight buffer is not there).
             raise EstimateError(
@@ -382,6 +394,9 @@ class FakeRecorder:
                 f"tensors ({_first_line(exc)}){self._where(op_id)}"
                 + (CUDNN_HINT if "cudnn" in name else "")
             ) from None
+        if known is UNKNOWN:
+            known = self.known.run_factory(func, args, kwargs, out)
+        self.known.learn(out, known)
         self._record_outputs(func, op_id, out, args, kwargs)
         self.close(op_id)
         return out
@@ -396,6 +411,9 @@ class FakeRecorder:
         if device == "cpu":
             rule = _SIZE_RULES.get(func) if SIZE_RULES else None
             sizes = rule(_bind(func, args, kwargs)) if rule is not None else None
+            missing = cpu_not_modelled(func, args) if rule is None else None
+            if missing is not None:
+                self.not_modelled.setdefault(func._schema.name, missing)
         elif device is not None and self.gpu is not None:
             sizes = self._cuda_sizes(func, device, args, kwargs)
         outs, temps = sizes or ({}, [])
@@ -463,6 +481,42 @@ class FakeRecorder:
     def _free_all(self, op_id: int, device: str, blocks: list) -> None:
         for ptr, n, tid in reversed(blocks):
             self.memory.append(MemoryRecord(self.tick(), ptr, -n, tid, tid, device, op_id))
+
+    def _data_dependent(self, func, args: tuple, op_id: int, known):
+        """The answer to an op that needs values: the real one where the values are known
+        (:mod:`.fake_known`), a stand-in inside optimizer steps and GradScaler
+        (:mod:`.fake_values`, noted in ``scalars``), else an EstimateError."""
+        if known is not UNKNOWN:
+            return self.known.fake_of(self.mode_fake, known)
+        name = func._schema.name
+        out = stand_in(func, args, self.ops[op_id][10])
+        if out is None:
+            raise EstimateError(
+                f"{self._what(op_id)} needs tensor values, which a fake run does not have "
+                f"(data-dependent output){self._where(op_id)}: {_NO_VALUES}"
+            ) from None
+        self.scalars.setdefault(self.ops[op_id][13] or name, f"{name}: {out!r}")
+        return out
+
+    def _fix(self, op_id: int) -> str:
+        """What to do about an op that fails on its shapes: a forward op run during backward
+        is a checkpointed module computed again, which saw other state than the first time
+        (a key/value cache it appended to)."""
+        in_backward = self.ops[op_id][9]
+        node = torch._C._current_autograd_node()
+        if in_backward and (node is None or "Checkpoint" in node.name() or self.in_autograd):
+            return (
+                "a checkpointed module computed again in backward saw other state than in "
+                "forward, such as a key/value cache it appended to: call the model with "
+                "use_cache=False, as transformers does under gradient checkpointing"
+            )
+        return "fix the shapes at that line"
+
+    def _what(self, op_id: int) -> str:
+        """The op and the shapes of its tensor inputs: ``aten::mm on [4, 8], [8, 2]``."""
+        shapes = [str(x) for x in self.ops[op_id][14] if x]
+        name = self.ops[op_id][3]
+        return f"{name} on {', '.join(shapes)}" if shapes else name
 
     def _where(self, op_id: int) -> str:
         site = self.ops[op_id][13]
@@ -579,80 +633,12 @@ class FakeRecorder:
 # -- size rules: blocks a kernel allocates that a fake run cannot see ---------------------------
 #: Apply the size rules below (the accuracy benchmark turns them off to show what they close).
 SIZE_RULES = True
-_PAGE = 4096
 
 
 def _bind(func, args: tuple, kwargs: dict) -> dict:
     """The op's arguments by schema name."""
     names = [a.name for a in func._schema.arguments]
     return {**dict(zip(names, args)), **kwargs}
-
-
-def _pages(n: int) -> int:
-    return -(-n // _PAGE) * _PAGE
-
-
-def _good_ld(dim: int) -> int:
-    """oneDNN's leading dimension for f32 RNN matrices (``rnn_utils::get_good_ld``): rounded
-    up to 64 bytes, plus 64 bytes where that is a multiple of 256 elements (4K aliasing)."""
-    ld = -(-dim // 16) * 16
-    return ld + 16 if ld % 256 == 0 else ld
-
-
-def _rnn_dims(a: dict) -> tuple[int, int, int, int] | None:
-    """(steps, batch, input size, hidden size) of an f32 LSTM layer, or None (no rule)."""
-    x = a["input"]
-    if x.dtype != torch.float32 or x.dim() != 3 or a.get("mode", 2) != 2 or not a["train"]:
-        return None  # measured: f32 LSTM (mode 2) in training only
-    steps, batch = (x.shape[1], x.shape[0]) if a["batch_first"] else (x.shape[0], x.shape[1])
-    return int(steps), int(batch), int(x.shape[2]), int(a["hidden_size"])
-
-
-def _rnn_temporaries(steps: int, batch: int, inp: int, hidden: int) -> list[int]:
-    """What ``mkldnn_rnn_layer`` (and its backward) allocate and free inside: the summed
-    bias (4H), the weights reordered to oneDNN's ldigo layout (C x ld(4H) and H x ld(4H))
-    and the primitive's scratchpad (gates of every step, two cell buffers, 4664 bytes)."""
-    gates = _good_ld(4 * hidden)
-    scratch = _pages(steps * batch * gates * 4) + 2 * _pages(batch * _good_ld(hidden) * 4) + 4664
-    return [4 * hidden * 4, inp * gates * 4, hidden * gates * 4, scratch]
-
-
-def _mkldnn_rnn_layer(a: dict):
-    """Forward of one LSTM layer and direction on the CPU (oneDNN). The 4th output, the
-    workspace the backward reads, is empty in a fake run; the real one holds the gates of
-    every step, the hidden states and five state buffers, each rounded to 4 KiB pages."""
-    dims = _rnn_dims(a)
-    if dims is None:
-        return None
-    steps, batch, inp, hidden = dims
-    wide, h_ld = _good_ld(max(inp, hidden)), _good_ld(hidden)
-    workspace = (
-        _pages(steps * batch * _good_ld(4 * hidden) * 4)
-        + _pages(steps * batch * h_ld * 4)
-        + 3 * _pages(2 * (steps + 1) * batch * wide * 4)
-        + 2 * _pages(2 * (steps + 1) * batch * hidden * 4)
-    )
-    return {3: workspace}, _rnn_temporaries(steps, batch, inp, hidden)
-
-
-def _mkldnn_rnn_layer_backward(a: dict):
-    """Backward of one LSTM layer: the forward's temporaries again, plus the weights in the
-    backward's ldgoi layout where its padded leading dimension differs from torch's."""
-    dims = _rnn_dims(a)
-    if dims is None:
-        return None
-    steps, batch, inp, hidden = dims
-    temps = _rnn_temporaries(steps, batch, inp, hidden)
-    temps += [4 * hidden * _good_ld(n) * 4 for n in (inp, hidden) if _good_ld(n) != n]
-    return {}, temps
-
-
-#: op -> rule(arguments by name) -> ({output index: real bytes}, [bytes allocated and freed
-#: inside the op]) or None. Measured with torch 2.13 (oneDNN) on x86-64; docs/estimate.md.
-_SIZE_RULES = {
-    torch.ops.aten.mkldnn_rnn_layer.default: _mkldnn_rnn_layer,
-    torch.ops.aten.mkldnn_rnn_layer_backward.default: _mkldnn_rnn_layer_backward,
-}
 
 
 def _real_tensor(a) -> torch.Tensor | None:

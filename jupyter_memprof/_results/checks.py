@@ -226,6 +226,10 @@ META_FIELDS = {
     "kernel_memory_not_modelled": lambda v: (
         type(v) is dict and all(_str(k) and _str(x) for k, x in v.items())
     ),
+    "data_dependent_scalars": lambda v: (
+        type(v) is dict and all(_str(k) and _str(x) for k, x in v.items())
+    ),
+    "compiled_as_eager": _str_list,
     "clock": _str,
     "torch_version": _str,
     "wall_s": _is_num,

@@ -295,16 +295,29 @@ def _severity_clause(g: dict[str, Any]) -> str:
 def _estimate_note(meta: dict) -> str | None:
     if not meta.get("estimate"):
         return None
+    missing = meta.get("kernel_memory_not_modelled") or {}
     if meta.get("simulated_cuda"):
         gpu = f" on an {meta['gpu']}" if meta.get("gpu") else ""
-        missing = meta.get("kernel_memory_not_modelled") or {}
         tail = f"; kernel memory not modelled in {', '.join(missing)}" if missing else ""
-        return (
+        line = (
             f"an estimate for {meta.get('device')} without running it; computed on the CPU "
             f"path (no CUDA here) with CUDA's kernels{gpu} where they change the memory{tail}"
         )
-    where = meta.get("device") or "the devices the tensors live on"
-    return f"an estimate for {where} without running it (fake tensors)"
+    else:
+        where = meta.get("device") or "the devices the tensors live on"
+        line = f"an estimate for {where} without running it (fake tensors)"
+        if missing:
+            line += f"; kernel memory not modelled in {', '.join(missing)}"
+    compiled = meta.get("compiled_as_eager") or []
+    if compiled:
+        line += (
+            f"; the eager peak of torch.compile'd {', '.join(compiled)} was estimated "
+            "(compiled code frees and fuses differently)"
+        )
+    scalars = meta.get("data_dependent_scalars") or {}
+    if scalars:
+        line += f"; {len(scalars)} computed scalar(s) read as 0 (optimizer, GradScaler)"
+    return line
 
 
 def oom_phrase(s: dict[str, Any]) -> str | None:
