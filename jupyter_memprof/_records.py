@@ -195,6 +195,10 @@ class Stacks(NamedTuple):
     callsite: list[str | None]
     of_memory: list[int]
     of_older: list[int]
+    #: by memory record: the category the file itself gives the block it allocates (torch's
+    #: ``profile_plot`` and :meth:`Profile.to_snapshot` write one), else None; None when no
+    #: record has one
+    recorded: list[str | None] | None = None
 
 
 class SegmentRecord(NamedTuple):

@@ -74,8 +74,10 @@ def test_readme_links_lead_to_files():
     assert missing == []
 
 
-def test_readme_python_blocks_run(ipython_shell):
+def test_readme_python_blocks_run(ipython_shell, tmp_path, monkeypatch):
     import jupyter_memprof
+
+    monkeypatch.chdir(tmp_path)  # the files the tour writes (a snapshot) land here
     from jupyter_memprof._frontends.session import items
 
     ip = ipython_shell
@@ -92,6 +94,9 @@ def test_readme_python_blocks_run(ipython_shell):
         assert prof.peak_by("category")["optimizer_state"] > 0
         assert ip.user_ns["est"].meta["oom"] is None
         assert ip.user_ns["best"].batch > 8192
+        # the snapshot the tour writes opens back to the capture's peak
+        snap = ip.user_ns["snap"]
+        assert snap.peak().attrs["peak_bytes"] == prof.peak().attrs["peak_bytes"]
     finally:
         # leave the shared shell as the README found it: no extension, names or profiles
         if "jupyter_memprof" in ip.extension_manager.loaded:

@@ -183,3 +183,36 @@ def test_segments_cut_at_gaps_and_overlaps():
         "active_allocated", "inactive", "active_allocated",
     ]  # fmt: skip
     mv.segsum({"segments": segs})
+
+
+def test_load_snapshot_reads_it_back_to_the_same_peak_and_categories(written):
+    prof, path, _ = written
+    back = jupyter_memprof.load_snapshot(path)
+    assert back.devices == prof.devices == ["cpu"]  # named by the file, not cuda:0
+    assert back.peak().attrs["peak_bytes"] == prof.peak().attrs["peak_bytes"] == 227_776
+    assert back.peak_by("category").to_dict() == prof.peak_by("category").to_dict()
+    assert back.allocations["size_bytes"].sum() == prof.allocations["size_bytes"].sum()
+    reasons = back.allocations["reason"].dropna().unique().tolist()
+    assert reasons == ["the category the file records"]
+    assert jupyter_memprof.load(path).peak().attrs["peak_bytes"] == 227_776
+
+
+@pytest.mark.parametrize("device", ["cuda:0", "cuda:1"])
+def test_an_estimates_snapshot_reads_back_on_its_device(tmp_path, device):
+    import torch
+
+    model = torch.nn.Linear(256, 512)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    def step(model, opt, x):
+        model(x).sum().backward()
+        opt.step()
+
+    est = jupyter_memprof.estimate(step, model, opt, torch.randn(32, 256), device=device)
+    back = jupyter_memprof.load_snapshot(est.to_snapshot(tmp_path / "est.pickle"))
+    assert device in back.devices
+    peak, got = est.peak(device).attrs["peak_bytes"], back.peak(device).attrs["peak_bytes"]
+    assert got == peak
+    assert back.peak_by("category", device=device).to_dict() == est.peak_by(
+        "category", device=device
+    ).to_dict()

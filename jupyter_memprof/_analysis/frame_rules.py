@@ -42,6 +42,8 @@ class StackFacts:
     free_ns: np.ndarray  # int64 max for blocks alive at the end
     #: blocks whose making context was read from the time order (:func:`frameless_pass`)
     by_time: np.ndarray | None = None
+    #: the category the file itself gives each block (None: none given)
+    recorded: np.ndarray | None = None
 
     def alive_through(self, context: StackContext) -> np.ndarray:
         """Per block: was a block of ``context`` made while it was alive?"""
@@ -90,7 +92,7 @@ def stack_facts(allocations: pd.DataFrame, mem: pd.DataFrame, capture: Capture) 
     has_a, has_f = a["alloc_ns"].notna().to_numpy(), a["free_ns"].notna().to_numpy()
     alloc_ns = a["alloc_ns"].to_numpy(dtype=np.int64, na_value=0)
     free_ns = a["free_ns"].to_numpy(dtype=np.int64, na_value=0)
-    made = np.full(n, -1, dtype=np.int64)
+    made = np.full(n, -1, dtype=np.int64)  # by block: its memory record's position
     freed = np.full(n, -1, dtype=np.int64)
     m_dev, m_ptr = mem["device"].astype(object).to_numpy(), mem["ptr"].to_numpy()
     m_t, m_size = mem["time_ns"].to_numpy(), mem["size"].to_numpy()
@@ -107,16 +109,23 @@ def stack_facts(allocations: pd.DataFrame, mem: pd.DataFrame, capture: Capture) 
             for x, y in ((b_dev, r_dev), (ptr, m_ptr), (times, m_t))
         )
         if same:  # one record per block, as a snapshot's are: matched in order
-            out[order] = of_mem[recs]
+            out[order] = recs
             continue
         blocks = _nth(dev[order], ptr[order], times[order])
         records = _nth(m_dev[recs], m_ptr[recs], m_t[recs])
-        out[order] = _match(blocks, records, of_mem[recs])
+        out[order] = _match(blocks, records, recs)
+    made_rec = made
+    of_mem = np.append(of_mem, -1)  # [-1]: no record
+    made, freed = of_mem[made], of_mem[freed]
     if st.of_older:
         alive = np.flatnonzero(~has_a & ~has_f)
         key = {(o.device, o.ptr): s for o, s in zip(capture.older, st.of_older)}
         made[alive] = [key.get(k, -1) for k in zip(dev[alive].tolist(), ptr[alive].tolist())]
     cs = np.array([*st.callsite, None], dtype=object)
+    recorded = None
+    if st.recorded is not None:
+        recorded = np.array([*st.recorded, None], dtype=object)[made_rec]
+        recorded[~has_a] = None
     return StackFacts(
         n=n,
         made=ctx[made],
@@ -126,10 +135,24 @@ def stack_facts(allocations: pd.DataFrame, mem: pd.DataFrame, capture: Capture) 
         callsite=cs[made],
         alloc_ns=np.where(has_a, alloc_ns, 0),
         free_ns=np.where(has_f, free_ns, np.iinfo(np.int64).max),
+        recorded=recorded,
     )
 
 
 # -- the rules, most certain first -----------------------------------------------------------
+def recorded_category_rule(f: StackFacts, d: Decisions) -> None:
+    """The category the file itself gives the block: torch's ``profile_plot`` writes one
+    on each allocation of the snapshots it makes from a profiler run, and so does
+    :meth:`Profile.to_snapshot` (ours, read back). Only categories of our vocabulary
+    count; ``unknown`` decides nothing."""
+    if f.recorded is None:
+        return
+    for category in C:
+        if category is C.UNKNOWN:
+            continue
+        d.decide(f.recorded == category.value, category, "the category the file records")
+
+
 def module_setup_rule(f: StackFacts, d: Decisions) -> None:
     """Made by ``Module.to()`` / ``.cuda()`` (``Module._apply``) or in a torch module's
     ``__init__`` and not freed there: a module's ``parameter`` (or buffer)."""
@@ -202,6 +225,7 @@ def fallback_rule(f: StackFacts, d: Decisions) -> None:
 
 #: The frame rules, in order: the first that decides a block wins.
 FRAME_RULES = (
+    recorded_category_rule,
     module_setup_rule,
     optimizer_rule,
     backward_rule,

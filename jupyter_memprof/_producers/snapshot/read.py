@@ -24,12 +24,15 @@ The records made of it:
 
 from __future__ import annotations
 
+import re
 from collections import Counter
+from collections.abc import Callable
 from functools import partial
 from typing import NamedTuple
 
 import numpy as np
 
+from ..._devices import device_sort_key
 from ..._records import (
     NO_ID,
     Capture,
@@ -99,7 +102,7 @@ def _str(v: object, what: str) -> str:
 
 #: The fields of a trace entry as read (plain tuples: a million of them are made): sorting
 #: the tuples sorts by time, then by the order in the file.
-T, ORDER, DEV, ACTION, ADDR, SIZE, STREAM, STACK = range(8)
+T, ORDER, DEV, ACTION, ADDR, SIZE, STREAM, STACK, CAT = range(9)
 _new_record = partial(tuple.__new__, MemoryRecord)  # a MemoryRecord without its __new__
 
 
@@ -147,7 +150,10 @@ def _entries(snap: dict, stacks: StackReader, wanted) -> tuple[list[tuple], bool
             stack = by_id.get(id(frames))
             if stack is None:
                 stack = index(frames)
-            append((t_ns, order, dev, action, addr, size, stream, stack))
+            cat = e.get("category")  # torch's profile_plot and our to_snapshot write one
+            if type(cat) is not str or len(cat) > 64:
+                cat = None
+            append((t_ns, order, dev, action, addr, size, stream, stack, cat))
             order += 1
     actions.update(r[ACTION] for r in rows)
     if not timed:
@@ -218,11 +224,15 @@ def _block_frames(b: dict) -> object:
 class _Replay:
     """The trace replayed in time order into records."""
 
-    def __init__(self, final: _Final, rules: Rules, every_block: bool) -> None:
+    def __init__(
+        self, final: _Final, rules: Rules, every_block: bool, name: Callable[[int], str]
+    ) -> None:
+        self.name = name  # a device index -> its name
         self.layout = Layout(rules, every_block=every_block)
         self.sizes: dict = {}  # (device, address) -> the open block's bytes
         self.memory: list[MemoryRecord] = []
         self.of_memory: list[int] = []
+        self.recorded: list[str | None] = []  # by memory record: the file's own category
         self.segments: list[SegmentRecord] = []
         self.open: dict = {}  # (device, address) -> allocation id
         self.next_id = 0
@@ -247,10 +257,11 @@ class _Replay:
                 {d: self.final.reserved[d] - net[d] for d in set(net) | set(self.final.reserved)}
             )
         self._layout_at_start(rows)
-        names = [f"cuda:{d}" for d in range(max((r[DEV] for r in rows), default=0) + 1)]
+        names = [self.name(d) for d in range(max((r[DEV] for r in rows), default=0) + 1)]
         open_, sizes, pending, reserved = self.open, self.sizes, self.pending, self.reserved
         place, remove = self.layout.place, self.layout.remove
         memory, of_memory = self.memory.append, self.of_memory.append
+        recorded = self.recorded.append
         track = self.track_reserved
         for r, op in zip(rows, ops):
             action, dev, addr = r[ACTION], r[DEV], r[ADDR]
@@ -264,6 +275,7 @@ class _Replay:
                 total = reserved[dev] if track else NO_ID
                 memory(_new_record((r[T], addr, size, NO_ID, aid, names[dev], op, NO_ID, total)))
                 of_memory(r[STACK])
+                recorded(r[CAT])
             elif (action == "free_completed" or action == "free") and key in open_:
                 pending.pop(key, None)
                 aid, size = open_.pop(key), sizes.pop(key)
@@ -271,6 +283,7 @@ class _Replay:
                 total = reserved[dev] if track else NO_ID
                 memory(_new_record((r[T], addr, -size, NO_ID, aid, names[dev], op, NO_ID, total)))
                 of_memory(r[STACK])
+                recorded(None)
             elif action == "free_completed" or action == "free":
                 pending.pop(key, None)
                 self._free(r, key, op, r[STACK])
@@ -291,12 +304,12 @@ class _Replay:
                 self.layout.drop_segment(dev, r[ADDR], r[SIZE])
             pool = self._segment_pool(r)
             self.segments.append(
-                SegmentRecord(r[T], f"cuda:{dev}", r[ADDR], sign * r[SIZE], pool, r[STREAM])
+                SegmentRecord(r[T], self.name(dev), r[ADDR], sign * r[SIZE], pool, r[STREAM])
             )
         elif action == "oom":
             self.ooms.append(
                 {
-                    "device": f"cuda:{dev}",
+                    "device": self.name(dev),
                     "time_ns": r[T],
                     "size": r[SIZE],
                     "device_free": r[ADDR],
@@ -345,9 +358,10 @@ class _Replay:
             size = self.layout.rules.rounding(r[SIZE])
         self.layout.remove(r[DEV], r[ADDR])
         total = self.reserved[r[DEV]] if self.track_reserved else NO_ID
-        dev = f"cuda:{r[DEV]}"
+        dev = self.name(r[DEV])
         self.memory.append(_new_record((r[T], r[ADDR], -size, NO_ID, aid, dev, op, NO_ID, total)))
         self.of_memory.append(stack)
+        self.recorded.append(None)
 
     def finish(self, end_ns: int) -> None:
         """Frees only requested when the history ended complete then (their stream work was
@@ -462,6 +476,31 @@ def _innermost(ops: list[OpRecord], times) -> list[int]:
     return table[at].tolist()
 
 
+#: Block sizes as written: a file :meth:`Profile.to_snapshot` wrote holds the blocks' own
+#: sizes (no request to round, no cached block to take whole), on any device.
+EXACT = Rules(rounding=lambda size: size, expandable=True)
+_DEVICE_NAME = re.compile(r"(cpu|cuda:\d{1,4}|[a-z]{2,10}(:\d{1,4})?)")
+
+
+def device_names(snap: dict) -> tuple[Callable[[int], str], bool]:
+    """How the file names device index ``i``, and whether it is one of our own exports:
+    ``device_traces[i]`` is ``cuda:i``, except in a file :meth:`Profile.to_snapshot` wrote,
+    whose ``jupyter_memprof`` key names each index (the CPU after the last CUDA device).
+    A malformed key is ignored (memory_viz ignores it too)."""
+    ours = snap.get("jupyter_memprof")
+    named = ours.get("devices") if isinstance(ours, dict) else None
+    if not isinstance(named, list) or len(named) > 4096:
+        return (lambda i: f"cuda:{i}"), False
+    names = [n if isinstance(n, str) and _DEVICE_NAME.fullmatch(n) else None for n in named]
+    if len({n for n in names if n}) != len([n for n in names if n]):
+        return (lambda i: f"cuda:{i}"), False  # a name twice: not ours to trust
+
+    def name(i: int) -> str:
+        return (names[i] if 0 <= i < len(names) else None) or f"cuda:{i}"
+
+    return name, True
+
+
 def _wanted(device: int | None):
     return (lambda d: True) if device is None else (lambda d: d == device)
 
@@ -482,30 +521,33 @@ def read_snapshot(snap: object, *, device: int | None = None, rules: Rules | Non
         spans += _optimizer_spans(rows, stacks)
     ops = _nest(spans)
     settings = snap.get("allocator_settings")
+    name, ours = device_names(snap)
     snap = None  # the file's objects may go now (its frames are copied into stacks)
     stacks.let_go()
-    replay = _Replay(final, rules or Rules(), every_block=actions.get("oom", 0) > 0)
+    if ours:  # our own export: its sizes are the blocks' already, on any device
+        rules = EXACT
+    replay = _Replay(final, rules or Rules(), actions.get("oom", 0) > 0, name)
     replay.run(rows, _innermost(ops, [r[T] for r in rows]))
     start = rows[0][T] if rows else (ops[0].start_ns if ops else 0)
     end = max([rows[-1][T] if rows else start, *(o.end_ns for o in ops)])
     replay.finish(end)
     opened = {(s.device, s.address) for s in replay.segments if s.size > 0}
     alive_before = [
-        SegmentRecord(start, f"cuda:{d}", a, z, pool, stream)
+        SegmentRecord(start, name(d), a, z, pool, stream)
         for d, a, z, pool, stream in final.segments
-        if (f"cuda:{d}", a) not in opened
+        if (name(d), a) not in opened
     ]
     older, of_older = [], []
     for (dev, addr), (size, stack) in final.blocks.items():
         if (dev, addr) not in replay.open:
-            older.append(OlderBlock(f"cuda:{dev}", addr, size))
+            older.append(OlderBlock(name(dev), addr, size))
             of_older.append(stack)
     devices = sorted(
-        {f"cuda:{d}" for d in {r[DEV] for r in rows}} | {f"cuda:{d}" for d, *_ in final.segments},
-        key=lambda d: int(d.split(":")[1]),
+        {name(d) for d in {r[DEV] for r in rows}} | {name(d) for d, *_ in final.segments},
+        key=device_sort_key,
     )
     if device is not None and not devices:
-        devices = [f"cuda:{device}"]
+        devices = [name(device)]
     trace = Trace(ops, [], replay.memory, [], len(rows))
     capture = Capture(
         trace,
@@ -514,7 +556,14 @@ def read_snapshot(snap: object, *, device: int | None = None, rules: Rules | Non
         [],
         devices,
         start,
-        stacks=Stacks(stacks.frames, stacks.context, stacks.callsite, replay.of_memory, of_older),
+        stacks=Stacks(
+            stacks.frames,
+            stacks.context,
+            stacks.callsite,
+            replay.of_memory,
+            of_older,
+            replay.recorded if any(replay.recorded) else None,
+        ),
         segments=alive_before + replay.segments,
         older=older,
     )
@@ -526,8 +575,8 @@ def read_snapshot(snap: object, *, device: int | None = None, rules: Rules | Non
             "freed": replay.freed_older,
         },
         "snapshot_ooms": replay.ooms,
-        "snapshot_end_allocated": {f"cuda:{d}": int(v) for d, v in sorted(final.allocated.items())},
-        "snapshot_end_reserved": {f"cuda:{d}": int(v) for d, v in sorted(final.reserved.items())},
+        "snapshot_end_allocated": {name(d): int(v) for d, v in sorted(final.allocated.items())},
+        "snapshot_end_reserved": {name(d): int(v) for d, v in sorted(final.reserved.items())},
         "clock": "time_us" if timed else "entry order",
     }
     if isinstance(settings, dict):
