@@ -396,12 +396,12 @@ def test_the_reused_selection_follows_the_tables_and_dies_with_the_profile():
     p.meta["estimate"] = True  # what the times mean changed: chosen again
     assert D._shown(p, None, None) is not second
     jupyter_memprof.release(p)  # released: nothing derived from it stays
-    assert D._last == []
+    assert D.last_shown == []
     D._shown(p, None, None)
-    assert D._last
+    assert D.last_shown
     del p
     gc.collect()
-    assert D._last == []  # the profile died: so did its selection
+    assert D.last_shown == []  # the profile died: so did its selection
 
 
 # --- the page BokehJS receives ------------------------------------------------------------------

@@ -432,11 +432,11 @@ def test_estimate_dashboard_renders_and_says_estimate(oom_estimate, tmp_path):
 def _fake_in(ns: dict) -> list[str]:
     from torch._subclasses.fake_tensor import FakeTensor
 
-    from jupyter_memprof._producers.fake_copy import _walk
+    from jupyter_memprof._producers.fake_copy import walk_values
 
     out = []
     for k, v in ns.items():
-        for x in (v, *_walk(v)):
+        for x in (v, *walk_values(v)):
             if isinstance(x, FakeTensor) or (
                 isinstance(x, nn.Module) and any(isinstance(p, FakeTensor) for p in x.parameters())
             ):
@@ -840,9 +840,9 @@ def test_lstm_without_size_rules_misses_most_of_the_peak(lstm_pair):
 def test_lstm_size_rules_fit_the_real_kernel_sizes():
     """The rules' byte counts against a real capture of one layer, at shapes where oneDNN pads
     leading dimensions (H 100, C 300 > H, batch first, bidirectional)."""
-    from jupyter_memprof._producers.fake_recorder import _SIZE_RULES
+    from jupyter_memprof._producers.fake_recorder import CPU_SIZE_RULES
 
-    fwd_rule, bwd_rule = _SIZE_RULES.values()
+    fwd_rule, bwd_rule = CPU_SIZE_RULES.values()
     lstm = nn.LSTM(300, 100, 1, batch_first=True, bidirectional=True)
     x = torch.randn(5, 9, 300)
     with jupyter_memprof.profile() as real:

@@ -213,6 +213,7 @@ def test_an_estimates_snapshot_reads_back_on_its_device(tmp_path, device):
     assert device in back.devices
     peak, got = est.peak(device).attrs["peak_bytes"], back.peak(device).attrs["peak_bytes"]
     assert got == peak
-    assert back.peak_by("category", device=device).to_dict() == est.peak_by(
-        "category", device=device
-    ).to_dict()
+    assert (
+        back.peak_by("category", device=device).to_dict()
+        == est.peak_by("category", device=device).to_dict()
+    )

@@ -55,7 +55,7 @@ def test_a_cell_computes_each_devices_peak_once(shell, run, in_kernel, counted):
     # the summary (its text printed here) and the dashboard were shown, with that peak
     peak_bytes = prof.peak("cpu").attrs["peak_bytes"]
     assert f"peak {format_bytes(peak_bytes)} on cpu" in out
-    shown = dashboard_select._last[0]
+    shown = dashboard_select.last_shown[0]
     assert shown.profile() is prof
     assert shown.value.timelines[0].peak_bytes == peak_bytes
     # live then: the weight and its gradient (besides what earlier cells left)
@@ -84,7 +84,7 @@ def test_an_estimate_cell_computes_the_peak_of_each_of_its_devices_once(
     prof = shell.user_ns["est_two"]
     assert prof.devices == ["cpu", "cuda:0"]
     assert counted == {"cpu": 1, "cuda:0": 1}
-    assert dashboard_select._last[0].profile() is prof  # the dashboard was shown
+    assert dashboard_select.last_shown[0].profile() is prof  # the dashboard was shown
 
 
 # -- what the dashboard drew from the tables is the analysis' -------------------------------------

@@ -26,7 +26,7 @@ from .._producers.fake_copy import holds_torch
 from .._producers.fake_dist import check_world_size, fake_world
 from .._results.profile import Profile
 from .._units import parse_bytes
-from .estimate_globals import _restore, bound, globals_read, names_read
+from .estimate_globals import bound, globals_read, names_read, restore_names
 from .finish import allocator_config, fill, register
 from .frames import caller_names
 
@@ -339,5 +339,5 @@ def estimate_cell(shell, code, *, label: str, **options: Any) -> Profile:
             **options,
         )
     finally:
-        _restore(ns, before)
+        restore_names(ns, before)
         real.clear()

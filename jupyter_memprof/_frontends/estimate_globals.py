@@ -63,7 +63,7 @@ def bound(ns: dict | None, fakes: dict[str, Any]) -> Iterator[None]:
     try:
         yield
     finally:
-        _restore(ns, before)
+        restore_names(ns, before)
         before.clear()
 
 
@@ -92,7 +92,7 @@ def names_read(codes: list, namespace: dict, depth: int = 3) -> list[str]:
     return order
 
 
-def _restore(ns: dict, before: dict) -> None:
+def restore_names(ns: dict, before: dict) -> None:
     """Bind every name as in ``before``: the cell's own bindings go (IPython's ``_``-prefixed
     bookkeeping stays, unless it holds a fake object)."""
     for key in list(ns):

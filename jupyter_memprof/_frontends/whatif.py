@@ -26,7 +26,7 @@ import torch
 from .._analysis import schema as S
 from .._errors import EstimateError
 from .._producers.fake_changes import Request, apply
-from .._producers.fake_copy import _module_tensors, _walk
+from .._producers.fake_copy import module_tensors, walk_values
 from .._results.comparison import Comparison
 from .._vocab import Change
 from .estimate import cell_objects, check_device, estimate_cell, run_estimate
@@ -113,7 +113,7 @@ def what_if(fn: Callable, *args: Any, device: str | None = None, **changes: Any)
             limit=None,
             names=caller,
             label=labels[1],
-            prepare=functools.partial(_prepare, request),
+            prepare=functools.partial(prepare_request, request),
         )
     finally:
         caller.clear()
@@ -122,7 +122,7 @@ def what_if(fn: Callable, *args: Any, device: str | None = None, **changes: Any)
     return Comparison(a, b)
 
 
-def _prepare(request: Request, copier, args, kwargs):
+def prepare_request(request: Request, copier, args, kwargs):
     return apply(request, copier, args, kwargs)
 
 
@@ -177,7 +177,7 @@ def check(changes: dict, args: tuple, names: dict, device: str | None) -> Reques
                 "(the step's own keyword arguments cannot be passed: bind them with "
                 "functools.partial)"
             )
-    objects = _objects(args)
+    objects = passed_objects(args)
     modules = [o for o in objects if isinstance(o, torch.nn.Module)]
     optimizers = [o for o in objects if isinstance(o, torch.optim.Optimizer)]
     request = Request()
@@ -203,10 +203,10 @@ def check(changes: dict, args: tuple, names: dict, device: str | None) -> Reques
     return request
 
 
-def _objects(args: tuple) -> list[Any]:
+def passed_objects(args: tuple) -> list[Any]:
     """The tensors, modules and optimizers passed (also inside containers), once each."""
     seen: dict[int, Any] = {}
-    for obj in (args, *_walk(args)):
+    for obj in (args, *walk_values(args)):
         if isinstance(obj, (torch.Tensor, torch.nn.Module, torch.optim.Optimizer)):
             seen.setdefault(id(obj), obj)
     return list(seen.values())
@@ -312,12 +312,12 @@ def _optimizer_change(change: Any, optimizers: list) -> Any:
 def _inputs(objects: list, modules: list, optimizers: list) -> list[torch.Tensor]:
     """The tensors passed that are inputs: not parameters, not held by a module or an
     optimizer passed, with at least one dimension."""
-    held = {id(t) for m in modules for t in _module_tensors(m)}
+    held = {id(t) for m in modules for t in module_tensors(m)}
     for opt in optimizers:
         for g in opt.param_groups:
             held.update(id(p) for p in g["params"])
         for state in opt.state.values():
-            held.update(id(v) for v in _walk(state) if isinstance(v, torch.Tensor))
+            held.update(id(v) for v in walk_values(state) if isinstance(v, torch.Tensor))
     return [
         t
         for t in objects
@@ -401,7 +401,7 @@ def cell_savings(shell, code, prof, *, device: str | None) -> pd.DataFrame:
                 device=device,
                 limit=None,
                 label=f"{prof.label}, {text}",
-                prepare=functools.partial(_prepare, request),
+                prepare=functools.partial(prepare_request, request),
                 remember=False,
             )
         except (EstimateError, RuntimeError):

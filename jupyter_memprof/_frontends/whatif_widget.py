@@ -18,7 +18,7 @@ from .._results.comparison import Comparison
 from .._units import format_bytes
 from .estimate import check_device, run_estimate
 from .frames import caller_names
-from .whatif import _objects, _prepare, check, describe
+from .whatif import check, describe, passed_objects, prepare_request
 
 __all__ = ["WhatIf", "what_if_widget"]
 
@@ -57,7 +57,7 @@ class WhatIf:
         prepare = None
         if chosen:
             prepare = functools.partial(
-                _prepare, check(chosen, self._args, self._names, self._device)
+                prepare_request, check(chosen, self._args, self._names, self._device)
             )
         name = getattr(self._fn, "__name__", None) or type(self._fn).__name__
         prof = run_estimate(
@@ -116,7 +116,7 @@ def what_if_widget(fn: Callable, *args: Any, device: str | None = None, **change
     dev = check_device(device)
     caller = caller_names(sys._getframe(1))
     try:
-        held = {id(o) for o in _objects(args)}
+        held = {id(o) for o in passed_objects(args)}
         names = {k: v for k, v in caller.items() if id(v) in held}
     finally:
         caller.clear()

@@ -75,7 +75,7 @@ def _mkldnn_rnn_layer_backward(a: dict):
 
 #: op -> rule(arguments by name) -> ({output index: real bytes}, [bytes allocated and freed
 #: inside the op]) or None. Measured with torch 2.13 (oneDNN) on x86-64; docs/estimate.md.
-_SIZE_RULES = {
+CPU_SIZE_RULES = {
     torch.ops.aten.mkldnn_rnn_layer.default: _mkldnn_rnn_layer,
     torch.ops.aten.mkldnn_rnn_layer_backward.default: _mkldnn_rnn_layer_backward,
 }

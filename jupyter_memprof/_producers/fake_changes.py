@@ -32,7 +32,7 @@ from typing import Any
 import torch
 from torch.utils.checkpoint import checkpoint
 
-from .fake_copy import FakeCopier, _walk
+from .fake_copy import FakeCopier, walk_values
 
 
 @dataclass
@@ -125,7 +125,7 @@ def _changed_optimizer(
         return fake
     new = change(_groups_for(change, fake))
     for state in real.state.values():  # the old state is not held any more
-        for value in _walk(state):
+        for value in walk_values(state):
             if isinstance(value, torch.Tensor):
                 copier.memo.pop(id(value), None)
     copier.memo[id(real)] = new

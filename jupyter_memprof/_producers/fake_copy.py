@@ -101,7 +101,7 @@ class FakeCopier:
         hit = self.memo.get(id(m))
         if hit is not None:
             return hit
-        for t in _module_tensors(m):
+        for t in module_tensors(m):
             self.tensor(t)
         fake = copy.deepcopy(m, self.memo)
         self._remember(m, fake)
@@ -115,7 +115,7 @@ class FakeCopier:
             for p in group["params"]:
                 self.tensor(p)
         for state in opt.state.values():
-            for value in _walk(state):
+            for value in walk_values(state):
                 if isinstance(value, torch.Tensor):
                     self.tensor(value)
         fake = copy.deepcopy(opt, self.memo)
@@ -154,7 +154,7 @@ class FakeCopier:
         containers at most ``passed`` levels down (the arguments tuple: 1); everything else
         is passed as is."""
         fake = self._convert(obj, passed)
-        for real, f in ((obj, fake), *zip(_walk(obj), _walk(fake))):
+        for real, f in ((obj, fake), *zip(walk_values(obj), walk_values(fake))):
             if isinstance(real, (torch.Tensor, torch.nn.Module, torch.optim.Optimizer)):
                 self.fakes[id(real)] = f
         return fake
@@ -183,18 +183,18 @@ class FakeCopier:
         self._keep.clear()
 
 
-def _walk(obj: Any, depth: int = 0) -> Iterator[Any]:
+def walk_values(obj: Any, depth: int = 0) -> Iterator[Any]:
     """Values inside nested lists, tuples and dicts (a few levels deep)."""
     if depth > 4:
         return
     if isinstance(obj, dict):
         for v in obj.values():
             yield v
-            yield from _walk(v, depth + 1)
+            yield from walk_values(v, depth + 1)
     elif isinstance(obj, (list, tuple)):
         for v in obj:
             yield v
-            yield from _walk(v, depth + 1)
+            yield from walk_values(v, depth + 1)
 
 
 _KINDS = (torch.Tensor, torch.nn.Module, torch.optim.Optimizer)
@@ -206,7 +206,7 @@ def holds_torch(obj: Any) -> bool:
     if isinstance(obj, _KINDS):
         return True
     if isinstance(obj, _CONTAINERS):
-        return any(isinstance(v, _KINDS) for v in _walk(obj))
+        return any(isinstance(v, _KINDS) for v in walk_values(obj))
     return _is_instance(obj) and any(isinstance(v, _KINDS) for v in _reach(obj))
 
 
@@ -221,7 +221,7 @@ _NOT_STATE = (
 
 def _reaches(obj: Any) -> bool:
     """Whether a container holds an object whose attributes reach torch objects."""
-    return any(_is_instance(v) and holds_torch(v) for v in _walk(obj, 3))
+    return any(_is_instance(v) and holds_torch(v) for v in walk_values(obj, 3))
 
 
 def _is_instance(obj: Any) -> bool:
@@ -240,7 +240,7 @@ def _reach(obj: Any, depth: int = 0) -> Iterator[Any]:
     except TypeError:
         return
     for value in values:
-        for v in (value, *_walk(value)):
+        for v in (value, *walk_values(value)):
             if isinstance(v, _KINDS):
                 yield v
             elif _is_instance(v):
@@ -268,7 +268,7 @@ def _rewrap_scheduled_step(real: torch.optim.Optimizer, fake: torch.optim.Optimi
     fake.step = wrapper
 
 
-def _module_tensors(m: torch.nn.Module) -> Iterator[torch.Tensor]:
+def module_tensors(m: torch.nn.Module) -> Iterator[torch.Tensor]:
     """Every tensor a module tree holds: parameters, buffers and plain tensor attributes."""
     for sub in m.modules():
         for p in sub._parameters.values():
@@ -280,6 +280,6 @@ def _module_tensors(m: torch.nn.Module) -> Iterator[torch.Tensor]:
         for key, value in vars(sub).items():
             if key.startswith("_"):
                 continue
-            for v in (value, *_walk(value)):
+            for v in (value, *walk_values(value)):
                 if isinstance(v, torch.Tensor):
                     yield v

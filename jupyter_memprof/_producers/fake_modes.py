@@ -18,7 +18,7 @@ from .._errors import EstimateError
 from . import cuda_kernels
 
 #: How far the fake clock advances per record (views in milliseconds then count records).
-from .fake_recorder import _AUTOGRAD_CALLS, _NO_VALUES, _VALUE_METHODS, FakeRecorder
+from .fake_recorder import AUTOGRAD_CALLS, NO_VALUES, VALUE_METHODS, FakeRecorder
 
 
 class RecordingMode(TorchDispatchMode):
@@ -51,7 +51,7 @@ class PythonMode(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         rec = self.recorder
-        if func in _AUTOGRAD_CALLS:
+        if func in AUTOGRAD_CALLS:
             rec.sync_backward()
             rec.in_autograd += 1
             try:
@@ -59,12 +59,12 @@ class PythonMode(TorchFunctionMode):
             finally:
                 rec.in_autograd -= 1
                 rec.end_backward()
-        reads = _VALUE_METHODS.get(func)
+        reads = VALUE_METHODS.get(func)
         if reads is not None:
             site = rec.callsite()
             raise EstimateError(
                 f"{reads} needs tensor values, which a fake run does not have"
-                f"{f' at {site}' if site else ''}: {_NO_VALUES}"
+                f"{f' at {site}' if site else ''}: {NO_VALUES}"
             )
         if func is torch.Tensor.__deepcopy__:
             return deepcopy_fake(args[0], args[1] if len(args) > 1 else kwargs.get("memo", {}))

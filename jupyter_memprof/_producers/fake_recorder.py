@@ -55,7 +55,7 @@ from .._records import (
 )
 from .._vocab import OpKind
 from . import cuda_kernels
-from .cpu_kernels import _SIZE_RULES
+from .cpu_kernels import CPU_SIZE_RULES
 from .cpu_kernels import not_modelled as cpu_not_modelled
 from .dtensor import local_tensor
 from .fake_known import UNKNOWN, KnownValues
@@ -70,13 +70,13 @@ _LIFT = frozenset({torch.ops.aten.lift_fresh.default, torch.ops.aten.lift_fresh_
 #: ``record_function``'s ops: a label's start and end (FSDP's ``FSDP::all_gather (blocks.3)``).
 _LABEL_ENTER = "profiler::_record_function_enter_new"
 _LABEL_EXIT = "profiler::_record_function_exit"
-_AUTOGRAD_CALLS = frozenset({torch.Tensor.backward, torch.autograd.backward, torch.autograd.grad})
+AUTOGRAD_CALLS = frozenset({torch.Tensor.backward, torch.autograd.backward, torch.autograd.grad})
 _DATA_DEPENDENT = (DataDependentOutputException, DynamicOutputShapeException)
 _MAX_SEQ = 1 << 62  # AccumulateGrad nodes carry UINT64_MAX: no sequence number
 #: Tensor methods that hand out the values themselves (fake tensors raise RuntimeError)
-_VALUE_METHODS = {torch.Tensor.numpy: "Tensor.numpy()", torch.Tensor.__array__: "numpy's array()"}
+VALUE_METHODS = {torch.Tensor.numpy: "Tensor.numpy()", torch.Tensor.__array__: "numpy's array()"}
 #: what the errors for code that reads values suggest instead
-_NO_VALUES = (
+NO_VALUES = (
     "estimate code that does not read values (`.item()`, `.numpy()`, `nonzero`, `if tensor:`, "
     "boolean masks)"
 )
@@ -409,7 +409,7 @@ class FakeRecorder:
         device = self.device_of(first.device) if first is not None else None
         sizes = None
         if device == "cpu":
-            rule = _SIZE_RULES.get(func) if SIZE_RULES else None
+            rule = CPU_SIZE_RULES.get(func) if SIZE_RULES else None
             sizes = rule(_bind(func, args, kwargs)) if rule is not None else None
             missing = cpu_not_modelled(func, args) if rule is None else None
             if missing is not None:
@@ -493,7 +493,7 @@ class FakeRecorder:
         if out is None:
             raise EstimateError(
                 f"{self._what(op_id)} needs tensor values, which a fake run does not have "
-                f"(data-dependent output){self._where(op_id)}: {_NO_VALUES}"
+                f"(data-dependent output){self._where(op_id)}: {NO_VALUES}"
             ) from None
         self.scalars.setdefault(self.ops[op_id][13] or name, f"{name}: {out!r}")
         return out

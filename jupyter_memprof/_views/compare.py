@@ -141,9 +141,9 @@ def write_html(cmp: ComparisonLike, path: str | os.PathLike, *, overwrite: bool 
 
 def widget(cmp: ComparisonLike):
     """The comparison as a notebook widget."""
-    from .dashboard_widget import _BokehView
+    from .dashboard_widget import BokehView
 
-    return _BokehView(build(cmp).layout)
+    return BokehView(build(cmp).layout)
 
 
 #: The x axis of a real capture, and of an estimate (whose clock counts records, not time).

@@ -62,9 +62,9 @@ from .dashboard_select import (
     TINY_BYTES,
     TINY_SHARE,
     Shown,
-    _last,  # noqa: F401 (the reused selection's record)
     cds_data,
     forget,
+    last_shown,  # noqa: F401 (the reused selection's record)
     tiny_devices,
 )
 from .dashboard_select import shown as _shown

@@ -66,7 +66,7 @@ class Shown:
 #: The last profile's selection, reused while that profile and its tables live.
 _selection = LastProfile()
 #: Its record (none, or one :class:`.memo.Remembered` holding a :class:`Shown`).
-_last = _selection.entries
+last_shown = _selection.entries
 
 
 def _key(prof, device: str | None, cats: list[str] | None) -> tuple:

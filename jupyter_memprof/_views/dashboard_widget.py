@@ -20,7 +20,7 @@ from .dashboard import Page, forget, page
 from .dashboard_html import display_with_bokehjs, render_item
 
 
-class _BokehView(BokehModel):
+class BokehView(BokehModel):
     """jupyter_bokeh's widget, whose ``close`` may run twice (explicitly, then on garbage
     collection) without raising, and which shows either a Bokeh layout or a dashboard's
     :class:`~jupyter_memprof._views.dashboard.Page`.
@@ -183,7 +183,7 @@ class Dashboard(widgets.VBox):
         shown = page(prof, header=header, live=True)
         self._built = shown.built
         dashboard_zoom.watch(prof, shown.built.zoom)
-        self._view = _BokehView(page=shown)
+        self._view = BokehView(page=shown)
         self._device.observe(self._rebuild, names="value")
         self._categories.observe(self._rebuild, names="value")
         self._to_var.on_click(lambda _: self.lineage_to_variable())
@@ -263,6 +263,6 @@ class Dashboard(widgets.VBox):
         self._built = shown.built
         dashboard_zoom.watch(self.profile, shown.built.zoom)
         old = self._view
-        self._view = _BokehView(page=shown)
+        self._view = BokehView(page=shown)
         self.children = [*self.children[:-1], self._view]
         old.close()
