@@ -4,97 +4,57 @@ Load it in IPython or Jupyter with ``%load_ext jupyter_memprof`` and put ``%%mem
 top of a cell, or use :func:`profile` as a context manager anywhere.
 """
 
-from ._version import __version__
+from ._version import __version__ as __version__
 
-__all__ = [
-    "CaptureError",
-    "Profile",
-    "ProfileFileError",
-    "ProfilerBusy",
-    "EstimateError",
-    "ProfileSet",
-    "__version__",
-    "compare",
-    "diff",
-    "estimate",
-    "fit",
-    "load",
-    "load_ipython_extension",
-    "load_many",
-    "load_trace",
-    "load_snapshot",
-    "profile",
-    "release",
-    "step",
-    "unload_ipython_extension",
-    "what_if",
-    "what_if_widget",
-]
+#: Each public name but the two extension hooks: the module it lives in and its name there,
+#: imported on first use so that ``import jupyter_memprof`` stays light (torch, pandas and
+#: bokeh load when a name that needs them is first read).
+_LAZY: dict[str, tuple[str, str]] = {
+    # capturing, estimating, opening files
+    "profile": ("._frontends.capture", "profile"),
+    "step": ("._frontends.capture", "step"),
+    "estimate": ("._frontends.estimate", "estimate"),
+    "what_if": ("._frontends.whatif", "what_if"),
+    "what_if_widget": ("._frontends.whatif_widget", "what_if_widget"),
+    "fit": ("._frontends.fit", "fit"),
+    "load": ("._frontends.traces", "load_any"),
+    "load_trace": ("._frontends.traces", "load_trace"),
+    "load_snapshot": ("._frontends.snapshot", "load_snapshot"),
+    "load_many": ("._frontends.ranks", "load_many"),
+    "release": ("._frontends.session", "release_profile"),
+    "compare": ("._results.comparison", "compare"),
+    "diff": ("._results.profile", "diff"),
+    # what they return
+    "Profile": ("._results.profile", "Profile"),
+    "ProfileSet": ("._results.profile_set", "ProfileSet"),
+    "Comparison": ("._results.comparison", "Comparison"),
+    "Diff": ("._results.profile", "Diff"),
+    "Fit": ("._results.fit", "Fit"),
+    # the errors users meet
+    "CaptureError": ("._errors", "CaptureError"),
+    "EstimateError": ("._errors", "EstimateError"),
+    "ProfileFileError": ("._errors", "ProfileFileError"),
+    "ProfilerBusy": ("._errors", "ProfilerBusy"),
+    "ExportError": ("._errors", "ExportError"),
+    "DeviceError": ("._errors", "DeviceError"),
+    "AllocatorConfigError": ("._errors", "AllocatorConfigError"),
+}
+
+__all__ = sorted([*_LAZY, "__version__", "load_ipython_extension", "unload_ipython_extension"])
 
 
 def __getattr__(name: str):
-    # Keep `import jupyter_memprof` light: torch, pandas and bokeh load on first use.
-    if name in ("profile", "step"):
-        from ._frontends import capture
+    try:
+        module, attr = _LAZY[name]
+    except KeyError:
+        raise AttributeError(f"module 'jupyter_memprof' has no attribute {name!r}") from None
+    from importlib import import_module
 
-        return getattr(capture, name)
-    if name == "Profile":
-        from ._results.profile import Profile
+    return getattr(import_module(module, __name__), attr)
 
-        return Profile
-    if name == "estimate":
-        from ._frontends.estimate import estimate
 
-        return estimate
-    if name in ("CaptureError", "EstimateError", "ProfileFileError", "ProfilerBusy"):
-        from . import _errors
-
-        return getattr(_errors, name)
-    if name == "load":
-        from ._frontends.traces import load_any as load
-
-        return load
-    if name == "load_trace":
-        from ._frontends.traces import load_trace
-
-        return load_trace
-    if name == "load_snapshot":
-        from ._frontends.snapshot import load_snapshot
-
-        return load_snapshot
-    if name == "load_many":
-        from ._frontends.ranks import load_many
-
-        return load_many
-    if name == "ProfileSet":
-        from ._results.profile_set import ProfileSet
-
-        return ProfileSet
-    if name == "diff":
-        from ._results.profile import diff
-
-        return diff
-    if name == "release":
-        from ._frontends.session import release_profile as release
-
-        return release
-    if name == "fit":
-        from ._frontends.fit import fit
-
-        return fit
-    if name == "what_if_widget":
-        from ._frontends.whatif_widget import what_if_widget
-
-        return what_if_widget
-    if name == "what_if":
-        from ._frontends.whatif import what_if
-
-        return what_if
-    if name == "compare":
-        from ._results.comparison import compare
-
-        return compare
-    raise AttributeError(f"module 'jupyter_memprof' has no attribute {name!r}")
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
 
 
 def load_ipython_extension(ipython) -> None:

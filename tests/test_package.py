@@ -20,8 +20,14 @@ def test_version_is_one_number_shared_with_the_labextension():
 def test_public_surface_is_small():
     assert sorted(jupyter_memprof.__all__) == sorted(
         [
+            "AllocatorConfigError",
             "CaptureError",
+            "Comparison",
+            "DeviceError",
+            "Diff",
             "EstimateError",
+            "ExportError",
+            "Fit",
             "Profile",
             "ProfileFileError",
             "ProfileSet",
@@ -87,3 +93,12 @@ def test_extension_entry_points_register_and_remove_the_magics(ipython_shell):
     assert cell.__func__.__qualname__ == "MemprofMagics.memprofile" and line == cell
     if had is None:  # leave the shell as it was
         jupyter_memprof.unload_ipython_extension(shell)
+
+
+def test_every_public_name_is_listed_by_dir_and_resolves():
+    names = dir(jupyter_memprof)
+    for name in jupyter_memprof.__all__:
+        assert name in names, name
+        assert getattr(jupyter_memprof, name) is not None, name
+    assert jupyter_memprof.Fit.__module__ == "jupyter_memprof._results.fit"
+    assert issubclass(jupyter_memprof.ExportError, ValueError)

@@ -228,7 +228,7 @@ def diff_document(d, a: str, b: str) -> dict[str, Any]:
 
 
 def fit_document(result, source: str) -> dict[str, Any]:
-    """:data:`.schema.FIT` of a :class:`~jupyter_memprof._frontends.fit.Fit`."""
+    """:data:`.schema.FIT` of a :class:`~jupyter_memprof.Fit`."""
     tried = [
         {"batch": int(r.batch), "peak_bytes": int(r.peak_bytes), "fits": bool(r.fits)}
         for r in result.tried.itertuples()
