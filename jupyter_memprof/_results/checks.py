@@ -18,6 +18,7 @@ import stat
 import numpy as np
 import pandas as pd
 
+from .._analysis import meta_schema as M
 from .._analysis import schema as S
 from .._devices import is_device_name
 from .._errors import ProfileFileError
@@ -41,7 +42,7 @@ VALUES_PER_BYTE = 8
 VALUE_FLOOR = 2**20
 #: The longest text value (op name, module, callsite, ...) a profile may hold, in characters.
 MAX_TEXT = 2**16
-INT64 = (-(2**63), 2**63 - 1)
+INT64 = M.INT64
 
 
 def size_budget(stored: int) -> int:
@@ -135,169 +136,14 @@ def _depth_ok(value, limit: int = MAX_DEPTH) -> bool:
     return True
 
 
-def _utf8_ok(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:  # lone surrogates from "\ud800" escapes
-        return False
-    return True
+_utf8_ok = M.utf8_ok
+is_int = M.is_int
+nonneg_int = M.nonneg_int
+_str = M.is_str
 
-
-def is_int(v) -> bool:
-    return type(v) is int and INT64[0] <= v <= INT64[1]
-
-
-def _is_num(v) -> bool:
-    return (type(v) is int and is_int(v)) or type(v) is float
-
-
-def _opt(check):
-    return lambda v: v is None or check(v)
-
-
-def _str(v) -> bool:
-    return type(v) is str and _utf8_ok(v)
-
-
-def nonneg_int(v) -> bool:
-    return is_int(v) and v >= 0
-
-
-def _by_device(v, check) -> bool:
-    """A dict of device name -> a value ``check`` accepts."""
-    return type(v) is dict and all(is_device_name(k) and check(x) for k, x in v.items())
-
-
-def _str_list(v) -> bool:
-    return type(v) is list and all(_str(x) for x in v)
-
-
-def _oom(v) -> bool:
-    if type(v) is not dict:
-        return False
-    need = {"device": _str, "bytes": is_int, "time_ns": is_int}
-    optional = {
-        "limit": is_int,
-        "alloc_id": is_int,
-        "size_bytes": is_int,
-        "op_id": is_int,
-        "op_name": _str,
-        "module": _str,
-        "callsite": _str,
-        "phase": _str,
-        "tensors_bytes": is_int,
-        "cache_bytes": is_int,
-        "context_bytes": is_int,
-        "reserved_bytes": is_int,
-        "cause": _str,
-        "expandable_segments": lambda x: type(x) is dict,
-    }
-    if any(k not in v or not check(v[k]) for k, check in need.items()):
-        return False
-    if any(k in v and not _opt(check)(v[k]) for k, check in optional.items()):
-        return False
-    live = v.get("live_by_category", {})
-    return type(live) is dict and all(_str(k) and is_int(b) for k, b in live.items())
-
-
-#: The meta keys the package reads, and what each may hold (None, or absent, always works).
-META_FIELDS = {
-    "label": _str,
-    "start_ns": is_int,
-    "end_ns": is_int,
-    "captured_at": is_int,
-    "devices": lambda v: _str_list(v) and all(is_device_name(d) for d in v),
-    "estimate": lambda v: type(v) is bool,
-    "simulated_cuda": lambda v: type(v) is bool,
-    "with_stack": lambda v: type(v) is bool,
-    "rank": nonneg_int,
-    "world_size": nonneg_int,
-    "limit": nonneg_int,
-    # the bytes a CUDA device holds outside PyTorch, when an estimate was told (context=)
-    "context": nonneg_int,
-    "oom": _oom,
-    "error": _str,
-    "analysis_error": _str,
-    "analysis_interrupted": lambda v: type(v) is bool,
-    "stop_error": _str,
-    "device": _str,
-    "compute_device": _str,
-    "gpu": _str,
-    "kernel_memory_not_modelled": lambda v: (
-        type(v) is dict and all(_str(k) and _str(x) for k, x in v.items())
-    ),
-    "data_dependent_scalars": lambda v: (
-        type(v) is dict and all(_str(k) and _str(x) for k, x in v.items())
-    ),
-    "compiled_as_eager": _str_list,
-    "clock": _str,
-    "torch_version": _str,
-    "wall_s": _is_num,
-    "capture_s": _is_num,
-    "analysis_s": _is_num,
-    "stop_s": _is_num,
-    "free_s": _is_num,
-    "finish_s": _is_num,
-    "event_count": nonneg_int,
-    "stage_s": lambda v: type(v) is dict and all(_is_num(x) for x in v.values()),
-    "allocator": _str,
-    "reserved_peak_bytes": lambda v: _by_device(v, nonneg_int),
-    "reserved_peak_ns": lambda v: _by_device(v, is_int),
-    "fragmentation_bytes": lambda v: _by_device(v, nonneg_int),
-    "reserved_model_error": lambda v: _by_device(v, _is_num),
-    "inferred_frees": lambda v: _by_device(
-        v, lambda x: type(x) is dict and all(nonneg_int(n) for n in x.values())
-    ),
-    "tensor_ids": lambda v: type(v) is bool,
-    # what made the profile, and what that producer cannot record (a memory snapshot)
-    "producer": _str,
-    "not_recorded": _str_list,
-    "snapshot_actions": lambda v: type(v) is dict and all(nonneg_int(n) for n in v.values()),
-    "snapshot_older_blocks": lambda v: (
-        type(v) is dict and all(_str(k) and nonneg_int(n) for k, n in v.items())
-    ),
-    "snapshot_ooms": lambda v: type(v) is list and all(_snapshot_oom(o) for o in v),
-    "snapshot_end_allocated": lambda v: _by_device(v, nonneg_int),
-    "snapshot_end_reserved": lambda v: _by_device(v, nonneg_int),
-    "snapshot_alloc_conf": _str,
-    "snapshot_alloc_conf_error": _str,
-    "snapshot_cached": lambda v: type(v) is bool,
-    "snapshot_error": _str,
-    "snapshot_oom": lambda v: (
-        type(v) is dict
-        and is_device_name(v.get("device"))
-        and all(nonneg_int(v.get(k, 0)) for k in v if k != "device")
-    ),
-    "trace": lambda v: _trace(v),
-}
-
-
-def _trace_oom(v) -> bool:
-    need = {"device": is_device_name, "bytes": is_int, "time_ns": is_int}
-    return (
-        type(v) is dict
-        and all(k in v and type(v[k]) in (int, str) and c(v[k]) for k, c in need.items())
-        and all(is_int(v.get(k, 0)) for k in ("total_allocated", "total_reserved"))
-    )
-
-
-def _trace(v) -> bool:
-    """``meta["trace"]`` of a profile loaded from a Kineto trace (``load_trace``): the
-    trace's own plain fields, its out-of-memory events and counts of what was left out."""
-    if type(v) is not dict or not all(_str(k) for k in v):
-        return False
-    ooms = v.get("oom_events", [])
-    counts = ("mismatched_frees", "skipped_memory_events")
-    return (
-        type(ooms) is list
-        and all(_trace_oom(o) for o in ooms)
-        and all(nonneg_int(v.get(k, 0)) for k in counts)
-        and all(
-            type(x) in (int, str, bool) and (type(x) is not str or _str(x))
-            for k, x in v.items()
-            if k != "oom_events"
-        )
-    )
+#: The meta keys the package writes and reads, and the check each value must pass (None,
+#: or absent, always works): derived from their one declaration, ``meta_schema.META``.
+META_FIELDS = {key: entry.check for key, entry in M.META.items()}
 
 
 def _snapshot_oom(o) -> bool:
