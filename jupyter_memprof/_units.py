@@ -102,6 +102,23 @@ for _i, _p in enumerate("kmgtp", start=1):
     _FACTORS[f"{_p}b"] = _FACTORS[_p] = 1000**_i
 
 
+#: The largest size an option may give (1 EiB): larger is a typo, and sizes stay int64.
+MAX_BYTES = 2**60
+#: Text longer than this is no size (and is quoted only by its start in an error).
+_MAX_SIZE_TEXT = 64
+
+
+def shown(value: object, limit: int = 40) -> str:
+    """``repr(value)`` for a one-line error, cut to its first ``limit`` characters (a
+    100,000-character setting is quoted by its start and its length)."""
+    if isinstance(value, str) and len(value) > limit:
+        return f"{value[:limit]!r}... ({len(value):,} characters)"
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 128:
+        return f"a number of {value.bit_length():,} bits"
+    text = repr(value)
+    return text if len(text) <= limit + 2 else text[:limit] + "..."
+
+
 def parse_bytes(value: int | float | str) -> int:
     """``"24GiB"`` -> ``25769803776``; ``"1.5 GB"`` -> ``1500000000``; ints pass through.
 
@@ -110,28 +127,41 @@ def parse_bytes(value: int | float | str) -> int:
     such a unit is rounded down to whole bytes (``"1.3KiB"`` -> 1331). A count of bytes
     (a number, or a string without a unit or with ``B``) must be whole: ``1.5`` is refused,
     not read as 1 byte. Raises ValueError with one line for anything else, including
-    negative sizes.
+    negative sizes and sizes over :data:`MAX_BYTES`.
     """
     if isinstance(value, bool):
         raise ValueError(f"not a size in bytes: {value!r}")
     if isinstance(value, (int, float)):
         if not math.isfinite(value) or value < 0:
-            raise ValueError(f"not a size in bytes: {value!r}")
-        return _whole_bytes(value, value)
-    m = _SIZE.match(str(value))
+            raise ValueError(f"not a size in bytes: {shown(value)}")
+        return _bounded(_whole_bytes(value, value), value)
+    text = str(value)
+    m = _SIZE.match(text) if len(text) <= _MAX_SIZE_TEXT and text.isascii() else None
     if not m:
-        raise ValueError(f"not a size in bytes: {value!r} (use e.g. 24GiB, 512MiB or 8000000000)")
+        raise ValueError(
+            f"not a size in bytes: {shown(value)} (use e.g. 24GiB, 512MiB or 8000000000)"
+        )
     number, suffix = m.groups()
     factor = _FACTORS.get((suffix or "").lower())
     if factor is None:
-        raise ValueError(f"unknown unit in {value!r} (use B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)")
+        raise ValueError(
+            f"unknown unit in {shown(value)} (use B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)"
+        )
     if factor == 1:
-        return int(number) if "." not in number else _whole_bytes(float(number), value)
-    return int(float(number) * factor)
+        n = int(number) if "." not in number else _whole_bytes(float(number), value)
+    else:
+        n = int(float(number) * factor) if float(number) * factor <= MAX_BYTES else MAX_BYTES + 1
+    return _bounded(n, value)
+
+
+def _bounded(n: int, given: object) -> int:
+    if n > MAX_BYTES:
+        raise ValueError(f"{shown(given)} is over the largest size taken, 1 EiB")
+    return n
 
 
 def _whole_bytes(n: int | float, given: object) -> int:
     """``n`` bytes as an int; a fraction of a byte is refused (one line)."""
     if n != int(n):
-        raise ValueError(f"not a whole number of bytes: {given!r}")
+        raise ValueError(f"not a whole number of bytes: {shown(given)}")
     return int(n)

@@ -280,7 +280,10 @@ def test_a_window_whose_analysis_fails_is_noted_and_the_loop_goes_on(monkeypatch
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"steps": 0}, "steps needs the number of steps per window, a whole number of 1 or more"),
+        (
+            {"steps": 0},
+            "steps needs the number of steps per window, a whole number from 1 to 1,000,000,000",
+        ),
         ({"steps": "ten"}, "steps needs the number of steps per window"),
         ({"steps": 2.5}, "steps needs the number of steps per window"),
         ({"keep": "peak"}, "keep needs steps"),

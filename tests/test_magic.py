@@ -556,8 +556,12 @@ def test_analysis_failure_keeps_the_cells_result(shell, run, monkeypatch):
 
 def test_html_that_cannot_be_written_keeps_the_profile_and_summary(shell, run, tmp_path):
     target = tmp_path / "taken.html"
-    target.mkdir()  # a folder where the file should go
-    result, out = run(f"%%memprofile -o p_nohtml --html {target}\nh_nohtml = torch.empty(1000)")
+    # the cell itself puts a folder where the file should go (one there before is refused
+    # before the cell runs: tests/test_bounds.py)
+    result, out = run(
+        f"%%memprofile -o p_nohtml --html {target}\n"
+        f"import os; os.mkdir({str(target)!r}); h_nohtml = torch.empty(1000)"
+    )
     assert result.success
     lines = out.splitlines()
     assert lines[0] == "memory profile 'p_nohtml'"  # the summary is still shown

@@ -294,7 +294,7 @@ class DeviceAllocator:
     def _segment(self, key: tuple[int, bool], span: int) -> int:
         """A new segment of ``span`` address bytes: its address. Segments never touch (a
         gap after each; recorded addresses are doubled), so touching blocks share one."""
-        if self.placement is not None and span != _EXPANDABLE_SPAN:
+        if self.placement is not None and span < _EXPANDABLE_SPAN:
             base = 2 * next(self.placement)
         else:
             base = self.next_address
@@ -341,11 +341,18 @@ class DeviceAllocator:
                 room, b = room + n, b + n
             if room >= size:
                 return start
-        base = self._segment(key, _EXPANDABLE_SPAN)
+        # torch reserves address space for more than the device's memory: a block larger
+        # than our span gets a segment large enough (whole large pages) rather than none
+        span = (
+            _EXPANDABLE_SPAN
+            if size <= _EXPANDABLE_SPAN
+            else -(-size // LARGE_BUFFER) * LARGE_BUFFER
+        )
+        base = self._segment(key, span)
         self.seg_row.append(-1)
         self.maps[len(self.seg_base) - 1] = []
-        self.unmapped[base] = _EXPANDABLE_SPAN
-        self.unmapped_end[base + _EXPANDABLE_SPAN] = base
+        self.unmapped[base] = span
+        self.unmapped_end[base + span] = base
         return base
 
     def _map(self, addr: int, size: int) -> int:

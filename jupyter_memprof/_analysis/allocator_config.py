@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from .._errors import AllocatorConfigError
+from .._units import shown
 
 __all__ = ["AllocatorConfig", "config_from_env", "parse_config"]
 
@@ -120,7 +121,7 @@ class _Parser:
         self.values: dict = {}
 
     def fail(self, message: str):
-        raise AllocatorConfigError(f"allocator setting {self.text!r}: {message}")
+        raise AllocatorConfigError(f"allocator setting {shown(self.text, 100)}: {message}")
 
     def take(self, what: str = "a value") -> str:
         if self.i >= len(self.tokens):
@@ -132,18 +133,24 @@ class _Parser:
     def expect(self, ch: str) -> None:
         token = self.take(repr(ch))
         if token != ch:
-            self.fail(f"expected {ch!r}, found {token!r}")
+            self.fail(f"expected {ch!r}, found {shown(token)}")
 
     def integer(self, key: str) -> int:
-        token = self.take(f"a number for {key}")
-        if not token.isdigit():
-            self.fail(f"{key} takes a whole number, not {token!r}")
+        return self.whole(key, self.take(f"a number for {key}"), "a whole number")
+
+    def whole(self, key: str, token: str, what: str) -> int:
+        """``token`` as torch's ``stoul`` reads it: ASCII digits (not every digit
+        ``str.isdigit`` accepts), below 2**64."""
+        if not (token.isascii() and token.isdigit()):
+            self.fail(f"{key} takes {what}, not {shown(token)}")
+        if len(token) > 20 or int(token) >= 2**64:
+            self.fail(f"{key}: {shown(token)} is out of range (at most 2**64 - 1)")
         return int(token)
 
     def boolean(self, key: str) -> bool:
         token = self.take(f"True or False for {key}")
         if token not in ("True", "False", "true", "false"):
-            self.fail(f"{key} takes True or False, not {token!r}")
+            self.fail(f"{key} takes True or False, not {shown(token)}")
         return token in ("True", "true")
 
     def megabytes(self, key: str) -> int:
@@ -155,17 +162,15 @@ class _Parser:
     def fraction(self, key: str) -> float:
         token = self.take(f"a number for {key}")
         try:
-            x = float(token)
+            x = float(token) if token.isascii() and len(token) <= 40 else math.nan
         except ValueError:
             x = math.nan
         if not 0.0 < x < 1.0:
-            self.fail(f"{key} must be between 0 and 1 (exclusive), not {token!r}")
+            self.fail(f"{key} must be between 0 and 1 (exclusive), not {shown(token)}")
         return x
 
     def power_of_two(self, key: str, token: str, zero_ok: bool) -> int:
-        if not token.isdigit():
-            self.fail(f"{key} takes whole numbers, not {token!r}")
-        n = int(token)
+        n = self.whole(key, token, "whole numbers")
         if not ((n == 0 and zero_ok) or (n > 0 and n & (n - 1) == 0)):
             self.fail(f"{key}: {n} is not a power of 2")
         return n
@@ -201,7 +206,7 @@ class _Parser:
     def setting(self) -> None:
         key = self.take("a setting")
         if key not in _KNOWN:
-            self.fail(f"unknown setting {key!r} (known: {', '.join(_KNOWN)})")
+            self.fail(f"unknown setting {shown(key)} (known: {', '.join(_KNOWN)})")
         if key in self.values:
             self.fail(f"{key} is given twice")
         self.expect(":")
@@ -216,7 +221,7 @@ class _Parser:
             if backend == "cudaMallocAsync":
                 self.fail("backend:cudaMallocAsync is CUDA's own allocator, which is not modelled")
             if backend != "native":
-                self.fail(f"backend is native or cudaMallocAsync, not {backend!r}")
+                self.fail(f"backend is native or cudaMallocAsync, not {shown(backend)}")
         else:
             {"bool": self.boolean, "int": self.integer, "fraction": self.fraction}[_IGNORED[key]](
                 key

@@ -31,6 +31,7 @@ from .._errors import CaptureError
 from .._producers.windows import WindowRecorder
 from .._records import Capture
 from .._results.profile import Profile
+from .._units import shown
 from .._vocab import _Vocabulary
 
 log = logging.getLogger(__name__)
@@ -48,19 +49,28 @@ class KeptStep(_Vocabulary):
 DEFAULT_KEEP: tuple[str, ...] = (KeptStep.FIRST.value, KeptStep.PEAK.value, KeptStep.LAST.value)
 
 
+#: The largest step number (and steps per window) a long run takes.
+MAX_STEPS = 10**9
+
+
+def _digits(text: str) -> int | None:
+    """``text`` as a step number when it is ASCII digits only (``"²"`` and other digits
+    ``str.isdigit`` accepts are not), else None."""
+    return int(text) if text.isascii() and text.isdigit() and len(text) <= 12 else None
+
+
 def parse_steps(value: Any, name: str = "steps") -> int | None:
-    """``steps=`` (the number of steps per window): a positive int, or None (no long run).
-    A string of digits is taken too (the magic's ``--steps``); anything else is one
-    :class:`CaptureError` line, which names the option as ``name``."""
+    """``steps=`` (the number of steps per window): an int from 1 to :data:`MAX_STEPS`, or
+    None (no long run). A string of ASCII digits is taken too (the magic's ``--steps``);
+    anything else is one :class:`CaptureError` line, which names the option as ``name``."""
     if value is None:
         return None
-    text = value.strip() if isinstance(value, str) else None
-    if text is not None and text.isdigit():
-        value = int(text)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+    if isinstance(value, str) and _digits(value.strip()) is not None:
+        value = _digits(value.strip())
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_STEPS:
         raise CaptureError(
-            f"{name} needs the number of steps per window, a whole number of 1 or more "
-            f"(got {value!r})"
+            f"{name} needs the number of steps per window, a whole number from 1 to "
+            f"{MAX_STEPS:,} (got {shown(value)})"
         )
     return value
 
@@ -72,19 +82,20 @@ def parse_keep(value: Any, name: str = "keep") -> tuple[str | int, ...]:
         return DEFAULT_KEEP
     items = value.split(",") if isinstance(value, str) else value
     if not isinstance(items, Iterable):
-        raise CaptureError(f"{name} lists steps: first, peak, last or numbers (got {value!r})")
+        raise CaptureError(f"{name} lists steps: first, peak, last or numbers (got {shown(value)})")
     out: list[str | int] = []
     for item in items:
         text = item.strip().lower() if isinstance(item, str) else item
-        if isinstance(text, str) and text.isdigit():
-            text = int(text)
+        if isinstance(text, str) and _digits(text) is not None:
+            text = _digits(text)
         if isinstance(text, str) and text in KeptStep.values():
             out.append(text)
-        elif isinstance(text, int) and not isinstance(text, bool) and text >= 0:
+        elif isinstance(text, int) and not isinstance(text, bool) and 0 <= text <= MAX_STEPS:
             out.append(text)
         elif text != "":
             raise CaptureError(
-                f"{name}: {item!r} is not a step to keep; use first, peak, last or a step number"
+                f"{name}: {shown(item)} is not a step to keep; use first, peak, last or a step "
+                f"number up to {MAX_STEPS:,}"
             )
     return tuple(dict.fromkeys(out))
 

@@ -19,6 +19,8 @@ from typing import Any
 from IPython.core import magic_arguments
 from IPython.core.error import UsageError
 
+from .._units import shown
+
 __all__ = ["OPTIONS", "Option", "Options", "decorate", "read_options", "split_statement"]
 
 MAGIC = "memprofile"
@@ -306,11 +308,7 @@ def read_options(shell, parser, options: str, name: str) -> Options:
         opts.devices = _devices(args.device)
         opts.allocator = _allocator_option(args.allocator)
     if opts.html is not None:
-        # relative to the folder the cell starts in (the cell may change folders)
-        opts.html = os.path.abspath(os.path.expanduser(opts.html))
-        folder = os.path.dirname(opts.html)
-        if not os.path.isdir(folder):
-            raise UsageError(f"--html: the folder {folder!r} does not exist")
+        opts.html = _html_path(opts.html)
         if not opts.force:
             check_html_target(opts.html)
     elif opts.force:
@@ -393,10 +391,10 @@ def _long_run_options(steps: str | None, keep: str | None):
 def _whole(text: str | None):
     """--world-size as a number (text that is no whole number is passed on as it is, for
     :func:`check_world_size` to refuse in its own words)."""
-    try:
-        return None if text is None else int(text)
-    except ValueError:
-        return text
+    if text is None:
+        return None
+    digits = text.strip()
+    return int(digits) if digits.isascii() and digits.isdigit() and len(digits) < 20 else text
 
 
 def _allocator_option(setting):
@@ -421,6 +419,25 @@ def html_refusal(path: str, exc: Exception | None = None) -> str:
         f"--html: {path!r} exists and is not a jupyter_memprof HTML report; add --force to "
         "replace it"
     )
+
+
+def _html_path(given: str) -> str:
+    """--html's file, absolute (relative to the folder the cell starts in: the cell may
+    change folders), refused in one line before the cell runs when it cannot be written:
+    no name, a folder, a folder that does not exist or cannot be written to."""
+    if not given.strip() or "\0" in given:
+        raise UsageError(f"--html needs the name of a file to write, not {shown(given)}")
+    if given.endswith(("/", os.sep)):
+        raise UsageError(f"--html: {shown(given)} names a folder; give a file name in it")
+    path = os.path.abspath(os.path.expanduser(given))
+    if os.path.isdir(path):
+        raise UsageError(f"--html: {shown(path, 80)} is a folder; give a file name in it")
+    folder = os.path.dirname(path)
+    if not os.path.isdir(folder):
+        raise UsageError(f"--html: the folder {shown(folder, 80)} does not exist")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise UsageError(f"--html: the folder {shown(folder, 80)} cannot be written to")
+    return path
 
 
 def check_html_target(path: str) -> None:
