@@ -11,7 +11,6 @@ what failed, and the user's own exception is never replaced.
 from __future__ import annotations
 
 import contextlib
-import signal
 import sys
 import time
 from collections.abc import Iterable
@@ -25,6 +24,7 @@ from .._results.profile import Profile
 from . import long_run as _long_run
 from .finish import allocator_config, fill, register
 from .frames import caller_names
+from .interrupts import held as _interrupts_held
 
 __all__ = ["CaptureError", "build_tables", "profile", "step"]
 
@@ -224,6 +224,8 @@ class profile(contextlib.AbstractContextManager):  # lower case: reads like a fu
             else:
                 prof.meta["analysis_error"] = _reason(failure)
                 prof.meta["analysis_interrupted"] = True
+                if self._long is not None:  # the windows analysed in the loop stay
+                    self._long.fill_interrupted(prof, recorder, failure)
         finally:
             try:
                 with _interrupts_held():  # Ctrl-C now waits until the profile is registered
@@ -271,31 +273,6 @@ def _keep_snapshot(prof: Profile, history) -> None:
     picture = oom_picture(prof.snapshot)
     if picture is not None:
         prof.meta["snapshot_oom"] = picture
-
-
-@contextlib.contextmanager
-def _interrupts_held():
-    """Hold Ctrl-C (SIGINT) back for a block, in the main thread: an interrupt that comes
-    meanwhile is passed on to the handler that was there, once the block is done."""
-    held: list[object] = []
-
-    def hold(signum, frame) -> None:
-        held.append(frame)
-
-    try:
-        before = signal.signal(signal.SIGINT, hold)
-    except (ValueError, OSError, TypeError):  # not the main thread: signals never land here
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, before)
-        if held:
-            if callable(before):
-                before(signal.SIGINT, held[0])
-            elif before == signal.SIG_DFL:
-                raise KeyboardInterrupt
 
 
 def _reason(err: BaseException) -> str:

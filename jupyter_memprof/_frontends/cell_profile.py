@@ -66,7 +66,14 @@ def profile_cell(shell, code: Code, opts: Options, label: str, local_ns: dict | 
         if progress is not None:
             progress.close()
 
-    if prof.meta.get("analysis_interrupted"):  # Ctrl-C while analysing: show nothing
+    if prof.meta.get("analysis_interrupted") and prof.meta.get("long_run"):
+        deliver(shell, prof, opts)  # a long run keeps every window analysed: shown
+        print(
+            f"{name}: the analysis was interrupted ({prof.meta['analysis_error']}); "
+            f"{LAST} holds the steps analysed (the summary says which are missing)",
+            file=sys.stderr,
+        )
+    elif prof.meta.get("analysis_interrupted"):  # Ctrl-C while analysing: show nothing
         _store(shell, prof, opts)
         print(
             f"{name}: the analysis was interrupted ({prof.meta['analysis_error']}); "

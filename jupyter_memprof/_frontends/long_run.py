@@ -33,6 +33,7 @@ from .._records import Capture
 from .._results.profile import Profile
 from .._units import shown
 from .._vocab import _Vocabulary
+from . import interrupts
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +48,13 @@ class KeptStep(_Vocabulary):
 
 #: what a long run keeps when ``keep`` is not given
 DEFAULT_KEEP: tuple[str, ...] = (KeptStep.FIRST.value, KeptStep.PEAK.value, KeptStep.LAST.value)
+
+
+class MissingWhy(_Vocabulary):
+    """Why a long run has no steps for a window it recorded (``missing_steps``)."""
+
+    INTERRUPTED = "interrupted (Ctrl-C) while its window was analysed"
+    NOT_ANALYSED = "not analysed: interrupted (Ctrl-C) before its analysis"
 
 
 #: The largest step number (and steps per window) a long run takes.
@@ -129,6 +137,12 @@ class LongRun:
         self.window_events: list[int] = []
         self.window_errors: list[str] = []
         self._last_meta: dict = {}  # the last window's meta: the wait after the loop
+        #: steps whose window was lost: ``{"first", "last", "why"}`` (``meta["long_run"]``)
+        self.missing: list[dict] = []
+        #: a window's records that an interrupt kept from being analysed in the loop
+        self._pending: Capture | None = None
+        #: the interrupt that stopped the analysis after the loop (raised again by fill)
+        self.interrupt: BaseException | None = None
 
     def recorder(self, devices, with_stack, namespace) -> WindowRecorder:
         return WindowRecorder(devices, with_stack, namespace, self.steps_per_window, self.add)
@@ -138,18 +152,37 @@ class LongRun:
         """Read and analyse one finished window (called at a step's end, inside the loop),
         the collector paused as for one capture (the records are many small objects). A
         failure of ours is noted in meta and the run goes on: never raised into the user's
-        loop."""
+        loop. An interrupt (Ctrl-C) is passed on to the loop, and the window's records, once
+        read, wait for the end of the run to be analysed (:meth:`build`): nothing recorded
+        is lost."""
+        capture, windows = None, self._windows
         try:
             with paused_gc():
                 capture = read()
-                window = (self._windows == 0, False)
-                tables, meta = analyse(capture, allocator=self.allocator, window=window)
-                self.absorb(tables, meta, capture.trace.event_count)
+                self._analyse(capture)
         except Exception as err:  # the window is lost, the run and the user's loop go on
             log.warning("analysing a window of a long run failed", exc_info=True)
             self.window_errors.append(f"{type(err).__name__}: {err}")
-            self._next_step += self.steps_per_window  # its steps keep their numbers
-            self._windows += 1
+            self._lose(self.steps_per_window, f"its analysis failed ({type(err).__name__})")
+        except BaseException:  # Ctrl-C: the loop stops, what was recorded stays
+            if self._windows == windows and capture is not None:  # read, not absorbed
+                self._pending = capture  # (not read: the recorder keeps it, ``unread``)
+            raise
+
+    def _analyse(self, capture: Capture) -> None:
+        window = (self._windows == 0, False)
+        tables, meta = analyse(capture, allocator=self.allocator, window=window)
+        self.absorb(tables, meta, capture.trace.event_count)
+
+    def _lose(self, steps: int, why: str) -> None:
+        """``steps`` steps from the next one are missing (their numbers are kept); none when
+        the window ended no step (the stretch after a run's last step is no step)."""
+        if steps <= 0:
+            return
+        first = self._next_step
+        self.missing.append({"first": first, "last": first + steps - 1, "why": why})
+        self._next_step += steps
+        self._windows += 1
 
     def absorb(self, tables: dict, meta: dict, events: int, *, tail: bool = False) -> None:
         """Keep what the run needs of one analysed window (see the module's docstring).
@@ -157,31 +190,35 @@ class LongRun:
         window before) it is no step of its own, as the stretch after a capture's last step
         is not: its frees end the last step."""
         if tail and self._windows > 0 and not tables["allocations"]["alloc_ns"].notna().any():
-            self.carried = W.forget_freed(self.carried, tables)
-            if self._steps:
-                self._steps[-1] = W.fold_tail(self._steps[-1], tables["steps"])
-            self._last_meta = meta
+            carried = W.forget_freed(self.carried, tables)
+            last = W.fold_tail(self._steps[-1], tables["steps"]) if self._steps else None
+            with interrupts.held():
+                self.carried, self._last_meta = carried, meta
+                if last is not None:
+                    self._steps[-1] = last
             return
         # everything computed before anything changes: a failure leaves the run as it was
         offset = W.live_offset(self.carried, tables)
         steps = W.window_steps(tables, self._next_step, offset)
         new = W.survivors(tables, self._next_step, self._next_id, before_run=self._windows == 0)
         carried = W.join([W.forget_freed(self.carried, tables), new], S.CARRIED, "carried")
-        self.carried = carried
-        self._next_id = W.next_id_offset(tables, self._next_id)
-        self._steps.append(steps)
-        self._last_meta = meta
-        self.window_events.append(int(events))
+        next_id = W.next_id_offset(tables, self._next_id)
         if len(steps):
             first, last = int(steps["step"].min()), int(steps["step"].max())
-            self._next_step = last + 1
             peak = int(steps["peak_bytes"].max())
         else:
             first = last = self._next_step
             peak = -1
-        tables = {**tables, "steps": steps}
-        self._keep(_Window(tables, meta, first, last, peak))
-        self._windows += 1
+        window = _Window({**tables, "steps": steps}, meta, first, last, peak)
+        with interrupts.held():  # all of it or nothing: Ctrl-C waits for the few lines
+            self.carried = carried
+            self._next_id = next_id
+            self._steps.append(steps)
+            self._last_meta = meta
+            self.window_events.append(int(events))
+            self._next_step = last + 1 if len(steps) else self._next_step
+            self._keep(window)
+            self._windows += 1
 
     def _keep(self, window: _Window) -> None:
         """Keep the window's full tables for each kept step it holds (and drop the window it
@@ -206,16 +243,58 @@ class LongRun:
         progress: Progress | None,
         allocator: AllocatorConfig | None,
     ) -> tuple[dict, dict]:
-        """The run's tables and meta once the recorder has stopped: the last window (if one
-        was recorded) analysed and joined to the others."""
+        """The run's tables and meta once the recorder has stopped: a window whose analysis
+        an interrupt stopped inside the loop, then the last window (if one was recorded),
+        analysed and joined to the others. An interrupt (or a failure) while analysing them
+        loses only their steps, noted in ``meta["long_run"]["missing_steps"]``; the
+        interrupt is kept in :attr:`interrupt` for the caller to pass on."""
         names = S.empty(S.NAMES)
         self.window_errors += recorder.failures
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            self._guarded(lambda: self._analyse(pending), self.steps_per_window)
+        elif recorder.unread is not None:
+            self._guarded(lambda: self._analyse(recorder.read_unread()), self.steps_per_window)
         if recorder.has_last_window:
-            tables, meta = self._build_last(recorder, progress, allocator)
-            if self._windows:  # its start is a step's end
-                tables = {**tables, "steps": W.tail_steps(tables, meta)}
-            self.absorb(tables, meta, meta.get("event_count", 0), tail=True)
-            names = tables["names"]
+            ended = recorder.steps_in_window  # the last window's complete steps
+            if self.interrupt is not None:
+                self._lose(ended, MissingWhy.NOT_ANALYSED.value)
+            else:
+                names = self._guarded(lambda: self._last(recorder, progress, allocator), ended)
+        out: tuple[dict, dict] = ({}, {})
+        try:
+            with interrupts.held():  # joining what was done: Ctrl-C waits for it
+                out = self._joined(S.empty(S.NAMES) if names is None else names)
+        except KeyboardInterrupt as err:  # it came while joining: passed on by fill
+            self.interrupt = self.interrupt or err
+        return out
+
+    def _last(self, recorder: WindowRecorder, progress, allocator) -> pd.DataFrame:
+        """Analyse the run's last window into the run; returns its names."""
+        tables, meta = self._build_last(recorder, progress, allocator)
+        if self._windows:  # its start is a step's end
+            tables = {**tables, "steps": W.tail_steps(tables, meta)}
+        self.absorb(tables, meta, meta.get("event_count", 0), tail=True)
+        return tables["names"]
+
+    def _guarded(self, analyse: Callable[[], Any], steps: int) -> Any:
+        """``analyse()``; when it fails or is interrupted, its ``steps`` steps are noted as
+        missing (and the interrupt kept), and None is returned."""
+        windows = self._windows
+        try:
+            return analyse()
+        except Exception as err:
+            log.warning("analysing a window of a long run failed", exc_info=True)
+            self.window_errors.append(f"{type(err).__name__}: {err}")
+            why = f"its analysis failed ({type(err).__name__})"
+        except BaseException as err:  # Ctrl-C: what was done stays, the interrupt is passed on
+            self.interrupt = err
+            why = MissingWhy.INTERRUPTED.value
+        if self._windows == windows:  # not absorbed
+            self._lose(steps, why)
+        return None
+
+    def _joined(self, names: pd.DataFrame) -> tuple[dict, dict]:
         steps = W.join(self._steps, S.STEPS, "steps")
         leaks = W.leaks_across(steps, self.carried, names)
         main = self._main()
@@ -237,12 +316,30 @@ class LongRun:
         progress: Progress | None,
         allocator: AllocatorConfig | None,
     ) -> None:
-        """:meth:`build` into ``prof``: its tables, meta and :attr:`Profile.kept`."""
+        """:meth:`build` into ``prof``: its tables, meta and :attr:`Profile.kept`; then an
+        interrupt that stopped the analysis is raised again (the profile keeps what was
+        done)."""
         tables, meta = self.build(recorder, progress, allocator)
-        for key, df in tables.items():
-            setattr(prof, key, df)
-        prof.meta.update(meta)
-        self.attach(prof)
+        with interrupts.held():
+            for key, df in tables.items():
+                setattr(prof, key, df)
+            prof.meta.update(meta)
+            self.attach(prof)
+        interrupt, self.interrupt = self.interrupt, None
+        if interrupt is not None:
+            raise interrupt
+
+    def fill_interrupted(
+        self, prof: Profile, recorder: WindowRecorder, interrupt: BaseException
+    ) -> None:
+        """:meth:`fill` after an interrupt stopped the recorder's stop: the windows analysed
+        so far, the last one noted as missing. Raises nothing (the caller passes the
+        interrupt on)."""
+        self.interrupt = interrupt
+        try:
+            self.fill(prof, recorder, None, self.allocator)
+        except BaseException:  # the same interrupt, or another Ctrl-C: the caller raises
+            log.debug("a long run's end was interrupted", exc_info=True)
 
     def _main(self) -> _Window | None:
         """The window whose tables the profile shows: the peak's, else the last kept."""
@@ -262,6 +359,7 @@ class LongRun:
             "window_events_max": max(self.window_events, default=0),
             "carried_blocks": len(self.carried),
             **({"window_errors": list(self.window_errors)} if self.window_errors else {}),
+            **({"missing_steps": [dict(m) for m in self.missing]} if self.missing else {}),
         }
 
     def attach(self, prof: Profile) -> None:

@@ -32,6 +32,7 @@ import torch
 
 from .._records import Capture
 from . import live
+from . import torch_profiler as events
 from .live import SessionNames
 from .recorder import Recorder, _quiet_stderr, _stop_profiler, cuda_totals
 
@@ -147,6 +148,8 @@ class WindowRecorder(Recorder):
         self.windows = 0
         #: what failed between two windows (``Type: message``)
         self.failures: list[str] = []
+        #: the stopped profiler of a window an interrupt kept from being read
+        self.unread = None
         self._thread = threading.current_thread()
 
     # -- start and stop -------------------------------------------------------------------
@@ -165,6 +168,9 @@ class WindowRecorder(Recorder):
     def stop(self) -> None:
         try:
             self._remove_listeners()
+            if self.unread is not None and events.profiler_running():  # stopped half-way
+                with contextlib.suppress(Exception):
+                    _stop_profiler(self.unread)
         finally:
             super().stop()
 
@@ -201,20 +207,35 @@ class WindowRecorder(Recorder):
     def _next_window(self) -> None:
         """End this window and start the next: stop torch's profiler, hand the window's
         records over, start a new profiler. An interrupt or failure on the way leaves the
-        profiler off (the run's stop then has nothing of torch's to stop)."""
+        profiler off (the run's stop then has nothing of torch's to stop); an interrupt
+        before the window's records were read keeps them in :attr:`unread`, for
+        :meth:`read_unread` at the run's end."""
         tp, self._torch_profiler = self._torch_profiler, None
-        _stop_profiler(tp)
-        self.totals_end = cuda_totals(self.devices)
-        watch, self._watch = self._watch, None
-        if watch is not None:  # frees of blocks named at the run's start: first window only
-            self.watched_frees = watch.close()
         self._window_tp = tp
+        read = False
+
+        def read_window() -> Capture:
+            nonlocal read
+            capture = self.capture(held=False)
+            read = True
+            return capture
+
         try:
+            _stop_profiler(tp)
+            self.totals_end = cuda_totals(self.devices)
+            watch, self._watch = self._watch, None
+            if watch is not None:  # frees of blocks named at the run's start: first window
+                self.watched_frees = watch.close()
             self.windows += 1
-            self.on_window(lambda: self.capture(held=False))
+            self.on_window(read_window)
+        except BaseException as err:
+            if not read and not isinstance(err, Exception):  # Ctrl-C: read at the end
+                self.unread = tp
+            raise
         finally:
-            self._window_tp = None
-            tp.profiler = None  # torch's raw result: not kept
+            if self.unread is not tp:
+                self._window_tp = None
+                tp.profiler = None  # torch's raw result: not kept
         # the next window: the session's names at its start (so blocks from before it are
         # named as in one capture), no burner nor watched frees of its own (frees of blocks
         # made while an earlier window recorded are reported)
@@ -235,6 +256,24 @@ class WindowRecorder(Recorder):
     def kineto_results(self):
         tp = self._window_tp if self._window_tp is not None else self._torch_profiler
         return tp.profiler.kineto_results
+
+    def read_unread(self) -> Capture | None:
+        """The records of the window an interrupt kept from being read in the loop (after
+        :meth:`stop`), or None when there is none."""
+        tp, self.unread = self.unread, None
+        if tp is None:
+            return None
+        self._window_tp = tp
+        try:
+            return self.capture(held=False)
+        finally:
+            self._window_tp = None
+            tp.profiler = None
+
+    @property
+    def steps_in_window(self) -> int:
+        """The steps ended in the window being recorded (the last one, after the stop)."""
+        return self._count
 
     @property
     def has_last_window(self) -> bool:

@@ -82,6 +82,9 @@ def long_run_phrase(s: dict[str, Any]) -> str | None:
     if shown:
         why = " (the highest peak)" if "peak" in (run.get("kept") or {}) else ""
         line += f"; tables of steps {shown[0]}-{shown[1]}{why}"
+    for gap in run.get("missing_steps") or ():
+        steps = f"step {gap['first']}" if gap["first"] == gap["last"] else "steps {}-{}"
+        line += f"; {steps.format(gap['first'], gap['last'])} missing: {gap['why']}"
     return line
 
 
