@@ -10,7 +10,7 @@ STAMP  := $(VENV)/.memprof-installed
 ROOT_FLAG := $(shell [ "$$(id -u)" = 0 ] && echo --allow-root)
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test lint unit bench chromium clean docs screenshots
+.PHONY: setup demo demo-notebooks test lint unit bench chromium clean docs screenshots
 
 setup: $(STAMP) chromium
 
@@ -40,10 +40,18 @@ chromium:
 	  fi; }
 
 # JupyterLab on the quickstart: the printed URL opens the notebook itself. No news feed or
-# update check (they would reach for the internet).
-demo: setup $(VENV)/share/jupyter/lab/settings/overrides.json
-	@echo "Starting JupyterLab on notebooks/quickstart.ipynb; open the http://127.0.0.1 URL printed below."
-	$(BIN)/jupyter lab --ServerApp.root_dir=notebooks --ServerApp.ip=127.0.0.1 --no-browser \
+# update check (they would reach for the internet). It serves copies of the notebooks in
+# $(DEMO_DIR) (git-ignored), so a run saved there never changes the tracked notebooks that
+# `make test` checks; a copy is refreshed only when the tracked notebook is newer.
+DEMO_DIR ?= .demo
+
+demo-notebooks:
+	@mkdir -p $(DEMO_DIR)
+	@cp -u notebooks/*.ipynb $(DEMO_DIR)/
+
+demo: setup $(VENV)/share/jupyter/lab/settings/overrides.json demo-notebooks
+	@echo "Starting JupyterLab on a copy of notebooks/quickstart.ipynb ($(DEMO_DIR)/); open the http://127.0.0.1 URL printed below."
+	$(BIN)/jupyter lab --ServerApp.root_dir=$(DEMO_DIR) --ServerApp.ip=127.0.0.1 --no-browser \
 	  --LabApp.default_url=/lab/tree/quickstart.ipynb --LabApp.news_url=None \
 	  --LabApp.check_for_updates_class=jupyterlab.handlers.announcements.NeverCheckForUpdate $(ROOT_FLAG)
 
@@ -88,4 +96,4 @@ screenshots: setup
 	$(BIN)/python benchmarks/screenshots.py
 
 clean:
-	rm -rf $(VENV) build dist *.egg-info docs/_build docs/_generated docs/reference/api docs/notebooks jupyter_memprof/labextension labextension/lib labextension/node_modules
+	rm -rf $(VENV) $(DEMO_DIR) build dist *.egg-info docs/_build docs/_generated docs/reference/api docs/notebooks jupyter_memprof/labextension labextension/lib labextension/node_modules
