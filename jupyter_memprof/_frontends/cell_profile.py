@@ -120,9 +120,29 @@ def estimate_cell(shell, code: Code, opts: Options, label: str) -> None:
 
 
 def _store(shell, prof, opts: Options) -> None:
+    """The profile in ``_memprof`` and ``-o VAR``: a module there is never replaced, and
+    replacing any other value that is not a profile is said (one line)."""
+    import types
+
+    from .._results.profile import Profile
+
     shell.user_ns[LAST] = prof
-    if opts.output:
-        shell.user_ns[opts.output] = prof
+    if not opts.output:
+        return
+    name, old = opts.output, shell.user_ns.get(opts.output)
+    if isinstance(old, types.ModuleType):  # the cell bound it: the module stays
+        print(
+            f"{opts.name}: -o {name}: {name!r} holds a module, left as it is; the profile "
+            f"is in {LAST}",
+            file=sys.stderr,
+        )
+        return
+    if old is not None and not isinstance(old, Profile):
+        print(
+            f"{opts.name}: -o {name} replaces {name!r} (a {type(old).__name__}) with the profile",
+            file=sys.stderr,
+        )
+    shell.user_ns[name] = prof
 
 
 def deliver(shell, prof, opts: Options, *, savings: Callable[[], Any] | None = None) -> None:

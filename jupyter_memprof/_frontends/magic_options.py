@@ -13,6 +13,7 @@ import builtins
 import keyword
 import os
 import re
+import types
 from dataclasses import dataclass
 from typing import Any
 
@@ -336,6 +337,11 @@ def _check_output_name(shell, name: str | None) -> None:
     if reserved:
         raise UsageError(
             f"-o {name}: {name!r} is a name Python or IPython uses itself; choose another name"
+        )
+    held = getattr(shell, "user_ns", {}).get(name)
+    if isinstance(held, types.ModuleType):
+        raise UsageError(
+            f"-o {name}: {name!r} holds the module {shown(held.__name__)}; choose another name"
         )
 
 

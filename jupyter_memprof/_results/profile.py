@@ -479,7 +479,8 @@ def load(path: str | os.PathLike) -> Profile:
     Parameters
     ----------
     path : str or os.PathLike
-        The zip file or the Parquet folder.
+        The zip file or the Parquet folder. ``{rank}`` in it becomes this process's rank,
+        as in :meth:`Profile.save` (0 outside ``torch.distributed``).
 
     Returns
     -------
@@ -500,6 +501,8 @@ def load(path: str | os.PathLike) -> Profile:
     >>> jupyter_memprof.load("step.memprof").peak_by("category")  # doctest: +SKIP
     """
     path = _path(path)
+    if "{rank}" in path:
+        path = path.replace("{rank}", str(_this_rank()))
     if os.path.isdir(path):
         from .parquet import read_folder
 
@@ -517,6 +520,15 @@ def load(path: str | os.PathLike) -> Profile:
         for what in window.keep:
             prof.kept[what] = p
     return prof
+
+
+def _this_rank() -> int:
+    """This process's ``torch.distributed`` rank, 0 outside it (what ``save`` writes for a
+    profile captured here)."""
+    import torch
+
+    dist = torch.distributed
+    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
 
 
 def _path(path: str | bytes | os.PathLike) -> str:

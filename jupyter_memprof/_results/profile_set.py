@@ -16,6 +16,7 @@ from collections.abc import Iterable
 import pandas as pd
 
 from .._analysis import schema as S
+from .._units import shown
 from .profile import Profile, load
 
 __all__ = ["ProfileSet", "load_many"]
@@ -36,6 +37,24 @@ def _expand(paths_or_glob: str | os.PathLike | Iterable[str | os.PathLike]) -> l
     if not paths:
         raise ValueError("load_many needs at least one path")
     return paths
+
+
+def _refuse_repeats(paths: list[str]) -> None:
+    """One ValueError line when two paths name the same file or folder (they would count as
+    two ranks)."""
+    seen: dict[object, str] = {}
+    for p in paths:
+        try:
+            st = os.stat(p)
+            key: object = (st.st_dev, st.st_ino)
+        except (OSError, ValueError):  # load says what is wrong with it
+            key = os.path.realpath(p)
+        if key in seen:
+            raise ValueError(
+                f"load_many: {shown(p, 80)} is the same profile as {shown(seen[key], 80)}; "
+                "each rank's file once"
+            )
+        seen[key] = p
 
 
 def _concat(frames: list[pd.DataFrame], ranks: list[int], schema: dict) -> pd.DataFrame:
@@ -216,6 +235,7 @@ def load_many(
     distinct one, else its position in the (sorted) list of paths.
     """
     paths = _expand(paths_or_glob)
+    _refuse_repeats(paths)
     profiles = [(loader or load)(p) for p in paths]
     ranks = [p.meta.get("rank") for p in profiles]
     if any(not isinstance(r, int) for r in ranks) or len(set(ranks)) != len(ranks):
