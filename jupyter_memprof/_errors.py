@@ -38,3 +38,10 @@ class AllocatorConfigError(ValueError):
     """A ``PYTORCH_CUDA_ALLOC_CONF`` setting (from the environment or an ``allocator=``
     argument) that the caching allocator would refuse; each front end re-raises it as its own
     error with the same line."""
+
+
+class MemoryBudgetExceeded(BaseException):
+    """A plain capture grew past its memory budget (``profile(memory_budget=...)``): raised
+    in the captured code, which it stops as Ctrl-C would; the profile keeps what was
+    recorded until then (``meta["memory_budget"]``). A BaseException, as KeyboardInterrupt
+    is, so that ``except Exception`` in the captured code does not hold it back."""

@@ -246,6 +246,18 @@ META: dict[str, Key] = {
     "leaks": Key(list_of(LEAK), "a long run's leaks, found over all its windows"),
     "long_run": Key(LONG_RUN, "a long run's windows and steps"),
     "what_if": Key(dict_of(json_value), "the changes what_if() made (empty: as is)"),
+    "memory_budget": Key(
+        record(
+            need={"exceeded": is_bool},
+            may={
+                "bytes": positive_int,
+                "floor_bytes": nonneg_int,
+                "grown_bytes": is_int,
+                "reason": lambda v: v in ("budget", "machine"),
+            },
+        ),
+        "a plain capture's memory budget, and whether the code was stopped at it",
+    ),
 }
 
 

@@ -18,10 +18,11 @@ from collections.abc import Iterable
 from .._analysis.allocator_config import AllocatorConfig
 from .._analysis.pipeline import Progress
 from .._devices import resolve_devices
-from .._errors import AllocatorConfigError, CaptureError
+from .._errors import AllocatorConfigError, CaptureError, MemoryBudgetExceeded
 from .._producers.recorder import LATER, Recorder
 from .._results.profile import Profile
 from . import long_run as _long_run
+from .budget import Watchdog, parse_budget
 from .finish import allocator_config, fill, register
 from .frames import caller_names
 from .interrupts import held as _interrupts_held
@@ -88,6 +89,12 @@ class profile(contextlib.AbstractContextManager):  # lower case: reads like a fu
         snapshot (``torch.cuda.memory._snapshot()``), taken when the block ends, also when
         it raised: after a ``torch.OutOfMemoryError`` it is the moment of the error, and
         ``meta["snapshot_oom"]`` the segment picture of the failed request.
+    memory_budget : str, int or False, optional
+        A plain capture (no ``steps``) stops the code once the process has grown by more
+        than this since the start (``"8GiB"``, bytes), and in any case before the machine's
+        available memory falls under a tenth of it (``False``: never), raising
+        :class:`~jupyter_memprof._errors.MemoryBudgetExceeded`; the profile keeps what was
+        recorded until then (see docs/reliability.md).
 
     Returns
     -------
@@ -123,6 +130,7 @@ class profile(contextlib.AbstractContextManager):  # lower case: reads like a fu
         steps: int | None = None,
         keep: str | Iterable[str | int] | None = None,
         snapshot: bool = False,
+        memory_budget: int | str | bool | None = None,
     ) -> None:
         self.devices = resolve_devices(device)
         self._history = None
@@ -136,6 +144,8 @@ class profile(contextlib.AbstractContextManager):  # lower case: reads like a fu
         except AllocatorConfigError as err:
             raise CaptureError(str(err)) from None
         self._long = _long_run.plan(steps, keep, self.allocator, build_tables)
+        self._budget = parse_budget(memory_budget) if self._long is None else False
+        self._watchdog: Watchdog | None = None
         self.with_stack = with_stack
         self.label = label
         self.progress = progress
@@ -166,17 +176,27 @@ class profile(contextlib.AbstractContextManager):  # lower case: reads like a fu
             recorder = Recorder(self.devices, self.with_stack, self._names)
         else:
             recorder = self._long.recorder(self.devices, self.with_stack, self._names)
-        recorder.start()  # undoes itself when it fails
+        # the budget's watchdog before the profiler: its start stays out of the capture
+        if self._budget is not False:
+            self._watchdog = Watchdog(None if self._budget is True else self._budget).start()
+        try:
+            recorder.start()  # undoes itself when it fails
+        except BaseException:
+            self._end_watchdog(None)
+            raise
         try:
             if self._history is not None:
                 self._history.start()
             self._recorder = recorder
             self._t0 = time.perf_counter()
             self._start_ns = time.time_ns()
+            if self._watchdog is not None:
+                self._watchdog.arm()
         except BaseException:  # an interrupt right after the start: nothing stays on
             self._recorder = None
             if self._history is not None:
                 self._history.stop()
+            self._end_watchdog(None)
             recorder.stop()
             raise
         return self._profile
@@ -191,10 +211,12 @@ class profile(contextlib.AbstractContextManager):  # lower case: reads like a fu
         = True`` for an interrupt). Our failure is then raised, but only when the profiled
         code raised nothing: the user's own exception is never replaced. :attr:`failed_step`
         says which step failed (None when none did)."""
+        code_end = time.perf_counter()
+        self._end_watchdog(exc)
         recorder, self._recorder = self._recorder, None
         if recorder is None:
             raise CaptureError("this capture is not running (not started, or finished)")
-        t_finish = time.perf_counter()
+        t_finish = code_end
         wall_s = t_finish - self._t0
         prof = self._profile
         if self._history is not None:  # first: at an out-of-memory error, that moment
@@ -236,6 +258,15 @@ class profile(contextlib.AbstractContextManager):  # lower case: reads like a fu
         if failure is not None and exc is None:
             raise failure
         return prof
+
+    def _end_watchdog(self, exc: BaseException | None) -> None:
+        """Stop the memory budget's watchdog (first thing when the code is done); its
+        verdict goes to ``meta["memory_budget"]``."""
+        watchdog, self._watchdog = self._watchdog, None
+        if watchdog is not None:
+            watchdog.stop(delivered=isinstance(exc, MemoryBudgetExceeded))
+            if self._profile is not None:
+                self._profile.meta["memory_budget"] = watchdog.meta()
 
     def _register(
         self, prof: Profile, recorder: Recorder, wall_s: float, error, t_finish: float

@@ -53,6 +53,11 @@ def profile_cell(shell, code: Code, opts: Options, label: str, local_ns: dict | 
     except BaseException as err:  # the user's own error: shown as theirs, raised again
         raised = err
         code.own_traceback(err)
+        if type(err).__name__ == "MemoryBudgetExceeded" and not opts.no_display:
+            print(
+                f"{name}: the capture went over its memory budget; reading what it recorded…",
+                flush=True,
+            )
         if isinstance(err, KeyboardInterrupt) and not opts.no_display:
             # at once: torch's stop and the reading take seconds on a long capture
             print(f"{name}: interrupted; reading the partial capture…", flush=True)

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from .._units import format_bytes, format_seconds
+from .budget import budget_phrase
 from .fit_bar import fit_html, verdict
 from .peaks import peak_point
 from .summary_phrases import (
@@ -119,6 +120,7 @@ def summary(prof: ProfileLike) -> dict[str, Any]:
         "steps": _steps(prof.steps),
         "producer": meta.get("producer") or None,
         "not_recorded": list(meta.get("not_recorded") or []),
+        "memory_budget": meta.get("memory_budget") or None,
     }
 
 
@@ -553,6 +555,9 @@ def _detail_rows(s: dict) -> list[tuple[str, str, str]]:
         rows.append(("source", _MUTED_STYLE, source))
     if s["not_recorded"]:
         rows.append(("not-recorded", _MUTED_STYLE, not_recorded_phrase(s)))
+    budget = budget_phrase(s)
+    if budget:
+        rows.append(("budget", _ERROR_STYLE, budget))
     growth, long_run, steps = growth_phrase(s), long_run_phrase(s), steps_phrase(s)
     if steps:
         rows.append(("steps", _MUTED_STYLE, steps))
