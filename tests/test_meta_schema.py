@@ -34,7 +34,7 @@ def _step(model, x):
 
 
 @pytest.fixture(scope="module")
-def profiles():
+def profiles(tmp_path_factory):
     """One real profile of each kind the package makes."""
     torch.manual_seed(0)
     model = torch.nn.Linear(16, 16)
@@ -53,6 +53,11 @@ def profiles():
     out["world_size"] = jupyter_memprof.estimate(_step, model, x, world_size=2)
     cmp = jupyter_memprof.what_if(_step, model, x, autocast=torch.bfloat16)
     out["what_if"] = cmp.b
+    with torch.profiler.profile(profile_memory=True, record_shapes=True) as tp:
+        _step(model, x)
+    trace = tmp_path_factory.mktemp("trace") / "rank3.pt.trace.json"
+    tp.export_chrome_trace(str(trace))
+    out["trace"] = jupyter_memprof.load_trace(str(trace))
     return out
 
 
@@ -72,7 +77,8 @@ def test_the_kinds_write_their_keys(profiles):
     assert {"oom", "limit", "estimate"} <= set(profiles["estimate"].meta)
     assert profiles["world_size"].meta["world_size"] == 2
     assert profiles["what_if"].meta["what_if"] == {"autocast": "torch.bfloat16"}
-    assert {"baseline_bytes", "untouched_bytes"} <= set(profiles["plain"].meta)
+    assert {"baseline_bytes", "untouched_bytes", "memory_budget"} <= set(profiles["plain"].meta)
+    assert {"trace", "tensor_ids"} <= set(profiles["trace"].meta)
 
 
 def test_load_checks_are_the_declaration():

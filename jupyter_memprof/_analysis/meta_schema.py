@@ -192,6 +192,43 @@ CUDA_TOTALS = by_device(
 )
 
 
+def _trace_oom(v) -> bool:
+    need = {"device": is_device, "bytes": is_int, "time_ns": is_int}
+    return (
+        type(v) is dict
+        and all(k in v and type(v[k]) in (int, str) and c(v[k]) for k, c in need.items())
+        and all(is_int(v.get(k, 0)) for k in ("total_allocated", "total_reserved"))
+    )
+
+
+def trace_fields(v) -> bool:
+    """``meta["trace"]`` of a profile loaded from a Kineto trace (``load_trace``): the
+    trace's own plain fields, its out-of-memory events and counts of what was left out."""
+    if type(v) is not dict or not all(is_str(k) for k in v):
+        return False
+    ooms = v.get("oom_events", [])
+    counts = ("mismatched_frees", "skipped_memory_events")
+    return (
+        type(ooms) is list
+        and all(_trace_oom(o) for o in ooms)
+        and all(nonneg_int(v.get(k, 0)) for k in counts)
+        and all(
+            type(x) in (int, str, bool) and (type(x) is not str or is_str(x))
+            for k, x in v.items()
+            if k != "oom_events"
+        )
+    )
+
+
+def snapshot_oom(v) -> bool:
+    """``meta["snapshot_oom"]``: the device and the byte counts of a failed request."""
+    return (
+        type(v) is dict
+        and is_device(v.get("device"))
+        and all(nonneg_int(v.get(k, 0)) for k in v if k != "device")
+    )
+
+
 @dataclass(frozen=True)
 class Key:
     """One meta key: the check a saved value must pass, and what it holds."""
@@ -246,6 +283,10 @@ META: dict[str, Key] = {
     "leaks": Key(list_of(LEAK), "a long run's leaks, found over all its windows"),
     "long_run": Key(LONG_RUN, "a long run's windows and steps"),
     "what_if": Key(dict_of(json_value), "the changes what_if() made (empty: as is)"),
+    "tensor_ids": Key(is_bool, "False: the producer gave no tensor ids (a Kineto trace)"),
+    "snapshot_error": Key(is_str, "why the allocator's snapshot could not be taken"),
+    "snapshot_oom": Key(snapshot_oom, "the segment picture of a failed CUDA request"),
+    "trace": Key(trace_fields, "a Kineto trace's own fields (load_trace)"),
     "memory_budget": Key(
         record(
             need={"exceeded": is_bool},
