@@ -199,3 +199,16 @@ def test_html_with_force_refuses_a_folder_too(shell, run, tmp_path):
     result, out = run(f"%%memprofile --force --html {tmp_path}\nran_force = 1")
     assert isinstance(result.error_in_exec, UsageError)
     assert "is a folder" in out and "ran_force" not in shell.user_ns
+
+
+# -- counts and names in the result's methods -----------------------------------------------
+def test_counts_and_devices_of_a_profile_are_one_short_line():
+    with jupyter_memprof.profile(namespace={}) as prof:
+        torch.ones(100)
+    with pytest.raises(TypeError) as info:
+        prof.explain_text(rows="9" * 400)
+    assert "takes a whole number of rows" in one_line(info, 200)
+    with pytest.raises(ValueError) as info:
+        prof.peak("x" * 100_000)
+    assert "no memory events on device 'xxx" in one_line(info, 200)
+    assert len(prof.explain(rows=10**30)) >= 1  # more rows than groups: all of them

@@ -12,9 +12,12 @@ cut it, written as the keywords ``what_if`` takes.
 
 from __future__ import annotations
 
+import numbers
+
 import numpy as np
 import pandas as pd
 
+from .._units import shown
 from .._vocab import Category, Change, Phase
 from . import schema as S
 from .diff import family
@@ -93,8 +96,11 @@ def explain(
 
     Columns: :data:`.schema.EXPLAIN`. ``.attrs``: ``peak_bytes``, ``peak_ns``, ``device``.
     """
+    if isinstance(rows, bool) or not isinstance(rows, numbers.Integral):
+        raise TypeError(f"explain(rows=...) takes a whole number of rows, not {shown(rows)}")
     if rows < 1:
-        raise ValueError(f"explain(rows={rows!r}): show at least 1 row")
+        raise ValueError(f"explain(rows={shown(rows)}): show at least 1 row")
+    rows = int(rows)
     p = peak(tables, device)
     groups = _groups(p, _node_names(tables["ops"], p))
     top, rest = groups.iloc[:rows], groups.iloc[rows:]

@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 
 from .._devices import device_sort_key
+from .._units import shown
 from . import schema as S
 from .schema import Action
 
@@ -115,7 +116,8 @@ def peak_point(tables: dict[str, pd.DataFrame], device: str | None = None) -> Pe
         if device not in peaks:
             if peaks:
                 raise ValueError(
-                    f"no memory events on device {device!r}; devices seen: {sorted(peaks, key=device_sort_key)}"
+                    f"no memory events on device {shown(device)}; devices seen: "
+                    f"{sorted(peaks, key=device_sort_key)}"
                 )
             return PeakPoint(device, 0, None, np.zeros(0, dtype=np.int64))
     elif peaks:  # the highest peak; on a tie, the first device in device order
