@@ -459,8 +459,9 @@ def _saved_tensors(node: Any) -> list[tuple[str, torch.Tensor]] | None:
 class _Graphs:
     """The tensors autograd graphs keep, each graph walked from the tensor holding it."""
 
-    def __init__(self, storage) -> None:
+    def __init__(self, storage, when: str = "end") -> None:
         self.storage = storage
+        self.when = when
         self.budget = GRAPH_BUDGET
         self.seen: set[int] = set()
         self.rows: list[NameRow] = []
@@ -468,7 +469,7 @@ class _Graphs:
     def add(self, path: str, t: torch.Tensor) -> None:
         st = self.storage(local_tensor(t))
         if st is not None and st[1]:
-            self.rows.append(NameRow(path, Role.HELD, st[0], st[1], st[2], "end", None))
+            self.rows.append(NameRow(path, Role.HELD, st[0], st[1], st[2], self.when, None))
 
     def walk(self, path: str, root: Any) -> None:
         """Tensors saved by the graph behind ``root``, named ``path.attr`` or
@@ -508,16 +509,20 @@ def _aliases(namespace: dict | None, found: list) -> list[tuple[str, torch.Tenso
     return out
 
 
-def held_rows(names: SessionNames, namespace: dict | None, storage=None) -> list[NameRow]:
+def held_rows(
+    names: SessionNames, namespace: dict | None, storage=None, when: str = "end"
+) -> list[NameRow]:
     """Tensors reached at the end of the capture through what the variables hold, as
     ``names`` rows of role ``held`` named by their path: the tensors the autograd graph of a
     reached tensor saved (``losses[3].grad_fn._saved_self``, ``total.grad_fn…AddmmBackward0
     ._saved_mat1``), and, when ``names`` did not walk the namespace itself (``deep=False``),
     the tensors inside containers, attributes, closures and hooks
-    (:func:`~jupyter_memprof._producers.reach.reach`: ``losses[3]``, ``net.cache['a']``)."""
+    (:func:`~jupyter_memprof._producers.reach.reach`: ``losses[3]``, ``net.cache['a']``).
+    ``when="start"``: the same at the capture's start, so memory that only autograd graphs
+    of live tensors hold counts in what was live before (the baseline), named by path."""
     with warnings.catch_warnings():  # reading a deprecated attribute must not warn the user
         warnings.simplefilter("ignore")
-        graphs = _Graphs(storage or _storage)
+        graphs = _Graphs(storage or _storage, when)
         tensors = list(names.var_tensors if names.deep else reach(namespace).tensors)
         if not names.deep:
             for path, t in tensors:

@@ -392,7 +392,7 @@ class Recorder:
             # from here on, torch's profiler starts only as the capture's own
             self._guard = profiler_guard.Guard(threading.current_thread())
             self._watch = _FreeWatch()
-            self.start_rows = SessionNames(self._namespace()).rows("start", watch=self._watch)
+            self.start_rows = self._start_names()
             activities = [torch.profiler.ProfilerActivity.CPU]
             if any(d.startswith("cuda") for d in self.devices):
                 activities.append(torch.profiler.ProfilerActivity.CUDA)
@@ -463,6 +463,16 @@ class Recorder:
                 _stop_profiler(tp)
 
         _run_all(remove_hooks, stop_profiler, self._lift)
+
+    def _start_names(self) -> list:
+        """The session's names at the start: its variables' tensors (watched for frees)
+        and the tensors their autograd graphs saved (held only by those graphs)."""
+        namespace = self._namespace()
+        names = SessionNames(namespace)
+        rows = names.rows("start", watch=self._watch)
+        named = {(r.device, r.ptr) for r in rows}
+        held = held_rows(names, namespace, when="start")
+        return rows + [r for r in held if (r.device, r.ptr) not in named]
 
     def stop(self) -> None:
         """Always stops the profiler and removes every hook, whatever happened before (each
