@@ -229,6 +229,20 @@ def snapshot_oom(v) -> bool:
     )
 
 
+def snapshot_oom_entry(o) -> bool:
+    """One ``oom`` entry of a snapshot: its device, time, request and the device's free
+    bytes."""
+    return (
+        type(o) is dict
+        and is_device(o.get("device"))
+        and all(is_int(o.get(k)) for k in ("time_ns", "size", "device_free", "stream"))
+        and all(
+            o.get(k) is None or is_int(o[k])
+            for k in ("allocated_bytes", "reserved_bytes", "largest_free_bytes")
+        )
+    )
+
+
 @dataclass(frozen=True)
 class Key:
     """One meta key: the check a saved value must pass, and what it holds."""
@@ -290,6 +304,18 @@ META: dict[str, Key] = {
     "snapshot_error": Key(is_str, "why the allocator's snapshot could not be taken"),
     "snapshot_oom": Key(snapshot_oom, "the segment picture of a failed CUDA request"),
     "trace": Key(trace_fields, "a Kineto trace's own fields (load_trace)"),
+    "producer": Key(is_str, "what made the records (a capture, an estimate, a trace, ...)"),
+    "not_recorded": Key(list_of(is_str), "what the producer could not record"),
+    "compiled_as_eager": Key(list_of(is_str), "torch.compile'd code an estimate ran eagerly"),
+    "data_dependent_scalars": Key(dict_of(is_str), "scalars an estimate could not know"),
+    "snapshot_actions": Key(dict_of(nonneg_int), "a snapshot's entries by action"),
+    "snapshot_older_blocks": Key(dict_of(nonneg_int), "blocks from before a snapshot's trace"),
+    "snapshot_ooms": Key(list_of(snapshot_oom_entry), "a snapshot's out-of-memory entries"),
+    "snapshot_end_allocated": Key(by_device(nonneg_int), "allocated at a snapshot's end"),
+    "snapshot_end_reserved": Key(by_device(nonneg_int), "reserved at a snapshot's end"),
+    "snapshot_alloc_conf": Key(is_str, "the allocator settings a snapshot recorded"),
+    "snapshot_alloc_conf_error": Key(is_str, "why those settings could not be read"),
+    "snapshot_cached": Key(is_bool, "a snapshot's profile came from its cache"),
     "memory_budget": Key(
         record(
             need={"exceeded": is_bool},

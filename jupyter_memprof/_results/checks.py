@@ -146,19 +146,6 @@ _str = M.is_str
 META_FIELDS = {key: entry.check for key, entry in M.META.items()}
 
 
-def _snapshot_oom(o) -> bool:
-    """One ``oom`` entry of a snapshot: its device, time, request and the device's free bytes."""
-    return (
-        type(o) is dict
-        and is_device_name(o.get("device"))
-        and all(is_int(o.get(k)) for k in ("time_ns", "size", "device_free", "stream"))
-        and all(
-            o.get(k) is None or is_int(o[k])
-            for k in ("allocated_bytes", "reserved_bytes", "largest_free_bytes")
-        )
-    )
-
-
 def check_meta(meta, path: str) -> dict:
     """``meta`` if every field the package reads has the right type (or is absent or None);
     else ProfileFileError. Other keys are kept as they are (JSON values, nested at most
