@@ -16,12 +16,14 @@ import pytest
 import torch
 from _loading import refused
 from _loading import zip_of as _zip
+from _snapshots import record
 
 import jupyter_memprof
 from jupyter_memprof import Profile
 from jupyter_memprof._analysis import meta_schema as M
 from jupyter_memprof._analysis import schema as S
 from jupyter_memprof._errors import ProfileFileError
+from jupyter_memprof._frontends.snapshot import load_snapshot
 from jupyter_memprof._io import json_default
 from jupyter_memprof._results.checks import META_FIELDS, check_meta
 
@@ -58,6 +60,8 @@ def profiles(tmp_path_factory):
     trace = tmp_path_factory.mktemp("trace") / "rank3.pt.trace.json"
     tp.export_chrome_trace(str(trace))
     out["trace"] = jupyter_memprof.load_trace(str(trace))
+    snap, _ = record(lambda mark: _step(model, x))
+    out["snapshot"] = load_snapshot(snap)
     return out
 
 
@@ -79,6 +83,7 @@ def test_the_kinds_write_their_keys(profiles):
     assert profiles["what_if"].meta["what_if"] == {"autocast": "torch.bfloat16"}
     assert {"baseline_bytes", "untouched_bytes", "memory_budget"} <= set(profiles["plain"].meta)
     assert {"trace", "tensor_ids"} <= set(profiles["trace"].meta)
+    assert any(k.startswith("snapshot_") for k in profiles["snapshot"].meta)
 
 
 def test_load_checks_are_the_declaration():
