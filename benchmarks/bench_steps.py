@@ -164,7 +164,7 @@ def switch(window: int, windows: int = 10) -> None:
     import torch
     from scenarios import mlp_adam
 
-    from jupyter_memprof._producers.recorder import _quiet_stderr, _stop_profiler
+    from jupyter_memprof._producers.recorder import force_stop, quiet_stderr
     from jupyter_memprof._producers.windows import _new_profiler
 
     torch.set_num_threads(1)
@@ -175,19 +175,19 @@ def switch(window: int, windows: int = 10) -> None:
         pass
     ours = []
     tp = _new_profiler(["cpu"], True)
-    with _quiet_stderr():
+    with quiet_stderr():
         tp.__enter__()
     for _ in range(windows):
         for _ in range(window):
             step()
         t = time.perf_counter()
-        _stop_profiler(tp)
+        force_stop(tp)
         tp.profiler = None
         tp = _new_profiler(["cpu"], True)
-        with _quiet_stderr():
+        with quiet_stderr():
             tp.__enter__()
         ours.append(time.perf_counter() - t)
-    _stop_profiler(tp)
+    force_stop(tp)
     theirs = []
     tp = torch.profiler.profile(
         activities=[torch.profiler.ProfilerActivity.CPU],
@@ -197,17 +197,17 @@ def switch(window: int, windows: int = 10) -> None:
         schedule=torch.profiler.schedule(wait=0, warmup=0, active=window),
         on_trace_ready=_nothing,
     )
-    with _quiet_stderr():
+    with quiet_stderr():
         tp.__enter__()
     for _ in range(windows):
         for i in range(window):
             step()
             t = time.perf_counter()
-            with _quiet_stderr():
+            with quiet_stderr():
                 tp.step()
             if i == window - 1:
                 theirs.append(time.perf_counter() - t)
-    with _quiet_stderr():
+    with quiet_stderr():
         tp.__exit__(None, None, None)
     print(
         f"switch between windows of {window} steps, median of {windows}: ours (stop + a new "

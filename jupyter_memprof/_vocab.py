@@ -10,7 +10,7 @@ from __future__ import annotations
 import enum
 
 
-class _Vocabulary(str, enum.Enum):
+class Vocabulary(str, enum.Enum):
     """A string enum whose members compare equal to their values."""
 
     def __str__(self) -> str:
@@ -21,7 +21,7 @@ class _Vocabulary(str, enum.Enum):
         return [m.value for m in cls]
 
 
-class Category(_Vocabulary):
+class Category(Vocabulary):
     """What a block of memory is for (the order is the display order)."""
 
     PARAMETER = "parameter"
@@ -34,14 +34,14 @@ class Category(_Vocabulary):
     UNKNOWN = "unknown"
 
 
-class Phase(_Vocabulary):
+class Phase(Vocabulary):
     FORWARD = "forward"
     BACKWARD = "backward"
     OPTIMIZER = "optimizer"
     OTHER = "other"
 
 
-class OpKind(_Vocabulary):
+class OpKind(Vocabulary):
     OP = "op"  # dispatcher op (aten::..., and other namespaced ops)
     MODULE = "module"  # an nn.Module call
     ANNOTATION = "annotation"  # a user record_function label
@@ -49,7 +49,7 @@ class OpKind(_Vocabulary):
     OPTIMIZER = "optimizer"  # optimizer.step / zero_grad
 
 
-class Action(_Vocabulary):
+class Action(Vocabulary):
     """Memory event actions: the vocabulary of torch's raw memory-timeline export."""
 
     PREEXISTING = "preexisting"
@@ -58,7 +58,7 @@ class Action(_Vocabulary):
     DESTROY = "destroy"
 
 
-class Relation(_Vocabulary):
+class Relation(Vocabulary):
     """How an op relates to a block in :meth:`Profile.lineage`."""
 
     PREEXISTING = "preexisting"
@@ -70,7 +70,7 @@ class Relation(_Vocabulary):
     FREED = "freed"
 
 
-class Role(_Vocabulary):
+class Role(Vocabulary):
     """What the live session says a named tensor is (see the ``names`` table)."""
 
     PARAMETER = "parameter"
@@ -83,21 +83,21 @@ class Role(_Vocabulary):
     HELD = "held"
 
 
-class Pool(_Vocabulary):
+class Pool(Vocabulary):
     """The caching allocator's pool a segment belongs to (see ``prof.segments``)."""
 
     SMALL = "small"  # requests of 1 MiB or less, from 2 MiB segments
     LARGE = "large"  # everything else
 
 
-class Source(_Vocabulary):
+class Source(Vocabulary):
     """Where a row of ``prof.segments`` comes from."""
 
     RECORDED = "recorded"  # the allocator's own trace (cudaMalloc / cuMemMap calls)
     MODELLED = "modelled"  # replayed by the model of the caching allocator
 
 
-class Change(_Vocabulary):
+class Change(Vocabulary):
     """A change to a training step that :func:`jupyter_memprof.what_if` can estimate (each
     value is the keyword ``what_if`` takes), and that :meth:`Profile.explain` suggests."""
 

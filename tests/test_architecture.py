@@ -244,3 +244,23 @@ def test_modules_and_functions_stay_small():
                 if lines > 100 and f"{name}.{node.name}" not in LONG_FUNCTIONS_ALLOWED:
                     long.append(f"{name}.{node.name}: {lines} lines")
     assert big == [] and long == []
+
+
+def test_no_private_name_is_imported_across_modules():
+    """What one module takes from another is that module's public name: a leading
+    underscore means "only here" (private modules of the package, ``_analysis`` and the
+    like, are imported by their names as usual)."""
+    crossing = []
+    for name, path in _modules().items():
+        package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.ImportFrom) or not node.level:
+                continue
+            base = package.split(".")
+            base = base[: len(base) - node.level + 1]
+            target = ".".join([*base, node.module] if node.module else base)
+            for alias in node.names:
+                private = alias.name.startswith("_") and not alias.name.startswith("__")
+                if private and f"{target}.{alias.name}" not in _modules():
+                    crossing.append(f"{name}:{node.lineno} takes {target}.{alias.name}")
+    assert crossing == []

@@ -32,13 +32,13 @@ from .._producers.windows import WindowRecorder
 from .._records import Capture
 from .._results.profile import Profile
 from .._units import shown
-from .._vocab import _Vocabulary
+from .._vocab import Vocabulary
 from . import interrupts
 
 log = logging.getLogger(__name__)
 
 
-class KeptStep(_Vocabulary):
+class KeptStep(Vocabulary):
     """The steps of a long run whose window keeps its full tables."""
 
     FIRST = "first"
@@ -50,7 +50,7 @@ class KeptStep(_Vocabulary):
 DEFAULT_KEEP: tuple[str, ...] = (KeptStep.FIRST.value, KeptStep.PEAK.value, KeptStep.LAST.value)
 
 
-class MissingWhy(_Vocabulary):
+class MissingWhy(Vocabulary):
     """Why a long run has no steps for a window it recorded (``missing_steps``)."""
 
     INTERRUPTED = "interrupted (Ctrl-C) while its window was analysed"

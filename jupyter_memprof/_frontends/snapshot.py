@@ -89,10 +89,10 @@ def load_snapshot(
     >>> prof = jupyter_memprof.load_snapshot("snapshot.pickle")  # doctest: +SKIP
     >>> prof.peak_by("category")  # doctest: +SKIP
     """
-    return _load_snapshot(path_or_snapshot, device=device, label=label, remember=True)
+    return open_snapshot(path_or_snapshot, device=device, label=label, remember=True)
 
 
-def _load_snapshot(
+def open_snapshot(
     path_or_snapshot: str | os.PathLike | dict,
     *,
     device: Any = None,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import re
 
-from .._results.profile import Profile, _path
+from .._results.profile import Profile, fs_path
 from .._results.profile import load as load_saved
 
 __all__ = ["load_any", "load_trace", "trace_files"]
@@ -60,7 +60,7 @@ def load_trace(path: str | os.PathLike, *, label: str | None = None) -> Profile:
     from .._producers.kineto import read_trace
     from . import finish
 
-    path = _path(path)
+    path = fs_path(path)
     prof = Profile.empty()
     extra: dict = {}
 
@@ -124,11 +124,11 @@ def load_any(path: str | os.PathLike) -> Profile:
     from .._producers.kineto import looks_like_trace
     from .._producers.snapshot.unpickle import is_snapshot_file
 
-    p = _path(path)
+    p = fs_path(path)
     if os.path.isfile(p) and is_snapshot_file(p):
-        from .snapshot import _load_snapshot
+        from .snapshot import open_snapshot
 
-        return _load_snapshot(p, remember=False)  # as a saved profile: not in the panel
+        return open_snapshot(p, remember=False)  # as a saved profile: not in the panel
     if os.path.isfile(p) and looks_like_trace(p):
         return load_trace(p)
     return load_saved(p)

@@ -41,7 +41,7 @@ from .fake_state import (
     real_state_kept,
 )
 from .live import SessionNames, held_rows, marked_closure
-from .recorder import _cell_namer, exclusive
+from .recorder import cell_namer, exclusive
 from .torch_profiler import FrameNamer
 
 
@@ -88,7 +88,7 @@ class FakeRun:
         self._device_names: dict[torch.device, str] = {}
         self.mode = FakeTensorMode()
         self.copier = FakeCopier(self.mode, where.compute)
-        self.recorder = FakeRecorder(self._device_of, FrameNamer(_cell_namer()))
+        self.recorder = FakeRecorder(self._device_of, FrameNamer(cell_namer()))
         self.recorder.foreach_optimizers = where.simulated
         self.recorder.gpu = gpu if targets_cuda(where) else None
         self.recorder.mode_fake = self.mode

@@ -191,7 +191,7 @@ def _run_all(*steps: Callable[[], object]) -> None:
 
 
 @contextlib.contextmanager
-def _quiet_stderr():
+def quiet_stderr():
     """Silence torch's C++ chatter (kineto start/stop lines) on file descriptor 2.
 
     Only our own start/stop calls run inside this: the user's code never does.
@@ -211,21 +211,21 @@ def _quiet_stderr():
         os.close(saved)
 
 
-def _stop_profiler(tp) -> None:
+def force_stop(tp) -> None:
     """Stop torch's profiler ``tp``; if torch's own stop fails before turning it off, turn
     it off anyway (its results are then lost), so no later capture finds it running."""
     try:
-        with _quiet_stderr():
+        with quiet_stderr():
             tp.__exit__(None, None, None)
     finally:
         if events.profiler_running():
-            with contextlib.suppress(Exception), _quiet_stderr():
+            with contextlib.suppress(Exception), quiet_stderr():
                 events.force_off()
         elif events.running_profiler() is not None:  # stopped, but torch's flag left set
             events.clear_running_flag()
 
 
-def _cell_namer():
+def cell_namer():
     """Map IPython cell file names to ``In[N]`` when running under IPython."""
     ipython = sys.modules.get("IPython")  # not imported: not running under IPython
     if ipython is None:
@@ -407,7 +407,7 @@ class Recorder:
             # the baseline on CUDA: read just before the profiler records
             self.totals_start = cuda_totals(self.devices)
             self._torch_profiler = tp  # before it starts: a failed start is stopped again
-            with _quiet_stderr(), self._guard.starting():
+            with quiet_stderr(), self._guard.starting():
                 tp.__enter__()
                 # torch warns once per process, on file descriptor 2, when a block allocated
                 # before the capture is freed inside it. Spend that warning here, silently.
@@ -440,7 +440,7 @@ class Recorder:
 
         def settle_profiler() -> None:
             if self._torch_profiler is not None:
-                with _quiet_stderr():
+                with quiet_stderr():
                     events.settle_after_lost_thread()
 
         def drop_watch() -> None:
@@ -460,7 +460,7 @@ class Recorder:
 
         def stop_profiler() -> None:
             if tp is not None and events.profiler_running():  # it was off before start
-                _stop_profiler(tp)
+                force_stop(tp)
 
         _run_all(remove_hooks, stop_profiler, self._lift)
 
@@ -488,7 +488,7 @@ class Recorder:
                 return
             t = time.perf_counter()
             try:
-                _stop_profiler(self._torch_profiler)
+                force_stop(self._torch_profiler)
             finally:
                 self.stop_s = time.perf_counter() - t
 
@@ -530,7 +530,7 @@ class Recorder:
         results = self.kineto_results
         trace = events.read_trace(
             results,
-            events.FrameNamer(_cell_namer()),
+            events.FrameNamer(cell_namer()),
             tracer_modules=self.with_stack,
             progress=progress,
         )

@@ -34,7 +34,7 @@ from .._records import Capture
 from . import live
 from . import torch_profiler as events
 from .live import SessionNames
-from .recorder import Recorder, _quiet_stderr, _stop_profiler, cuda_totals
+from .recorder import Recorder, cuda_totals, force_stop, quiet_stderr
 
 log = logging.getLogger(__name__)
 
@@ -170,7 +170,7 @@ class WindowRecorder(Recorder):
             self._remove_listeners()
             if self.unread is not None and events.profiler_running():  # stopped half-way
                 with contextlib.suppress(Exception):
-                    _stop_profiler(self.unread)
+                    force_stop(self.unread)
         finally:
             super().stop()
 
@@ -221,7 +221,7 @@ class WindowRecorder(Recorder):
             return capture
 
         try:
-            _stop_profiler(tp)
+            force_stop(tp)
             self.totals_end = cuda_totals(self.devices)
             watch, self._watch = self._watch, None
             if watch is not None:  # frees of blocks named at the run's start: first window
@@ -243,7 +243,7 @@ class WindowRecorder(Recorder):
         self._burner_ptr, self.watched_frees = None, []
         self.totals_start = cuda_totals(self.devices)
         tp = _new_profiler(self.devices, self.with_stack)
-        with _quiet_stderr(), self._starting():
+        with quiet_stderr(), self._starting():
             tp.__enter__()
         self._torch_profiler = tp
         self.start_ns = time.time_ns()

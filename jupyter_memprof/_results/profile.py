@@ -453,7 +453,7 @@ class Profile:
         return write(self.tables, self.meta, path, overwrite=overwrite, kept=kept)
 
     def _expand(self, path: str | bytes | os.PathLike) -> str:
-        path = os.path.expanduser(_path(path))
+        path = os.path.expanduser(fs_path(path))
         if "{rank}" in path:
             path = path.replace("{rank}", str(int(self.meta.get("rank") or 0)))
         return path
@@ -500,7 +500,7 @@ def load(path: str | os.PathLike) -> Profile:
     >>> prof.save("step.memprof")  # doctest: +SKIP
     >>> jupyter_memprof.load("step.memprof").peak_by("category")  # doctest: +SKIP
     """
-    path = _path(path)
+    path = fs_path(path)
     if "{rank}" in path:
         path = path.replace("{rank}", str(_this_rank()))
     if os.path.isdir(path):
@@ -531,7 +531,7 @@ def _this_rank() -> int:
     return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
 
 
-def _path(path: str | bytes | os.PathLike) -> str:
+def fs_path(path: str | bytes | os.PathLike) -> str:
     """A file system path as text (a bytes path decoded as the file system does); TypeError
     (one line) for anything else."""
     try:
