@@ -192,6 +192,8 @@ def test_load_snapshot_reads_it_back_to_the_same_peak_and_categories(written):
     assert back.peak().attrs["peak_bytes"] == prof.peak().attrs["peak_bytes"] == 227_776
     assert back.peak_by("category").to_dict() == prof.peak_by("category").to_dict()
     assert back.allocations["size_bytes"].sum() == prof.allocations["size_bytes"].sum()
+    assert back.segments.empty  # drawn from the blocks when written: nothing was recorded
+    assert "reserved_peak_bytes" not in back.meta or "cpu" not in back.meta["reserved_peak_bytes"]
     reasons = back.allocations["reason"].dropna().unique().tolist()
     assert reasons == ["the category the file records"]
     assert jupyter_memprof.load(path).peak().attrs["peak_bytes"] == 227_776

@@ -524,8 +524,11 @@ def read_snapshot(snap: object, *, device: int | None = None, rules: Rules | Non
     name, ours = device_names(snap)
     snap = None  # the file's objects may go now (its frames are copied into stacks)
     stacks.let_go()
-    if ours:  # our own export: its sizes are the blocks' already, on any device
+    if ours:  # our own export: its sizes are the blocks' already, on any device, and its
+        # segments were drawn from the blocks alive at the end, not recorded: the analysis
+        # models a CUDA device's segments as for a capture, and a CPU has none
         rules = EXACT
+        final = final._replace(segments=[], reserved=Counter())
     replay = _Replay(final, rules or Rules(), actions.get("oom", 0) > 0, name)
     replay.run(rows, _innermost(ops, [r[T] for r in rows]))
     start = rows[0][T] if rows else (ops[0].start_ns if ops else 0)
@@ -543,7 +546,9 @@ def read_snapshot(snap: object, *, device: int | None = None, rules: Rules | Non
             older.append(OlderBlock(name(dev), addr, size))
             of_older.append(stack)
     devices = sorted(
-        {name(d) for d in {r[DEV] for r in rows}} | {name(d) for d, *_ in final.segments},
+        {name(d) for d in {r[DEV] for r in rows}}
+        | {name(d) for d, *_ in final.segments}
+        | {b.device for b in older},
         key=device_sort_key,
     )
     if device is not None and not devices:
@@ -564,7 +569,7 @@ def read_snapshot(snap: object, *, device: int | None = None, rules: Rules | Non
             of_older,
             replay.recorded if any(replay.recorded) else None,
         ),
-        segments=alive_before + replay.segments,
+        segments=None if ours else alive_before + replay.segments,
         older=older,
     )
     meta = {
