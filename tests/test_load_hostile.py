@@ -859,3 +859,14 @@ def test_a_name_of_250_bytes_can_be_written(prof, tmp_path):
         path = write(str(tmp_path / name))
         assert os.path.basename(path) == name
     assert len(os.listdir(tmp_path)) == 4
+
+
+def test_a_file_of_no_known_kind_is_one_line_naming_what_load_opens(tmp_path):
+    path = tmp_path / "notes.txt"
+    path.write_text("garbage, not a profile\n")
+    with pytest.raises(jupyter_memprof.ProfileFileError) as info:
+        jupyter_memprof.load(path)
+    message = str(info.value)
+    assert "\n" not in message
+    assert "a saved profile" in message and "memory snapshot" in message
+    assert "trace" in message

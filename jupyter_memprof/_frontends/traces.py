@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import os
 import re
+import zipfile
 
+from .._errors import ProfileFileError
 from .._results.profile import Profile, fs_path
 from .._results.profile import load as load_saved
 
@@ -131,6 +133,11 @@ def load_any(path: str | os.PathLike) -> Profile:
         return open_snapshot(p, remember=False)  # as a saved profile: not in the panel
     if os.path.isfile(p) and looks_like_trace(p):
         return load_trace(p)
+    if os.path.isfile(p) and not zipfile.is_zipfile(p):
+        raise ProfileFileError(
+            f"{p} is none of the files jupyter_memprof opens: a saved profile (a zip or a "
+            "Parquet folder), a torch memory snapshot or a trace of torch's profiler"
+        )
     return load_saved(p)
 
 
