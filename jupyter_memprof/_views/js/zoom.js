@@ -12,7 +12,7 @@
 const pending = (window.__memprofZoomPending = window.__memprofZoomPending || new Set());
 if (pending.has(src.id)) return;
 pending.add(src.id);
-setTimeout(() => {
+window.setTimeout(() => {
   pending.delete(src.id);
   redraw();
 }, 0);
