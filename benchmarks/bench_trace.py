@@ -92,8 +92,10 @@ def _one(kind: str, path: str) -> None:
     if kind == "trace":
         import jupyter_memprof
 
-        jupyter_memprof.load_trace  # noqa: B018  (import the loader before measuring)
-        from jupyter_memprof._frontends import traces  # noqa: F401
+        # import the loader before measuring: load_trace imports the reader and the analysis
+        # (and with them torch, about 1 s and 200 MiB) on its first call, not at import
+        from jupyter_memprof._frontends import finish, traces  # noqa: F401
+        from jupyter_memprof._producers import kineto  # noqa: F401
     base = _status_kib("VmRSS")
     t0 = time.perf_counter()
     if kind == "json":

@@ -26,6 +26,8 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+import numpy as np
+
 from ..._records import (
     NO_ID,
     Capture,
@@ -99,39 +101,32 @@ class _Open:
 _OUTSIDE = _Open(_FOREVER, NO_ID, -1, NO_ID, NO_ID, False, False, None)
 
 
-def _ordered(spans: list[Span], mems: list[Mem]) -> list[tuple]:
-    """Every span and memory event in the order of a walk: by time, a longer span before
-    the ones it contains, spans before memory events at the same time."""
-    items = [(s.start_ns, 0, -s.end_ns, i) for i, s in enumerate(spans)]
-    items += [(m.time_ns, 1, 0, i) for i, m in enumerate(mems)]
-    items.sort()
-    return items
+def _ordered(spans: list[Span]) -> list[int]:
+    """The spans in the order of a walk: by start, a longer span before the ones it
+    contains, then in file order."""
+    n = len(spans)
+    start = np.fromiter((s.start_ns for s in spans), dtype=np.int64, count=n)
+    end = np.fromiter((s.end_ns for s in spans), dtype=np.int64, count=n)
+    return np.lexsort((np.arange(n), -end, start)).tolist()
 
 
-def _walk(spans: list[Span], mems: list[Mem]):
-    """Ops (in start order: a pre-order), the module names by index, and each memory event's
-    enclosing op (by position in ``mems``)."""
+def _walk(spans: list[Span]):
+    """Ops (in start order: a pre-order) and the module names by index."""
     ops: list[OpRecord] = []
     modules: list[str] = []
-    mem_op = [NO_ID] * len(mems)
     open_ops: dict[int, list[_Open]] = defaultdict(list)
     open_py: dict[int, list[_Frame]] = defaultdict(list)
     memo: dict[str, tuple[str | None, bool]] = {}
-    for t, what, _, i in _ordered(spans, mems):
-        s = spans[i] if what == 0 else None
-        tid = s.tid if s is not None else mems[i].tid
-        st, py = open_ops[tid], open_py[tid]
+    for i in _ordered(spans):
+        s = spans[i]
+        st, py = open_ops[s.tid], open_py[s.tid]
         # an event ends where the next one on its thread starts (times are rounded to the
-        # microsecond's thousandths): a span there is the next, not a child; a memory event
-        # at an op's last instant is still the op's
-        closed = t + 1 if s is not None else t
+        # microsecond's thousandths): a span there is the next, not a child
+        closed = s.start_ns + 1
         while st and st[-1].end < closed:
             st.pop()
         while py and py[-1].end < closed:
             py.pop()
-        if s is None:
-            mem_op[i] = st[-1].op_id if st else NO_ID
-            continue
         frame = py[-1] if py else None
         if s.cat == "python_function" and not s.name.startswith(_MODULE_PREFIX):
             py.append(_python_frame(s, frame, memo))
@@ -146,7 +141,40 @@ def _walk(spans: list[Span], mems: list[Mem]):
                 op.backward, op.optimizer, op.kind,
             )
         )  # fmt: skip
-    return ops, modules, mem_op
+    return ops, modules
+
+
+def _enclosing_ops(ops: list[OpRecord], mems: list[Mem]) -> np.ndarray:
+    """Each memory event's op (by position in ``mems``): the innermost op of its thread
+    open at its time, an op ending at that very instant included; NO_ID when none.
+
+    The last op of the thread to start at or before the event (ops are in start order,
+    nested by their parents) is the innermost one open then, unless it ended before the
+    event: then its innermost open ancestor is, found for all events at once, one level of
+    parents per step."""
+    n = len(ops)
+    mem_op = np.full(len(mems), NO_ID, dtype=np.int64)
+    if not n or not mems:
+        return mem_op
+    start = np.fromiter((o.start_ns for o in ops), dtype=np.int64, count=n)
+    end = np.fromiter((o.end_ns for o in ops), dtype=np.int64, count=n)
+    parent = np.fromiter((o.parent_id for o in ops), dtype=np.int64, count=n)
+    tid = np.array([o.thread for o in ops], dtype=object)
+    m_time = np.fromiter((m.time_ns for m in mems), dtype=np.int64, count=len(mems))
+    m_tid = np.array([m.tid for m in mems], dtype=object)
+    for t in set(m_tid.tolist()):
+        mine = np.flatnonzero(m_tid == t)
+        theirs = np.flatnonzero(tid == t)
+        if not len(theirs):
+            continue
+        pos = np.searchsorted(start[theirs], m_time[mine], side="right") - 1
+        mem_op[mine] = np.where(pos >= 0, theirs[np.maximum(pos, 0)], NO_ID)
+    while True:
+        late = np.flatnonzero(mem_op >= 0)
+        late = late[end[mem_op[late]] < m_time[late]]
+        if not len(late):
+            return mem_op
+        mem_op[late] = parent[mem_op[late]]
 
 
 def _op(s: Span, op_id: int, top: _Open, frame: _Frame | None, modules: list[str]) -> OpRecord:
@@ -245,7 +273,8 @@ def _cuda_totals(records: list[MemoryRecord], first: bool) -> dict[str, DeviceTo
 def build_capture(tf: TraceFile) -> tuple[Capture, dict]:
     """The Capture of a trace file, and the meta only a trace gives (``oom_events``,
     ``rank``, ...)."""
-    ops, modules, mem_op = _walk(tf.spans, tf.mems)
+    ops, modules = _walk(tf.spans)
+    mem_op = _enclosing_ops(ops, tf.mems).tolist()
     memory, extra = _memory(tf.mems, mem_op)
     devices = sorted({r.device for r in memory} | {o["device"] for o in extra["ooms"]})
     times = [o.start_ns for o in ops[:1]] + [r.time_ns for r in memory[:1]]

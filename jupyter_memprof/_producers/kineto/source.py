@@ -36,6 +36,11 @@ _U64 = 1 << 64
 _TID_MIN = -(1 << 63)
 _NUMBER = (int, float)
 _NO_SHAPES: list = []
+_SEQ_MAX = 1 << 63
+_I62 = 1 << 62
+_I31 = 1 << 31
+#: device names by CUDA index, made once
+_CUDA: dict[int, str] = {}
 #: the categories of complete events read as spans
 SPAN_CATS = frozenset({"cpu_op", "user_annotation", "python_function"})
 MEMORY = "[memory]"
@@ -227,6 +232,43 @@ def _mem(e: dict, base_ns: int, oom: bool) -> Mem:
     return Mem(oom, tid, t, device, addr, size, total_a, total_r)
 
 
+def _mem_fast(e: dict, base_ns: int) -> Mem | None:
+    """A usual ``[memory]`` event of the CPU or CUDA read with its checks inline; None for
+    anything else (then :func:`_mem` reads it, and says what is wrong)."""
+    args = e.get("args")
+    if type(args) is not dict or e.get("name") != MEMORY:
+        return None
+    tid, ts = e.get("tid", 0), e.get("ts")
+    dev_type, dev_id = args.get("Device Type", 0), args.get("Device Id", -1)
+    size, addr = args.get("Bytes", 0), args.get("Addr")
+    total_a = args.get("Total Allocated", -1)
+    total_r = args.get("Total Reserved", -1)
+    if not (
+        type(tid) is int
+        and type(ts) in _NUMBER
+        and type(size) is int
+        and type(addr) is int
+        and type(total_a) is int
+        and type(total_r) is int
+        and type(dev_id) is int
+        and _TID_MIN <= tid < _U64
+        and -_MAX_US <= ts <= _MAX_US
+        and -_I62 <= size < _I62
+        and 0 <= addr < _U64
+        and -1 <= total_a < _I62
+        and -1 <= total_r < _I62
+        and -1 <= dev_id < _I31
+    ):
+        return None
+    if dev_type == 0 and type(dev_type) is int:
+        device = "cpu"
+    elif dev_type == 1 and type(dev_type) is int:
+        device = _CUDA.get(dev_id) or _CUDA.setdefault(dev_id, f"cuda:{max(dev_id, 0)}")
+    else:
+        return None
+    return Mem(False, tid, base_ns + round(ts * 1000.0), device, addr, size, total_a, total_r)
+
+
 def _events(doc, where: str) -> tuple[list, dict]:
     if isinstance(doc, list):
         return doc, {}
@@ -276,8 +318,7 @@ def read_file(path: str) -> TraceFile:
                     if not keep:
                         continue
                 if (
-                    cat == "python_function"
-                    and type(name) is str
+                    type(name) is str
                     and type(tid) is int
                     and type(ts) in _NUMBER
                     and type(dur) in _NUMBER
@@ -285,22 +326,23 @@ def read_file(path: str) -> TraceFile:
                     and 0 <= dur <= _MAX_US
                     and _TID_MIN <= tid < _U64
                 ):
+                    seq = -1
+                    if cat != "python_function":
+                        args = e.get("args")
+                        if type(args) is not dict or "Input Dims" in args:
+                            add(_span(e, cat, base))
+                            continue
+                        seq = args.get("Sequence number", -1)
+                        if type(seq) is not int or not -1 <= seq < _SEQ_MAX:
+                            add(_span(e, cat, base))
+                            continue
                     t0 = base + round(ts * 1000.0)
-                    add(
-                        Span(
-                            cat,
-                            name,
-                            tid,
-                            t0,
-                            max(t0, base + round((ts + dur) * 1000.0)),
-                            -1,
-                            _NO_SHAPES,
-                        )
-                    )
+                    t1 = base + round((ts + dur) * 1000.0)
+                    add(Span(cat, name, tid, t0, t1 if t1 > t0 else t0, seq, _NO_SHAPES))
                 else:
                     add(_span(e, cat, base))
             elif ph == "i" and e.get("name") in (MEMORY, OOM):
-                m = _mem(e, base, e["name"] == OOM)
+                m = _mem_fast(e, base) or _mem(e, base, e["name"] == OOM)
                 if m.device is None:
                     skipped += 1
                 else:
