@@ -82,23 +82,9 @@ def _python_frame(span: Span, outer: _Frame | None, memo: dict) -> _Frame:
     return _Frame(span.end_ns, callsite, autograd)
 
 
-class _Open:
-    """An op open on a thread: (end, op_id, depth, node, module_ctx, backward, optimizer,
-    kind)."""
-
-    __slots__ = ("end", "op_id", "depth", "node", "module_ctx", "backward", "optimizer", "kind")
-
-    def __init__(self, end, op_id, depth, node, module_ctx, backward, optimizer, kind):
-        self.end, self.op_id, self.depth, self.node = end, op_id, depth, node
-        self.module_ctx, self.backward, self.optimizer, self.kind = (
-            module_ctx,
-            backward,
-            optimizer,
-            kind,
-        )
-
-
-_OUTSIDE = _Open(_FOREVER, NO_ID, -1, NO_ID, NO_ID, False, False, None)
+#: an op open on a thread, as a tuple: (end, op_id, depth, node, module_ctx, backward,
+#: optimizer, kind); the thread's outside
+_OUTSIDE = (_FOREVER, NO_ID, -1, NO_ID, NO_ID, False, False, None)
 
 
 def _ordered(spans: list[Span]) -> list[int]:
@@ -114,33 +100,50 @@ def _walk(spans: list[Span]):
     """Ops (in start order: a pre-order) and the module names by index."""
     ops: list[OpRecord] = []
     modules: list[str] = []
-    open_ops: dict[int, list[_Open]] = defaultdict(list)
+    open_ops: dict[int, list[tuple]] = defaultdict(list)
     open_py: dict[int, list[_Frame]] = defaultdict(list)
     memo: dict[str, tuple[str | None, bool]] = {}
+    kinds: dict[tuple, OpKind] = {}
     for i in _ordered(spans):
         s = spans[i]
         st, py = open_ops[s.tid], open_py[s.tid]
         # an event ends where the next one on its thread starts (times are rounded to the
         # microsecond's thousandths): a span there is the next, not a child
         closed = s.start_ns + 1
-        while st and st[-1].end < closed:
+        while st and st[-1][0] < closed:
             st.pop()
         while py and py[-1].end < closed:
             py.pop()
         frame = py[-1] if py else None
-        if s.cat == "python_function" and not s.name.startswith(_MODULE_PREFIX):
-            py.append(_python_frame(s, frame, memo))
-            continue
         top = st[-1] if st else _OUTSIDE
-        op = _op(s, len(ops), top, frame, modules)
-        ops.append(op)
-        st.append(
-            _Open(
-                op.end_ns, op.op_id, op.depth, op.node_id,
-                op.op_id if op.kind is OpKind.MODULE else top.module_ctx,
-                op.backward, op.optimizer, op.kind,
+        op_id = len(ops)
+        module_index = NO_ID
+        if s.cat == "python_function":
+            if not s.name.startswith(_MODULE_PREFIX):
+                py.append(_python_frame(s, frame, memo))
+                continue
+            kind = OpKind.MODULE  # an nn.Module call
+            module_index = len(modules)
+            modules.append(s.name[len(_MODULE_PREFIX) :])
+        else:
+            key = (s.name, s.cat, top[7] is OpKind.BACKWARD)
+            kind = kinds.get(key)
+            if kind is None:
+                kind = kinds[key] = _kind(s, top[7])
+        backward = top[5] or kind is OpKind.BACKWARD or (frame is not None and frame.autograd)
+        optimizer = top[6] or kind is OpKind.OPTIMIZER
+        node = top[3]
+        if node < 0 and (kind is OpKind.OP or kind is OpKind.BACKWARD):
+            node = op_id
+        ops.append(
+            OpRecord(
+                op_id, top[1], top[2] + 1, s.name, kind, s.start_ns, s.end_ns, s.tid,
+                s.seq_nr if s.seq_nr >= 0 else NO_ID, backward, optimizer, module_index,
+                top[4], frame.callsite if frame is not None else None, s.shapes, node,
             )
         )  # fmt: skip
+        module_ctx = op_id if kind is OpKind.MODULE else top[4]
+        st.append((s.end_ns, op_id, top[2] + 1, node, module_ctx, backward, optimizer, kind))
     return ops, modules
 
 
@@ -175,39 +178,6 @@ def _enclosing_ops(ops: list[OpRecord], mems: list[Mem]) -> np.ndarray:
         if not len(late):
             return mem_op
         mem_op[late] = parent[mem_op[late]]
-
-
-def _op(s: Span, op_id: int, top: _Open, frame: _Frame | None, modules: list[str]) -> OpRecord:
-    """The op record of span ``s`` inside ``top`` (the innermost open op of its thread)."""
-    module_index = NO_ID
-    if s.cat == "python_function":  # an nn.Module call
-        kind = OpKind.MODULE
-        module_index = len(modules)
-        modules.append(s.name[len(_MODULE_PREFIX) :])
-    else:
-        kind = _kind(s, top.kind)
-    backward = top.backward or kind is OpKind.BACKWARD or (frame is not None and frame.autograd)
-    node = top.node
-    if node < 0 and (kind is OpKind.OP or kind is OpKind.BACKWARD):
-        node = op_id
-    return OpRecord(
-        op_id,
-        top.op_id,
-        top.depth + 1,
-        s.name,
-        kind,
-        s.start_ns,
-        s.end_ns,
-        s.tid,
-        s.seq_nr if s.seq_nr >= 0 else NO_ID,
-        backward,
-        top.optimizer or kind is OpKind.OPTIMIZER,
-        module_index,
-        top.module_ctx,
-        frame.callsite if frame is not None else None,
-        s.shapes,
-        node,
-    )
 
 
 def _memory(mems: list[Mem], mem_op: list[int]) -> tuple[list[MemoryRecord], dict]:
