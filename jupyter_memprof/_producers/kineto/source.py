@@ -320,18 +320,20 @@ def read_file(path: str) -> TraceFile:
         try:
             ph = e.get("ph")
             if ph == "X":
-                cat = e.get("cat")
-                if cat not in SPAN_CATS:
+                cat, name = e.get("cat"), e.get("name")
+                if cat == "python_function":
+                    # most are library frames, dropped here (by name, decided once)
+                    if type(name) is str:
+                        keep = kept_names.get(name)
+                        if keep is None:
+                            keep = kept_names[name] = kept(name)
+                        if not keep:
+                            continue
+                elif cat not in SPAN_CATS:
                     continue
                 # the common case checked inline (a third of the reading time); anything
                 # unusual goes the slow way, which says what is wrong
-                name, tid, ts, dur = e.get("name"), e.get("tid"), e.get("ts"), e.get("dur", 0)
-                if cat == "python_function" and type(name) is str:
-                    keep = kept_names.get(name)
-                    if keep is None:
-                        keep = kept_names[name] = kept(name)
-                    if not keep:
-                        continue
+                tid, ts, dur = e.get("tid"), e.get("ts"), e.get("dur", 0)
                 if (
                     type(name) is str
                     and type(tid) is int
