@@ -298,13 +298,3 @@ def test_gzip_bomb_stops_at_the_cap(tmp_path, monkeypatch):
     assert bomb.stat().st_size < 64 << 10
     monkeypatch.setattr(source, "MAX_JSON_BYTES", 1 << 20)
     assert "decompresses to over" in _refused(bomb)
-
-
-def test_standard_json_reads_the_same(pair, loaded, monkeypatch):
-    """Without orjson (an optional extra) the standard library's reader gives the same
-    profile; orjson is used when installed."""
-    monkeypatch.setattr(source, "_orjson", None)
-    plain = jupyter_memprof.load_trace(pair[1])
-    for key in ("ops", "allocations", "events"):
-        pd.testing.assert_frame_equal(getattr(plain, key), getattr(loaded, key))
-    assert plain.peak().attrs["peak_bytes"] == loaded.peak().attrs["peak_bytes"]
