@@ -24,6 +24,7 @@ from .._errors import ProfileFileError
 from .._io import atomic_write_dir, json_default
 from .._units import format_bytes
 from . import kept as K
+from . import snapshot_store as SN
 from .checks import (
     MAX_META_BYTES,
     Bad,
@@ -118,9 +119,11 @@ def write_folder(
     *,
     overwrite: bool = False,
     kept: list[K.Window] = (),
+    snapshot: dict | None = None,
 ) -> str:
-    """Write ``tables`` and ``meta`` as a folder of Parquet files, and a long run's ``kept``
-    windows in subfolders ``kept/<i>/`` (:mod:`.kept`); returns the absolute path.
+    """Write ``tables`` and ``meta`` as a folder of Parquet files, a long run's ``kept``
+    windows in subfolders ``kept/<i>/`` (:mod:`.kept`) and CUDA's ``snapshot`` as
+    ``snapshot.json`` (:mod:`.snapshot_store`); returns the absolute path.
 
     Written atomically (a temporary folder renamed into place). An existing folder is
     replaced only when it is a saved profile, or with ``overwrite=True``.
@@ -128,9 +131,13 @@ def write_folder(
     doc = _document_of(meta)
     if kept:
         doc[K.KEY] = K.to_doc(list(kept))
+    snapshot_json = None if snapshot is None else SN.to_json(snapshot)
 
     def write(folder: str) -> None:
         _write_profile(folder, tables, doc)
+        if snapshot_json is not None:
+            with open(os.path.join(folder, SN.MEMBER), "w", encoding="utf-8") as fh:
+                fh.write(snapshot_json)
         for i, window in enumerate(kept):
             sub = os.path.join(folder, K.prefix(i))
             os.makedirs(sub)
@@ -173,8 +180,9 @@ def _write_profile(folder: str, tables: dict[str, pd.DataFrame], doc: dict) -> N
 
 def read_folder(
     path: str | os.PathLike,
-) -> tuple[dict[str, pd.DataFrame], dict, list[K.Window]]:
-    """Read the tables, meta and kept windows written by :func:`write_folder`.
+) -> tuple[dict[str, pd.DataFrame], dict, list[K.Window], dict | None]:
+    """Read the tables, meta, kept windows and snapshot (None when the profile has none)
+    written by :func:`write_folder`.
 
     The folder is untrusted: sizes are checked before anything is decompressed (the sizes
     each Parquet footer declares, under the rule of :mod:`jupyter_memprof._results.checks`: at most
@@ -328,7 +336,7 @@ def _shapes(values: pd.Series, text: TextBudget) -> pd.Series:
     return pd.Series(decoded, dtype=object)
 
 
-def _read_folder(path: str) -> tuple[dict[str, pd.DataFrame], dict, list[K.Window]]:
+def _read_folder(path: str) -> tuple[dict[str, pd.DataFrame], dict, list[K.Window], dict | None]:
     doc, meta, stored = _read_meta(path)
     try:
         listed = K.from_doc(doc.get(K.KEY))
@@ -343,7 +351,7 @@ def _read_folder(path: str) -> tuple[dict[str, pd.DataFrame], dict, list[K.Windo
         _, own, size = _read_meta(sub)
         window = _read_tables(sub, K.OWN_TABLES if shares else S.TABLES, size)
         kept.append(K.Window(keep, own, window if shares else check_tables(window, sub), shares))
-    return tables, meta, kept
+    return tables, meta, kept, SN.read_file(path)
 
 
 def _read_tables(path: str, names, stored: int) -> dict[str, pd.DataFrame]:

@@ -447,10 +447,14 @@ class Profile:
         if format == "parquet":
             from .parquet import write_folder
 
-            return write_folder(self.tables, self.meta, path, overwrite=overwrite, kept=kept)
+            return write_folder(
+                self.tables, self.meta, path, overwrite=overwrite, kept=kept, snapshot=self.snapshot
+            )
         from .storage import write
 
-        return write(self.tables, self.meta, path, overwrite=overwrite, kept=kept)
+        return write(
+            self.tables, self.meta, path, overwrite=overwrite, kept=kept, snapshot=self.snapshot
+        )
 
     def _expand(self, path: str | bytes | os.PathLike) -> str:
         path = os.path.expanduser(fs_path(path))
@@ -506,14 +510,14 @@ def load(path: str | os.PathLike) -> Profile:
     if os.path.isdir(path):
         from .parquet import read_folder
 
-        tables, meta, kept = read_folder(path)
+        tables, meta, kept, snapshot = read_folder(path)
     else:
         from .storage import read
 
-        tables, meta, kept = read(path)
+        tables, meta, kept, snapshot = read(path)
     if tables["steps"].empty and not tables["timeline"].empty:  # saved before steps existed
         tables["steps"] = _rebuilt_steps(tables, meta)
-    prof = Profile(**tables, meta=meta)
+    prof = Profile(**tables, meta=meta, snapshot=snapshot)
     for window in kept:  # a long run's kept windows; a shared one takes the profile's tables
         own = {**prof.tables, **window.tables} if window.shares_tables else window.tables
         p = Profile(**own, meta=window.meta)

@@ -49,6 +49,7 @@ from .._errors import ProfileFileError
 from .._io import atomic_write, json_default
 from .._units import format_bytes
 from . import kept as K
+from . import snapshot_store as SN
 from .checks import (
     INT64,
     MAX_DEPTH,
@@ -207,9 +208,11 @@ def write(
     *,
     overwrite: bool = False,
     kept: list[K.Window] = (),
+    snapshot: dict | None = None,
 ) -> str:
-    """Write ``tables`` and ``meta`` to ``path`` (a zip of JSON), and a long run's ``kept``
-    windows under ``kept/<i>/`` (:mod:`.kept`); returns the absolute path.
+    """Write ``tables`` and ``meta`` to ``path`` (a zip of JSON), a long run's ``kept``
+    windows under ``kept/<i>/`` (:mod:`.kept`) and CUDA's ``snapshot`` as ``snapshot.json``
+    (:mod:`.snapshot_store`); returns the absolute path.
 
     Atomic: written to a temporary file in the target folder and renamed into place. An
     existing file is replaced only when it is a saved profile, or with ``overwrite=True``.
@@ -217,10 +220,13 @@ def write(
     doc = _document_of(meta)
     if kept:
         doc[K.KEY] = K.to_doc(list(kept))
+    snapshot_json = None if snapshot is None else SN.to_json(snapshot)
 
     def write_zip(tmp: str) -> None:
         with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as z:
             z.writestr(_META, json.dumps(doc, default=json_default))
+            if snapshot_json is not None:
+                z.writestr(SN.MEMBER, snapshot_json)
             for name, df in tables.items():
                 z.writestr(f"{name}.json", _table_to_json(df))
             for i, window in enumerate(kept):
@@ -337,12 +343,15 @@ def _declared(members: list[dict[str, zipfile.ZipInfo]], path: str, stored: int)
         raise size_refusal(path, declared, stored)
 
 
-def _read_zip(z: zipfile.ZipFile, path: str, stored: int) -> tuple[dict, dict, list]:
+def _read_zip(z: zipfile.ZipFile, path: str, stored: int) -> tuple[dict, dict, list, dict | None]:
     where = shown(path)
     infos = z.infolist()
     if len(infos) > MAX_MEMBERS:
         raise ProfileFileError(f"{where} holds {len(infos)} entries, not a saved profile")
     main = _members(z, where, stored)
+    snapshot_info = SN.zip_member(z, where, stored)
+    if snapshot_info is not None:  # counted in the file's budgets like every member
+        main[SN.MEMBER] = snapshot_info
     _declared([main], path, stored)
     text = TextBudget(stored)  # what the members left to parse may hold and spell out
 
@@ -372,7 +381,14 @@ def _read_zip(z: zipfile.ZipFile, path: str, stored: int) -> tuple[dict, dict, l
         names = K.OWN_TABLES if shares else S.TABLES
         window = _tables(load, members, at, names, where, text)
         kept.append(K.Window(keep, own, window if shares else check_tables(window, label), shares))
-    return tables, meta, kept
+    snapshot = None
+    if snapshot_info is not None:
+        try:
+            text.values -= 1
+            snapshot = SN.parse(_read_member(z, snapshot_info, text), where)
+        except Bad as exc:
+            raise ProfileFileError(f"{where}: {SN.MEMBER} {exc}") from None
+    return tables, meta, kept, snapshot
 
 
 def _tables(load, members: dict, at: str, names, where: str, text: TextBudget) -> dict:
@@ -396,8 +412,11 @@ def _tables(load, members: dict, at: str, names, where: str, text: TextBudget) -
     return tables
 
 
-def read(path: str | os.PathLike) -> tuple[dict[str, pd.DataFrame], dict, list[K.Window]]:
-    """Read the tables, meta and kept windows written by :func:`write`, checking sizes
+def read(
+    path: str | os.PathLike,
+) -> tuple[dict[str, pd.DataFrame], dict, list[K.Window], dict | None]:
+    """Read the tables, meta, kept windows and snapshot (None when the profile has none)
+    written by :func:`write`, checking sizes
     before anything is decompressed (see the module's docstring) and every table and field
     on the way; never executes code from the file. Raises FileNotFoundError when there is no such file and
     :class:`ProfileFileError` (one line) for anything else wrong with it."""
