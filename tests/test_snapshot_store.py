@@ -9,10 +9,11 @@ import zipfile
 
 import pytest
 import torch
+from IPython.core.error import UsageError
 from test_snapshot_capture import OOM_SNAPSHOT
 
 import jupyter_memprof
-from jupyter_memprof import ProfileFileError
+from jupyter_memprof import CaptureError, ProfileFileError
 from jupyter_memprof._producers import cuda_history
 from jupyter_memprof._producers.snapshot.unpickle import read_file as read_pickle
 from jupyter_memprof._results import snapshot_store
@@ -161,3 +162,85 @@ def test_a_zip_snapshot_counts_in_the_files_size_budget(oom_profile, tmp_path):
     )
     assert os.path.getsize(path) < 1 << 20
     assert "refusing to decompress" in _refused(path)
+
+
+# -- written where asked: profile(snapshot=PATH), %%memprofile --snapshot PATH -------------
+@pytest.fixture
+def fake_allocator(monkeypatch):
+    monkeypatch.setattr(cuda_history, "check_devices", lambda devices: None)
+    monkeypatch.setattr(cuda_history, "RECORD", lambda enabled: None)
+    monkeypatch.setattr(cuda_history, "TAKE", lambda: OOM_SNAPSHOT)
+
+
+def test_profile_writes_the_snapshot_at_an_oom(fake_allocator, tmp_path):
+    target = tmp_path / "oom.pickle"
+    with pytest.raises(torch.OutOfMemoryError):
+        with jupyter_memprof.profile(device="cpu", snapshot=target, namespace={}) as prof:
+            torch.ones(64)
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+    assert prof.meta["snapshot_path"] == str(target)
+    data = read_pickle(target)  # the no-globals unpickler
+    assert data == OOM_SNAPSHOT  # tuples stay tuples, as torch's own _dump_snapshot writes
+    assert [e["action"] for e in data["device_traces"][0]] == ["alloc", "oom"]
+    assert not [n for n in os.listdir(tmp_path) if n != "oom.pickle"]  # no temporary left
+    back = jupyter_memprof.load(prof.save(tmp_path / "p.zip"))
+    assert back.meta["snapshot_path"] == str(target)
+    with jupyter_memprof.profile(device="cpu", snapshot=str(target), namespace={}):
+        torch.ones(8)  # a snapshot there is replaced
+    assert read_pickle(target) == OOM_SNAPSHOT
+
+
+def test_profile_checks_the_path_before_anything_runs(fake_allocator, tmp_path):
+    mine = tmp_path / "notes.txt"
+    mine.write_text("mine")
+    for target, expected in (
+        (mine, "exists"),
+        (tmp_path / "none" / "s.pickle", "does not exist"),
+        (tmp_path, "folder"),
+    ):
+        with pytest.raises(CaptureError) as info:
+            jupyter_memprof.profile(device="cpu", snapshot=target)
+        text = str(info.value)
+        assert "\n" not in text and expected in text and text.startswith("snapshot=")
+    assert mine.read_text() == "mine"
+
+
+def test_profile_snapshot_path_on_the_cpu_is_the_same_line(tmp_path):
+    with pytest.raises(CaptureError) as info:
+        jupyter_memprof.profile(device="cpu", snapshot=tmp_path / "s.pickle")
+    text = str(info.value)
+    assert "\n" not in text and "records no CUDA device" in text
+    assert not os.listdir(tmp_path)
+
+
+def test_magic_snapshot_path(shell, run, fake_allocator, tmp_path):
+    target = tmp_path / "cell.pickle"
+    result, _ = run(
+        f"%%memprofile --no-display --device cpu --snapshot {target} -o p_snap\n"
+        "x_snap_path = torch.ones(16)"
+    )
+    assert result.error_in_exec is None
+    assert shell.user_ns["p_snap"].meta["snapshot_path"] == str(target)
+    assert read_pickle(target) == OOM_SNAPSHOT
+    # the line magic: the word after --snapshot is the statement, --snapshot=PATH a path
+    line = tmp_path / "line.pickle"
+    result, _ = run(f"%memprofile --no-display --device cpu --snapshot={line} y_snap = 1")
+    assert result.error_in_exec is None and shell.user_ns["y_snap"] == 1
+    assert read_pickle(line) == OOM_SNAPSHOT
+    result, _ = run("%memprofile --no-display --device cpu --snapshot z_snap = 2")
+    assert result.error_in_exec is None and shell.user_ns["z_snap"] == 2
+
+
+def test_magic_snapshot_path_is_checked_before_the_cell(shell, run, tmp_path):
+    mine = tmp_path / "notes.txt"
+    mine.write_text("mine")
+    result, out = run(f"%%memprofile --no-display --device cpu --snapshot {mine}\nw_snap = 1")
+    assert isinstance(result.error_in_exec, UsageError)
+    assert out.strip().splitlines()[-1].startswith("UsageError: --snapshot:")
+    assert "w_snap" not in shell.user_ns and mine.read_text() == "mine"
+    result, out = run(
+        f"%%memprofile --no-display --device cpu --snapshot {tmp_path / 's.pickle'}\nw_snap = 1"
+    )
+    assert isinstance(result.error_in_exec, UsageError)
+    assert out.strip().splitlines()[-1].startswith("UsageError: snapshot=True records CUDA")
+    assert "w_snap" not in shell.user_ns and not (tmp_path / "s.pickle").exists()

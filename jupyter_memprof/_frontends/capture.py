@@ -11,8 +11,10 @@ what failed, and the user's own exception is never replaced.
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 import time
+import warnings
 from collections.abc import Iterable
 
 from .._analysis.allocator_config import AllocatorConfig
@@ -83,12 +85,16 @@ class profile(contextlib.AbstractContextManager):  # lower case: reads like a fu
     keep : str or list, optional
         With ``steps``: the steps whose window keeps its full tables (``prof.kept``):
         ``"first"``, ``"peak"``, ``"last"`` (the default: all three) and step numbers.
-    snapshot : bool, default False
+    snapshot : bool or str or os.PathLike, default False
         CUDA only: also record the caching allocator's own history during the capture
         (``torch.cuda.memory._record_memory_history``); ``prof.snapshot`` then holds its
         snapshot (``torch.cuda.memory._snapshot()``), taken when the block ends, also when
         it raised: after a ``torch.OutOfMemoryError`` it is the moment of the error, and
-        ``meta["snapshot_oom"]`` the segment picture of the failed request.
+        ``meta["snapshot_oom"]`` the segment picture of the failed request. A path also
+        writes it there as the pickle memory_viz opens (atomically; an existing file is
+        replaced only when it is a snapshot; checked before anything runs), and
+        ``meta["snapshot_path"]`` names it (a failure to write: ``meta["snapshot_error"]``
+        and a warning).
     memory_budget : str, int or False, optional
         A plain capture (no ``steps``) stops the code once the process has grown by more
         than this since the start (``"8GiB"``, bytes), and in any case before the machine's
@@ -129,15 +135,18 @@ class profile(contextlib.AbstractContextManager):  # lower case: reads like a fu
         allocator: str | AllocatorConfig | None = None,
         steps: int | None = None,
         keep: str | Iterable[str | int] | None = None,
-        snapshot: bool = False,
+        snapshot: bool | str | os.PathLike = False,
         memory_budget: int | str | bool | None = None,
     ) -> None:
         self.devices = resolve_devices(device)
         self._history = None
-        if snapshot:
+        self._snapshot_path = None
+        if snapshot is not False and snapshot is not None:
             from .._producers.cuda_history import History, check_devices
 
             check_devices(list(self.devices))
+            if snapshot is not True:
+                self._snapshot_path = _snapshot_target(snapshot)
             self._history = History()
         try:
             self.allocator = allocator_config(allocator)
@@ -220,7 +229,7 @@ class profile(contextlib.AbstractContextManager):  # lower case: reads like a fu
         wall_s = t_finish - self._t0
         prof = self._profile
         if self._history is not None:  # first: at an out-of-memory error, that moment
-            _keep_snapshot(prof, self._history)
+            _keep_snapshot(prof, self._history, self._snapshot_path)
         error = _reason(exc) if exc is not None else None
         failure: BaseException | None = None
         try:
@@ -293,9 +302,11 @@ class profile(contextlib.AbstractContextManager):  # lower case: reads like a fu
         )
 
 
-def _keep_snapshot(prof: Profile, history) -> None:
+def _keep_snapshot(prof: Profile, history, path: str | None = None) -> None:
     """The allocator's snapshot into ``prof.snapshot``, and its out-of-memory picture into
-    ``meta["snapshot_oom"]`` (a failure to take it in ``meta["snapshot_error"]``)."""
+    ``meta["snapshot_oom"]`` (a failure to take it in ``meta["snapshot_error"]``); written
+    to ``path`` when one was given (``meta["snapshot_path"]``; a failure to write it in
+    ``meta["snapshot_error"]`` and a warning: the capture is kept)."""
     from .._producers.cuda_history import oom_picture
 
     prof.snapshot = history.take()
@@ -304,6 +315,25 @@ def _keep_snapshot(prof: Profile, history) -> None:
     picture = oom_picture(prof.snapshot)
     if picture is not None:
         prof.meta["snapshot_oom"] = picture
+    if path is not None and prof.snapshot is not None:
+        from .._results.snapshot_store import write_pickle
+
+        try:
+            prof.meta["snapshot_path"] = write_pickle(prof.snapshot, path)
+        except (OSError, TypeError) as err:  # a full disk, a file put there meanwhile
+            prof.meta["snapshot_error"] = f"not written to {path}: {type(err).__name__}: {err}"
+            warnings.warn(f"the snapshot was {prof.meta['snapshot_error']}", stacklevel=3)
+
+
+def _snapshot_target(path) -> str:
+    """``profile(snapshot=PATH)``'s target, checked before anything runs (one
+    :class:`CaptureError` line): its folder exists, and a file there is a snapshot."""
+    from .._results.snapshot_store import check_pickle_target
+
+    try:
+        return check_pickle_target(path)
+    except (OSError, TypeError) as err:
+        raise CaptureError(f"snapshot={os.fspath(path)!r}: {err}") from None
 
 
 def _reason(err: BaseException) -> str:

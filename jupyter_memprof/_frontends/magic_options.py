@@ -36,11 +36,18 @@ class Option:
     value: str | None
     help: str
     repeat: bool = False
+    #: the value may be left out (the option alone then reads as True)
+    optional: bool = False
 
     def argument(self):
         """The :func:`magic_arguments.argument` decorator of this option."""
         if self.value is None:
             return magic_arguments.argument(*self.flags, action="store_true", help=self.help)
+        if self.optional:
+            return magic_arguments.argument(
+                *self.flags, nargs="?", const=True, default=None, metavar=self.value,
+                help=self.help,
+            )  # fmt: skip
         action = "append" if self.repeat else "store"
         return magic_arguments.argument(
             *self.flags, action=action, metavar=self.value, help=self.help
@@ -145,9 +152,11 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         ("--snapshot",),
-        None,
+        "PATH",
         "CUDA only: also record the caching allocator's own history during the cell; "
-        "prof.snapshot holds its snapshot (at an out-of-memory error: that moment).",
+        "prof.snapshot holds its snapshot (at an out-of-memory error: that moment), and "
+        "with PATH it is also written there as the pickle memory_viz opens.",
+        optional=True,
     ),
     Option(
         ("--label",),
@@ -165,7 +174,9 @@ def decorate(fn):
 
 
 def _takes_value() -> dict[str, bool]:
-    return {flag: o.value is not None for o in OPTIONS for flag in o.flags}
+    # an option whose value may be left out takes one in a statement's line only as
+    # ``--snapshot=PATH``: the word after it is the statement
+    return {flag: o.value is not None and not o.optional for o in OPTIONS for flag in o.flags}
 
 
 # -- splitting ``%memprofile [options] STATEMENT`` -------------------------------------------
@@ -242,7 +253,7 @@ class Options:
     estimate_options: dict | None = None
     steps: int | None = None
     keep: tuple | None = None
-    snapshot: bool = False
+    snapshot: bool | str = False  # a str: also written to that (absolute) path
 
 
 def _unquote(value: str | None) -> str | None:
@@ -289,9 +300,11 @@ def read_options(shell, parser, options: str, name: str) -> Options:
         estimate=args.estimate,
         explain=args.explain,
     )
-    opts.snapshot = bool(args.snapshot)
+    opts.snapshot = args.snapshot is not None
     if args.estimate and opts.snapshot:
         raise UsageError("--snapshot records CUDA's allocator in a real run, not --estimate")
+    if isinstance(args.snapshot, str):
+        opts.snapshot = _snapshot_path(args.snapshot)
     if args.estimate and (args.steps is not None or args.keep is not None):
         raise UsageError("--steps and --keep need a real run, not --estimate")
     opts.steps, opts.keep = _long_run_options(args.steps, args.keep)
@@ -413,6 +426,17 @@ def _allocator_option(setting):
         return allocator_config(setting)
     except AllocatorConfigError as err:
         raise UsageError(f"--allocator: {err}") from None
+
+
+def _snapshot_path(path: str) -> str:
+    """``--snapshot PATH``, absolute (relative to the folder the cell starts in) and checked
+    before the cell runs: its folder exists, and a file there is a snapshot."""
+    from .._results.snapshot_store import check_pickle_target
+
+    try:
+        return check_pickle_target(path)
+    except (OSError, TypeError) as err:
+        raise UsageError(f"--snapshot: {err}") from None
 
 
 def html_refusal(path: str, exc: Exception | None = None) -> str:

@@ -28,11 +28,14 @@ from .checks import Bad, count_values, decode_utf8, parse_json, regular_file, sh
 __all__ = [
     "MAX_SNAPSHOT_BYTES",
     "MEMBER",
+    "check_plain",
     "check_snapshot",
+    "check_pickle_target",
     "parse",
     "read_file",
     "to_json",
     "too_big",
+    "write_pickle",
     "zip_member",
 ]
 
@@ -52,6 +55,13 @@ _SCALARS = (str, int, float, bool, type(None))
 def to_json(snapshot: dict) -> str:
     """``snapshot`` as JSON text; raises TypeError (one line) naming the first value that
     is not plain data."""
+    check_plain(snapshot)
+    return json.dumps(snapshot, separators=(",", ":"), allow_nan=False)
+
+
+def check_plain(snapshot: dict) -> None:
+    """Raise TypeError (one line) naming the first value of ``snapshot`` that is not plain
+    data (see the module docstring)."""
     if type(snapshot) is not dict:
         raise TypeError(f"prof.snapshot is {type(snapshot).__name__}, not a dict")
     stack = [(snapshot, "snapshot", 0)]
@@ -75,7 +85,6 @@ def to_json(snapshot: dict) -> str:
             )
         elif type(value) is float and not math.isfinite(value):
             raise TypeError(f"prof.snapshot holds {value} at {where}, which JSON cannot hold")
-    return json.dumps(snapshot, separators=(",", ":"), allow_nan=False)
 
 
 def _is_int(v) -> bool:
@@ -201,3 +210,50 @@ def zip_member(z, where: str, stored: int):
     if info.file_size > MAX_SNAPSHOT_BYTES:
         raise too_big(where, info.file_size)
     return info
+
+
+# -- the snapshot as torch writes it: a pickle memory_viz opens ----------------------------
+def check_pickle_target(path: str | os.PathLike, *, overwrite: bool = False) -> str:
+    """Raise, before anything runs, what :func:`write_pickle` would raise at ``path`` (a
+    missing folder, a folder in the way, a file that is not a snapshot, without
+    ``overwrite``); returns the absolute path."""
+    from .._io import NotARegularFile, WriteRefused, check_target
+    from .._views.snapshot_export import _looks_like
+
+    path = os.path.abspath(os.path.expanduser(os.fspath(path)))
+    folder = os.path.dirname(path)
+    if not os.path.isdir(folder):
+        raise FileNotFoundError(f"the folder {folder!r} does not exist")
+    try:
+        return check_target(
+            path, what="memory snapshot", overwrite=overwrite, is_own_kind=_looks_like
+        )
+    except NotARegularFile:
+        raise
+    except WriteRefused:
+        raise WriteRefused(
+            f"{path!r} exists and is not a memory snapshot: choose another path, or remove it"
+        ) from None
+
+
+def write_pickle(snapshot: dict, path: str | os.PathLike, *, overwrite: bool = False) -> str:
+    """Write ``snapshot`` (plain data) as the pickle ``torch.cuda.memory._dump_snapshot``
+    writes, which memory_viz opens; atomic (a temporary file renamed into place). An
+    existing file is replaced only when it is a snapshot, or with ``overwrite=True``.
+    Returns the absolute path."""
+    import pickle
+
+    from .._io import atomic_write
+    from .._views.snapshot_export import _PROTOCOL, _looks_like
+
+    check_plain(snapshot)
+    data = pickle.dumps(snapshot, protocol=_PROTOCOL)
+
+    def write(tmp: str) -> None:
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+
+    path = os.path.expanduser(os.fspath(path))
+    return atomic_write(
+        path, write, what="memory snapshot", overwrite=overwrite, is_own_kind=_looks_like
+    )
