@@ -298,3 +298,12 @@ def test_gzip_bomb_stops_at_the_cap(tmp_path, monkeypatch):
     assert bomb.stat().st_size < 64 << 10
     monkeypatch.setattr(source, "MAX_JSON_BYTES", 1 << 20)
     assert "decompresses to over" in _refused(bomb)
+
+
+def test_a_trace_written_as_a_snapshot_loads_back_to_the_same_peak(loaded, tmp_path):
+    back = jupyter_memprof.load_snapshot(loaded.to_snapshot(tmp_path / "trace.pickle"))
+    assert back.peak().attrs["peak_bytes"] == loaded.peak().attrs["peak_bytes"]
+    assert back.devices == loaded.devices == ["cpu"]
+    # the category each entry records is read back
+    assert back.peak_by("category").to_dict() == loaded.peak_by("category").to_dict()
+    assert back.allocations["size_bytes"].sum() == loaded.allocations["size_bytes"].sum()
