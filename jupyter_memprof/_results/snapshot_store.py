@@ -218,7 +218,7 @@ def check_pickle_target(path: str | os.PathLike, *, overwrite: bool = False) -> 
     missing folder, a folder in the way, a file that is not a snapshot, without
     ``overwrite``); returns the absolute path."""
     from .._io import NotARegularFile, WriteRefused, check_target
-    from .._views.snapshot_export import _looks_like
+    from .._views.snapshot_export import looks_like_snapshot
 
     path = os.path.abspath(os.path.expanduser(os.fspath(path)))
     folder = os.path.dirname(path)
@@ -226,7 +226,7 @@ def check_pickle_target(path: str | os.PathLike, *, overwrite: bool = False) -> 
         raise FileNotFoundError(f"the folder {folder!r} does not exist")
     try:
         return check_target(
-            path, what="memory snapshot", overwrite=overwrite, is_own_kind=_looks_like
+            path, what="memory snapshot", overwrite=overwrite, is_own_kind=looks_like_snapshot
         )
     except NotARegularFile:
         raise
@@ -244,10 +244,10 @@ def write_pickle(snapshot: dict, path: str | os.PathLike, *, overwrite: bool = F
     import pickle
 
     from .._io import atomic_write
-    from .._views.snapshot_export import _PROTOCOL, _looks_like
+    from .._views.snapshot_export import PICKLE_PROTOCOL, looks_like_snapshot
 
     check_plain(snapshot)
-    data = pickle.dumps(snapshot, protocol=_PROTOCOL)
+    data = pickle.dumps(snapshot, protocol=PICKLE_PROTOCOL)
 
     def write(tmp: str) -> None:
         with open(tmp, "wb") as fh:
@@ -255,5 +255,5 @@ def write_pickle(snapshot: dict, path: str | os.PathLike, *, overwrite: bool = F
 
     path = os.path.expanduser(os.fspath(path))
     return atomic_write(
-        path, write, what="memory snapshot", overwrite=overwrite, is_own_kind=_looks_like
+        path, write, what="memory snapshot", overwrite=overwrite, is_own_kind=looks_like_snapshot
     )

@@ -37,13 +37,19 @@ from .._devices import device_sort_key
 from .._io import atomic_write
 from .._vocab import Action, Category
 
-__all__ = ["SEGMENT_GAP", "snapshot", "write_snapshot"]
+__all__ = [
+    "PICKLE_PROTOCOL",
+    "SEGMENT_GAP",
+    "looks_like_snapshot",
+    "snapshot",
+    "write_snapshot",
+]
 
 #: Blocks further apart than this (bytes) go into different segments.
 SEGMENT_GAP = 2 * 1024 * 1024
 #: The format of the ``jupyter_memprof`` key (bump when its meaning changes).
 FORMAT = 1
-_PROTOCOL = 4
+PICKLE_PROTOCOL = 4
 _CALLSITE = re.compile(r"^(?P<file>.*):(?P<line>\d+) in (?P<name>.*)$")
 
 
@@ -221,7 +227,7 @@ def snapshot(prof) -> dict:
     }
 
 
-def _looks_like(path: str) -> bool:
+def looks_like_snapshot(path: str) -> bool:
     """Whether an existing file is a snapshot pickle (replacing it loses nothing ours)."""
     try:
         with open(path, "rb") as fh:
@@ -235,12 +241,12 @@ def write_snapshot(prof, path: str | os.PathLike, *, overwrite: bool = False) ->
     """Write ``prof`` as a snapshot pickle at ``path``; returns the absolute path. An existing
     file is replaced only when it is a snapshot, or with ``overwrite=True``."""
     path = os.fspath(path)
-    data = pickle.dumps(snapshot(prof), protocol=_PROTOCOL)
+    data = pickle.dumps(snapshot(prof), protocol=PICKLE_PROTOCOL)
 
     def write(tmp: str) -> None:
         with open(tmp, "wb") as fh:
             fh.write(data)
 
     return atomic_write(
-        path, write, what="memory snapshot", overwrite=overwrite, is_own_kind=_looks_like
+        path, write, what="memory snapshot", overwrite=overwrite, is_own_kind=looks_like_snapshot
     )
