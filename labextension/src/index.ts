@@ -21,7 +21,7 @@ import { LabIcon } from '@jupyterlab/ui-components';
 import { Panel } from '@lumino/widgets';
 
 import { DashboardWidget } from './dashboard';
-import { IProfileInfo, LinkRegistry, ProfileLink } from './link';
+import { IProfileInfo, LinkRegistry, loadRememberedBokehJS, ProfileLink } from './link';
 import { ProfilesPanel } from './panel';
 
 const PLUGIN_ID = 'jupyter-memprof:plugin';
@@ -182,6 +182,13 @@ const plugin: JupyterFrontEndPlugin<void> = {
     // Every notebook kernel gets a link, so a kernel that loads the extension while its
     // notebook is in the background is heard; the panel shows the active notebook's.
     const watch = (notebook: NotebookPanel): void => {
+      // A notebook that shows dashboards (saved, or restored from a running kernel after a
+      // reload): BokehJS before the widget manager makes their views.
+      void notebook.context.ready.then(() => {
+        if (!notebook.isDisposed && hasWidgetOutputs(notebook)) {
+          loadRememberedBokehJS();
+        }
+      });
       const ctx = notebook.sessionContext;
       const onKernel = (): void => {
         const kernel = ctx.session?.kernel;
