@@ -1,6 +1,7 @@
 """A saved notebook with dashboards, reloaded in a real JupyterLab (headless Debian chromium):
-the dashboards draw again with no error in the browser console, and ``window.memprofReady``
-is set for a notebook's dashboards as for the standalone page. One server and one browser page
+the dashboards draw again with no error in the browser console, ``window.memprofReady`` is
+set for a notebook's dashboards as for the standalone page, and with a new kernel each saved
+dashboard says that it is gone, without an error. One server and one browser page
 serve every test here, in order."""
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import shutil
 
 import pytest
 from _browser import ARTIFACTS, chromium_page, chromium_path, screenshot
-from _jupyterlab import BUILD, jupyterlab, write_notebook
+from _jupyterlab import BUILD, api, jupyterlab, write_notebook
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -29,6 +30,8 @@ CELLS = [
     "%%memprofile -o second\nstep(64)",
 ]
 DASHBOARDS = 2
+# labextension/src/guard.ts GONE_NOTE
+GONE = "The dashboard is not in this kernel: run the cell again to draw it."
 
 
 @pytest.fixture(scope="module")
@@ -109,3 +112,34 @@ def test_a_reload_draws_the_dashboards_again_with_no_console_error(lab):
     assert page.console == []
     # redrawn from the running kernel's widgets: the notebook itself was not changed
     assert not page.evaluate(f"() => {NOTEBOOK}.context.model.dirty")
+
+
+def test_a_saved_notebook_with_a_new_kernel(lab):
+    """The kernel gone (a restarted server): the saved outputs name widgets the new kernel does
+    not have. Each says so, quietly, until its cell runs again."""
+    base, page = lab
+
+    for kernel in api(base, "/api/kernels") or []:
+        api(base, f"/api/kernels/{kernel['id']}", method="DELETE")
+    for session in api(base, "/api/sessions") or []:
+        api(base, f"/api/sessions/{session['id']}", method="DELETE")
+    page.console.clear()
+    page.reload()
+    _kernel_idle(page)
+    notes = page.locator(".memprof-dashboard-gone")
+    page.wait_for_function(
+        f"() => document.querySelectorAll('.memprof-dashboard-gone').length === {DASHBOARDS}",
+        timeout=60_000,
+    )
+    assert notes.all_inner_texts() == [GONE] * DASHBOARDS
+    page.wait_for_timeout(3000)  # ipywidgets' own attempt would have failed by now
+    screenshot(page, "lab-new-kernel.png")
+    assert page.get_by_text("Error displaying widget").count() == 0
+    assert page.console == []
+    assert not page.evaluate(f"() => {NOTEBOOK}.context.model.dirty")
+    # the cells run again: the dashboards are drawn in place of the notes
+    page.evaluate(f"() => {{ {APP}.commands.execute('notebook:run-all-cells'); }}")
+    _dashboards_drawn(page)
+    _kernel_idle(page)
+    assert notes.count() == 0
+    assert page.console == []

@@ -21,6 +21,7 @@ import { LabIcon } from '@jupyterlab/ui-components';
 import { Panel } from '@lumino/widgets';
 
 import { DashboardWidget } from './dashboard';
+import { guardWidgetOutputs } from './guard';
 import { IProfileInfo, LinkRegistry, loadRememberedBokehJS, ProfileLink } from './link';
 import { ProfilesPanel } from './panel';
 
@@ -182,6 +183,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
     // Every notebook kernel gets a link, so a kernel that loads the extension while its
     // notebook is in the background is heard; the panel shows the active notebook's.
     const watch = (notebook: NotebookPanel): void => {
+      guardWidgetOutputs(notebook.content.rendermime);
       // A notebook that shows dashboards (saved, or restored from a running kernel after a
       // reload): BokehJS before the widget manager makes their views.
       void notebook.context.ready.then(() => {
