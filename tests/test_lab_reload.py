@@ -114,6 +114,20 @@ def test_a_reload_draws_the_dashboards_again_with_no_console_error(lab):
     assert not page.evaluate(f"() => {NOTEBOOK}.context.model.dirty")
 
 
+def test_a_reload_without_the_browsers_copy_of_bokehjs(lab):
+    """A browser that keeps no BokehJS (storage cleared or full): the dashboards wait for the
+    copy the panel's link fetches from the kernel, and draw once, with no console error."""
+    base, page = lab
+    page.evaluate("() => window.localStorage.clear()")
+    page.console.clear()
+    page.reload()
+    _kernel_idle(page)
+    _dashboards_drawn(page)
+    assert page.locator(".jupyter-widgets-error-widget").count() == 0
+    page.wait_for_timeout(1000)
+    assert page.console == []
+
+
 def test_a_saved_notebook_with_a_new_kernel(lab):
     """The kernel gone (a restarted server): the saved outputs name widgets the new kernel does
     not have. Each says so, quietly, until its cell runs again."""

@@ -6,10 +6,13 @@
  * The widget outputs of the notebook's rendermime are still drawn by ipywidgets' renderer;
  * its `renderModel` is wrapped for jupyter_memprof's outputs only (marked by the kernel, see
  * `isOurs`): it waits for the notebook's widget manager to have restored the kernel's
- * widgets, then draws the output if the kernel has its widget, or writes the note.
+ * widgets, then draws the output if the kernel has its widget (with BokehJS put into the
+ * page first, when the browser keeps a copy), or writes the note.
  */
 
 import { IRenderMimeRegistry, IRenderMime } from '@jupyterlab/rendermime';
+
+import { hasBokehJS, loadRememberedBokehJS } from './link';
 
 export const WIDGET_MIME = 'application/vnd.jupyter.widget-view+json';
 
@@ -56,6 +59,24 @@ function restored(manager: IWidgetManager): Promise<void> {
   });
 }
 
+/** How long a dashboard waits for BokehJS before it is drawn anyway (and fails as before). */
+const BOKEHJS_WAIT_MS = 20000;
+
+/** Resolves when the page has BokehJS, or after `ms`. */
+function bokehJS(ms: number): Promise<void> {
+  const start = Date.now();
+  return new Promise(resolve => {
+    const check = (): void => {
+      if (hasBokehJS() || Date.now() - start > ms) {
+        resolve();
+      } else {
+        setTimeout(check, 100);
+      }
+    };
+    check();
+  });
+}
+
 function guard(renderer: IWidgetRenderer): IWidgetRenderer {
   const delegate = renderer._manager;
   if (renderer.__memprofGuarded || !delegate || !(delegate.promise instanceof Promise)) {
@@ -80,6 +101,11 @@ function guard(renderer: IWidgetRenderer): IWidgetRenderer {
       return;
     }
     renderer.node.classList.remove('memprof-dashboard-gone');
+    // jupyter_bokeh's views need BokehJS as they are made: the browser's copy, else the one
+    // the panel's link asks the kernel for (when the kernel serves the panel)
+    if (!loadRememberedBokehJS()) {
+      await bokehJS(BOKEHJS_WAIT_MS);
+    }
     return render(model);
   };
   return renderer;

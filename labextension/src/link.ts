@@ -314,7 +314,7 @@ export class ProfileLink implements IDisposable {
 }
 
 /** Whether the page has BokehJS with the widgets and tables the dashboards use. */
-function hasBokehJS(): boolean {
+export function hasBokehJS(): boolean {
   const bokeh = (window as any).Bokeh;
   return !!(bokeh && bokeh.Widgets && bokeh.Tables);
 }
