@@ -19,6 +19,9 @@ from contextlib import contextmanager
 BIN = pathlib.Path(sys.executable).parent
 #: this checkout: its kernels import this copy of jupyter_memprof, not the one installed
 CHECKOUT = str(pathlib.Path(__file__).resolve().parent.parent)
+#: this checkout's build of the JupyterLab extension (`npm run build:prod` in labextension/, or
+#: the install, writes it here): the server loads it before any installed copy of the same name
+BUILD = pathlib.Path(CHECKOUT) / "jupyter_memprof" / "labextension"
 
 
 def free_port() -> int:
@@ -105,6 +108,13 @@ def jupyterlab(root: pathlib.Path):
     ]
     if os.getuid() == 0:
         cmd.append("--allow-root")
+    if (BUILD / "package.json").is_file():
+        # JupyterLab takes the first extension of a name on its paths, extra paths first; the
+        # folder must be named as the package (its files are served under that name).
+        extra = root / ".labextensions"
+        extra.mkdir()
+        (extra / "jupyter-memprof").symlink_to(BUILD.resolve(), target_is_directory=True)
+        cmd.append(f"--LabApp.extra_labextensions_path={extra}")
     # No "get notified about Jupyter news?" toast over the page.
     notification = root / ".settings" / "@jupyterlab" / "apputils-extension"
     notification.mkdir(parents=True)

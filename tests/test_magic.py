@@ -740,11 +740,15 @@ def test_in_a_kernel_summary_html_then_dashboard(kernel):
     assert summary["text/html"].startswith('<div class="memprof-summary"')
     assert "memory profile prof" in summary["text/html"]
     assert "stream" not in kinds and "error" not in kinds  # no warnings, no noise
-    # then the interactive views, as a widget
-    assert any(
-        "application/vnd.jupyter.widget-view+json" in content.get("data", {})
+    # then the interactive views, as a widget, marked for the JupyterLab extension
+    views = [
+        content
         for _, content in outputs[2:]
-    )
+        if "application/vnd.jupyter.widget-view+json" in content.get("data", {})
+    ]
+    assert len(views) == 1
+    assert views[0]["metadata"] == {"jupyter_memprof": "dashboard"}
+    assert views[0]["data"]["text/plain"] == ""
 
 
 @pytest.mark.slow

@@ -149,7 +149,12 @@ def display_with_bokehjs(widget) -> None:
     loader = display({LOAD_MIME_TYPE: notebook_bokehjs(), "text/plain": ""}, raw=True,
                      display_id=True)  # fmt: skip
     spec = widget.get_view_spec()
-    display({"application/vnd.jupyter.widget-view+json": spec, "text/plain": ""}, raw=True)
+    # the mark tells the JupyterLab extension this output is a dashboard (labextension/src/guard.ts)
+    display(
+        {"application/vnd.jupyter.widget-view+json": spec, "text/plain": ""},
+        metadata={"jupyter_memprof": "dashboard"},
+        raw=True,
+    )
     loader.update({"text/plain": ""}, raw=True)
 
 

@@ -21,7 +21,8 @@ import { LabIcon } from '@jupyterlab/ui-components';
 import { Panel } from '@lumino/widgets';
 
 import { DashboardWidget } from './dashboard';
-import { IProfileInfo, LinkRegistry, ProfileLink } from './link';
+import { guardWidgetOutputs, isOurs } from './guard';
+import { IProfileInfo, LinkRegistry, loadRememberedBokehJS, ProfileLink } from './link';
 import { ProfilesPanel } from './panel';
 
 const PLUGIN_ID = 'jupyter-memprof:plugin';
@@ -51,13 +52,17 @@ const MAGIC = /^\s*%%memprofile\b/;
 
 const WIDGET_MIME = 'application/vnd.jupyter.widget-view+json';
 
-/** Whether a code cell of `notebook` has a widget among its outputs (a saved dashboard). */
-function hasWidgetOutputs(notebook: NotebookPanel): boolean {
+/**
+ * Whether a code cell of `notebook` has a widget among its outputs (a saved dashboard), or,
+ * with `ours`, a dashboard's widget output (`isOurs`).
+ */
+function hasWidgetOutputs(notebook: NotebookPanel, ours = false): boolean {
   for (const cell of notebook.content.widgets) {
     if (cell instanceof CodeCell) {
       const outputs = cell.model.outputs;
       for (let i = 0; i < outputs.length; i++) {
-        if (WIDGET_MIME in outputs.get(i).data) {
+        const output = outputs.get(i);
+        if (WIDGET_MIME in output.data && (!ours || isOurs(output))) {
           return true;
         }
       }
@@ -172,7 +177,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
       // A page without BokehJS (reloaded) whose notebooks on this kernel show widgets:
       // fetch it from the kernel, then redraw the dashboards that could not draw without it.
       link.attached.connect(l => {
-        if (notebooksOn(l).some(hasWidgetOutputs)) {
+        if (notebooksOn(l).some(n => hasWidgetOutputs(n))) {
           l.requestBokehJS();
         }
       });
@@ -182,6 +187,14 @@ const plugin: JupyterFrontEndPlugin<void> = {
     // Every notebook kernel gets a link, so a kernel that loads the extension while its
     // notebook is in the background is heard; the panel shows the active notebook's.
     const watch = (notebook: NotebookPanel): void => {
+      guardWidgetOutputs(notebook.content.rendermime);
+      // A notebook that shows dashboards (saved, or restored from a running kernel after a
+      // reload): BokehJS before the widget manager makes their views.
+      void notebook.context.ready.then(() => {
+        if (!notebook.isDisposed && hasWidgetOutputs(notebook, true)) {
+          loadRememberedBokehJS();
+        }
+      });
       const ctx = notebook.sessionContext;
       const onKernel = (): void => {
         const kernel = ctx.session?.kernel;

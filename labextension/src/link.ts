@@ -314,9 +314,42 @@ export class ProfileLink implements IDisposable {
 }
 
 /** Whether the page has BokehJS with the widgets and tables the dashboards use. */
-function hasBokehJS(): boolean {
+export function hasBokehJS(): boolean {
   const bokeh = (window as any).Bokeh;
   return !!(bokeh && bokeh.Widgets && bokeh.Tables);
+}
+
+/**
+ * Where the page keeps the last BokehJS script a kernel sent (a dashboard's output or the
+ * link's answer run it; it stores itself: `_views/js/notebook_loader.js`).
+ */
+const BOKEHJS_KEY = 'jupyter-memprof:bokehjs';
+
+/**
+ * Put the BokehJS a kernel sent before (in an earlier load of the page) into the page,
+ * unless the page has it. The script itself loads nothing when the page has its version.
+ * Returns whether the page has BokehJS now.
+ */
+export function loadRememberedBokehJS(): boolean {
+  if (hasBokehJS()) {
+    return true;
+  }
+  let js: string | null = null;
+  try {
+    js = window.localStorage.getItem(BOKEHJS_KEY);
+  } catch (reason) {
+    return false;
+  }
+  if (js) {
+    try {
+      new Function(js).call(window);
+    } catch (reason) {
+      console.warn('jupyter_memprof: the remembered BokehJS did not load', reason);
+      window.localStorage.removeItem(BOKEHJS_KEY);
+      window.localStorage.removeItem(`${BOKEHJS_KEY}-version`);
+    }
+  }
+  return hasBokehJS();
 }
 
 /** One link per kernel connection, created on demand, dropped with the connection. */

@@ -1,6 +1,7 @@
 /**
  * The "Memory profiles" side panel: the profiles captured in the active notebook's kernel,
- * newest first, each with its label and peak (a bar relative to the largest peak listed).
+ * newest first, each with its label and peak (a bar relative to the largest peak of the same kind,
+ * capture or estimate, on the same device).
  *
  * Every string that comes from the kernel (labels, device names, error messages) is written
  * with `textContent`; the panel never builds HTML from data.
@@ -152,8 +153,16 @@ export class ProfilesPanel extends Widget {
     }
 
     this._compare.disabled = !(link?.connected && this._selection.length === MAX_SELECTED);
-    const largest = Math.max(0, ...profiles.map(p => p.peak_bytes ?? 0));
-    this._list.replaceChildren(...profiles.map(p => this._entry(p, largest)));
+    // One scale per kind and device: a CPU capture's bar is never drawn against a cuda:0
+    // estimate's; each bar is relative to the largest peak of its own group.
+    const largest = new Map<string, number>();
+    for (const p of profiles) {
+      const g = scaleGroup(p);
+      largest.set(g, Math.max(largest.get(g) ?? 0, p.peak_bytes ?? 0));
+    }
+    this._list.replaceChildren(
+      ...profiles.map(p => this._entry(p, largest.get(scaleGroup(p)) ?? 0))
+    );
   }
 
   private _entry(p: IProfileInfo, largest: number): HTMLLIElement {
@@ -197,6 +206,9 @@ export class ProfilesPanel extends Widget {
     const fill = div('memprof-entry-bar-fill');
     const fraction = largest > 0 && p.peak_bytes ? p.peak_bytes / largest : 0;
     fill.style.width = `${(100 * fraction).toFixed(1)}%`;
+    const group = scaleGroup(p);
+    bar.dataset.scale = group;
+    bar.title = `${p.peak_text}: ${(100 * fraction).toFixed(0)}% of the largest ${group} peak listed`;
     bar.appendChild(fill);
     li.appendChild(bar);
 
@@ -279,4 +291,13 @@ function span(className: string, text: string): HTMLSpanElement {
   node.className = className;
   node.textContent = text;
   return node;
+}
+
+/**
+ * The scale a profile's peak bar is drawn on: its kind and the device of its peak, as
+ * "cuda:0 estimate" or "cpu capture" (bars of different groups are not comparable).
+ */
+export function scaleGroup(p: IProfileInfo): string {
+  const top = p.peaks.find(d => d.bytes !== null && d.bytes === p.peak_bytes);
+  return `${top ? top.device : 'no device'} ${p.estimate ? 'estimate' : 'capture'}`;
 }
