@@ -60,10 +60,13 @@ def test_the_growth_line_is_escaped_in_html():
     from jupyter_memprof._views.summary import summary_html
 
     prof = _cache_leak()
-    ops = prof.ops.copy()
-    ops["callsite"] = (
-        ops["callsite"].astype(object).where(ops["callsite"].isna(), "<b>bad.py:3 in <module>")
-    )
-    crafted = Profile(**{**prof.tables, "ops": ops}, meta=dict(prof.meta))
+    bad = "<b>bad.py:3 in <module>"
+    ops, blocks = prof.ops.copy(), prof.allocations.copy()
+    ops["callsite"] = ops["callsite"].astype(object).where(ops["callsite"].isna(), bad)
+    # a block's own callsite is what leaks name (the line that made it)
+    blocks["callsite"] = blocks["callsite"].astype(object).where(blocks["callsite"].isna(), bad)
+    blocks["callsite"] = blocks["callsite"].astype("string")
+    tables = {**prof.tables, "ops": ops, "allocations": blocks}
+    crafted = Profile(**tables, meta=dict(prof.meta))
     html = summary_html(crafted)
     assert "`cache` (&lt;b&gt;bad.py:3)" in html and "<b>bad" not in html
