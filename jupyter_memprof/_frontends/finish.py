@@ -10,11 +10,10 @@ profile's meta says about its run and puts the profile in the session's list (th
 from __future__ import annotations
 
 import os
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
-
-import torch
 
 from .._analysis.allocator_config import AllocatorConfig, config_from_env, parse_config
 from .._analysis.pipeline import Progress, analyse, paused_gc
@@ -66,7 +65,7 @@ def register(prof: Profile, *, remember: bool = True, **meta: Any) -> Profile:
     ``world_size`` under ``torch.distributed``) and, with ``remember``, add the profile to
     the session's list once. Safe to call again."""
     prof.meta.update(meta)
-    prof.meta.setdefault("torch_version", torch.__version__)
+    prof.meta.setdefault("torch_version", _torch_version())
     for key, value in distributed_meta().items():
         prof.meta.setdefault(key, value)
     if remember and prof.session_id is None:
@@ -76,7 +75,22 @@ def register(prof: Profile, *, remember: bool = True, **meta: Any) -> Profile:
 
 def distributed_meta() -> dict:
     """``rank`` and ``world_size`` when ``torch.distributed`` is initialised, else nothing."""
-    dist = torch.distributed
-    if not (dist.is_available() and dist.is_initialized()):
+    torch = sys.modules.get("torch")  # not imported: not initialised either
+    dist = getattr(torch, "distributed", None)
+    if dist is None or not (dist.is_available() and dist.is_initialized()):
         return {}
     return {"rank": dist.get_rank(), "world_size": dist.get_world_size()}
+
+
+def _torch_version() -> str | None:
+    """The version of torch, read without importing it where it is not imported yet (a
+    snapshot or a trace opens without torch)."""
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        return torch.__version__
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("torch")
+    except PackageNotFoundError:
+        return None

@@ -45,6 +45,7 @@ from ..._records import (
     Trace,
 )
 from ..._vocab import OpKind
+from . import columns
 from .blocks import Layout, Rules
 from .frames import Bad, StackReader
 
@@ -113,7 +114,16 @@ def _ok(v: object) -> bool:
 def _entries(snap: dict, stacks: StackReader, wanted) -> tuple[list[tuple], bool, Counter]:
     """Every trace entry of the wanted devices (as tuples, fields :data:`T` ...), time
     ordered; whether times were recorded (else the entry order is the clock); how many of
-    each action."""
+    each action. Read a field at a time (:func:`.columns.entries`) where every entry is
+    plain (int times, sizes and addresses, no ``oom``), else entry by entry."""
+    fast = columns.entries(snap, stacks, wanted)
+    if fast is not None:
+        return fast
+    return _entries_one_by_one(snap, stacks, wanted)
+
+
+def _entries_one_by_one(snap: dict, stacks: StackReader, wanted):
+    """:func:`_entries`, an entry at a time: every check, each with its own message."""
     traces = _list(snap.get("device_traces", []), "device_traces")
     rows: list = []
     append = rows.append
