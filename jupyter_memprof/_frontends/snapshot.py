@@ -114,7 +114,8 @@ def open_snapshot(
                 return finish.register(cached, remember=remember)
             bar("reading the file", 0, _STEPS)
             name, held = shown(path), [read_file(path)]
-        prof, read, conf_note = _analysed(held, name, index, bar)
+        own = not isinstance(path_or_snapshot, dict)  # read here: the reader's to empty
+        prof, read, conf_note = _analysed(held, name, index, bar, own)
     finally:
         bar.close()
     prof.meta.update(read.meta)
@@ -154,7 +155,7 @@ class _NoProgress:
         pass
 
 
-def _analysed(held: list, name: str, index: int | None, bar):
+def _analysed(held: list, name: str, index: int | None, bar, own: bool = False):
     """The profile of the snapshot ``held[0]`` (its tables and the analysis's meta), the
     producer's read, and why the recorded allocator settings could not be followed (or
     None). The snapshot is let go once its records are read (``held`` is emptied): read
@@ -164,7 +165,8 @@ def _analysed(held: list, name: str, index: int | None, bar):
 
     def produce(reading) -> Capture:
         bar("reading its records", 1, _STEPS)
-        reads.append(read_snapshot(held.pop(), device=index, rules=_rules(allocator)))
+        rules = _rules(allocator)  # held's one reference is handed over: it is let go there
+        reads.append(read_snapshot(held.pop(), device=index, rules=rules, consume=own))
         return reads[0].capture
 
     def analysing(stage: str, done: int, total: int) -> None:

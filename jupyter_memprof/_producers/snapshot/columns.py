@@ -25,7 +25,7 @@ __all__ = ["entries"]
 #: below 2**53 (its ns fit in int64)
 _INT64 = 2**62
 _TIME_US = 2**53
-_FIELDS = ("time_us", "addr", "size", "stream")
+_FIELDS = ("addr", "size", "stream")
 
 
 def _ints(values: list, high: int) -> np.ndarray | None:
@@ -50,28 +50,32 @@ def _trace(trace: object, stacks: StackReader):
     kinds = set(actions)
     if set(map(type, kinds)) - {str} or "oom" in kinds:
         return None
-    got = [list(map(dict.get, trace, repeat(k), repeat(0))) for k in _FIELDS]
-    got[0] = list(map(dict.get, trace, repeat("time_us")))  # none recorded: not plain
-    times = _ints(got[0], _TIME_US)
-    ints = [_ints(v, _INT64) for v in got[1:]]
-    if times is None or any(a is None for a in ints):
+    times = _ints(list(map(dict.get, trace, repeat("time_us"))), _TIME_US)
+    if times is None:  # none recorded, or not all ints: entry by entry
+        return None
+    ints = [_ints(list(map(dict.get, trace, repeat(k), repeat(0))), _INT64) for k in _FIELDS]
+    if any(a is None for a in ints):
         return None
     frames = list(map(dict.get, trace, repeat("frames")))
     ids = list(map(id, frames))
     for f in dict(zip(ids, frames)).values():  # each shared list once
         stacks.index(f)  # a list that is not frames raises its Bad here
+    del frames
     index = dict(stacks.by_id)
     index[id(None)] = NO_ID
     stack = list(map(index.__getitem__, ids))
+    del ids
     cats = list(map(dict.get, trace, repeat("category")))
     if set(map(type, cats)) - {type(None)}:
         cats = [c if type(c) is str and len(c) <= 64 else None for c in cats]
-    return times * 1000, actions, got[1], got[2], got[3], stack, cats
+    return times * 1000, actions, *ints, stack, cats
 
 
-def entries(snap: dict, stacks: StackReader, wanted):
+def entries(snap: dict, stacks: StackReader, wanted, consume: bool = False):
     """``(rows, timed, actions)`` as :func:`.read._entries` makes them, or None where an
-    entry is not plain (the caller then reads entry by entry)."""
+    entry is not plain (the caller then reads entry by entry). With ``consume`` (the
+    snapshot is the reader's own, read from a file), every trace is emptied once all are
+    read, so their entries are freed before the rows are made."""
     traces = snap.get("device_traces", [])
     if type(traces) is not list:
         return None
@@ -85,12 +89,24 @@ def entries(snap: dict, stacks: StackReader, wanted):
         if c is None:
             return None
         cols.append((dev, c))
+    if consume:
+        for trace in traces:
+            trace.clear()
     n = sum(len(c[1]) for _, c in cols)
     t = np.concatenate([c[0] for _, c in cols]) if cols else np.zeros(0, np.int64)
     devs = list(chain.from_iterable(repeat(d, len(c[1])) for d, c in cols))
-    fields = [list(chain.from_iterable(c[k] for _, c in cols)) for k in range(1, 7)]
+    fields = [_joined(cols, k) for k in range(1, 7)]
     rows = list(zip(t.tolist(), range(n), devs, *fields))
+    del fields[1:], devs, cols
     if n > 1 and not bool((t[1:] >= t[:-1]).all()):
         order = np.argsort(t, kind="stable")  # by time, then by the order in the file
         rows = list(map(rows.__getitem__, order.tolist()))
     return rows, True, Counter(fields[0])
+
+
+def _joined(cols: list, k: int) -> list:
+    """Field ``k`` of every device's columns, as one list."""
+    parts = [c[k] for _, c in cols]
+    if parts and isinstance(parts[0], np.ndarray):
+        return np.concatenate(parts).tolist()
+    return list(chain.from_iterable(parts))

@@ -111,12 +111,14 @@ def _ok(v: object) -> bool:
     return type(v) is int and 0 <= v < _INT64
 
 
-def _entries(snap: dict, stacks: StackReader, wanted) -> tuple[list[tuple], bool, Counter]:
+def _entries(
+    snap: dict, stacks: StackReader, wanted, consume: bool = False
+) -> tuple[list[tuple], bool, Counter]:
     """Every trace entry of the wanted devices (as tuples, fields :data:`T` ...), time
     ordered; whether times were recorded (else the entry order is the clock); how many of
     each action. Read a field at a time (:func:`.columns.entries`) where every entry is
     plain (int times, sizes and addresses, no ``oom``), else entry by entry."""
-    fast = columns.entries(snap, stacks, wanted)
+    fast = columns.entries(snap, stacks, wanted, consume)
     if fast is not None:
         return fast
     return _entries_one_by_one(snap, stacks, wanted)
@@ -515,16 +517,24 @@ def _wanted(device: int | None):
     return (lambda d: True) if device is None else (lambda d: d == device)
 
 
-def read_snapshot(snap: object, *, device: int | None = None, rules: Rules | None = None) -> Read:
+def read_snapshot(
+    snap: object,
+    *,
+    device: int | None = None,
+    rules: Rules | None = None,
+    consume: bool = False,
+) -> Read:
     """The records of the snapshot dict ``snap`` (of every CUDA device, or only of
     ``device``); block sizes follow ``rules`` (the snapshot's allocator settings, see
-    :mod:`.blocks`). :class:`Bad` (one phrase) for anything a snapshot does not hold."""
+    :mod:`.blocks`). :class:`Bad` (one phrase) for anything a snapshot does not hold.
+    ``consume``: ``snap`` is the reader's own (read from a file): its traces are emptied
+    as they are read, so that memory is free again sooner."""
     snap = _dict(snap, "a memory snapshot")
     if "segments" not in snap and "device_traces" not in snap:
         raise Bad("not a memory snapshot (it has neither 'segments' nor 'device_traces')")
     wanted = _wanted(device)
     stacks = StackReader()
-    rows, timed, actions = _entries(snap, stacks, wanted)
+    rows, timed, actions = _entries(snap, stacks, wanted, consume)
     final = _final_state(snap, stacks, wanted)
     spans = _annotations(snap, wanted, timed)
     if not any(name.startswith("Optimizer.step#") for _, _, name in spans):

@@ -79,15 +79,24 @@ def read_file(path: str | os.PathLike) -> object:
     """The plain data of the snapshot file at ``path`` (see :func:`loads`)."""
     path = os.fsdecode(os.fspath(path))
     with open(path, "rb") as f:
-        data = f.read()
-    return loads(data, shown(path))
+        if f.read(1) != bytes([PICKLE_MAGIC]):
+            f.seek(0)
+            return loads(f.read(), shown(path))
+        f.seek(0)  # a pickle is read from the file: its bytes are never all in memory
+        return _unpickle(f, shown(path))
 
 
-def _unpickle(data: bytes, name: str) -> object:
-    protocol = data[1] if len(data) > 1 else -1
+def _unpickle(data: bytes | io.BufferedIOBase, name: str) -> object:
+    """The plain data of a pickle: its bytes, or a file open at its start."""
+    if isinstance(data, bytes):
+        head = data[:2]
+    else:
+        head = data.read(2)
+        data.seek(0)
+    protocol = head[1] if len(head) > 1 else -1
     if not 2 <= protocol <= 5:
         raise ProfileFileError(f"{name}: pickle protocol {protocol} is not one of 2 to 5")
-    reader = _PlainData(io.BytesIO(data))
+    reader = _PlainData(io.BytesIO(data) if isinstance(data, bytes) else data)
     try:
         value = reader.load()
     except _Refused as e:
