@@ -55,9 +55,12 @@ __all__ = ["Bad", "Read", "read_snapshot"]
 #: sums and roundings of them stay in int64.
 _INT64 = 2**62
 _FREES = ("free_completed", "free_requested", "free")
+_BLOCK_ACTIONS = frozenset(("alloc", *_FREES))
 _SEGMENT_ACTIONS = {"segment_alloc": 1, "segment_map": 1, "segment_free": -1, "segment_unmap": -1}
 #: the size of the caching allocator's small-pool segments
 _SMALL_SEGMENT = 2 * 2**20
+#: the largest block of the small pool (a larger one's size may depend on the layout)
+_SMALL_BLOCK = 2**20
 
 
 class Read(NamedTuple):
@@ -255,50 +258,68 @@ class _Replay:
         self.reserved: Counter = Counter()
         self.track_reserved = False
 
-    def run(self, rows: list[tuple], ops: list[int]) -> None:
-        """Replay ``rows``; ``ops[i]``: the innermost annotation open at row i's time."""
+    def run(self, rows: list[tuple], ops: list[int], actions: Counter | None = None) -> None:
+        """Replay ``rows``; ``ops[i]``: the innermost annotation open at row i's time;
+        ``actions``: how many of each action the rows hold, where known."""
+        segmented = actions is None or any(a in actions for a in _SEGMENT_ACTIONS)
+        segment_rows = [r for r in rows if r[ACTION] in _SEGMENT_ACTIONS] if segmented else []
         # the reserved total before the history: the end's minus what the history changed
         net: Counter = Counter()
-        for r in rows:
-            sign = _SEGMENT_ACTIONS.get(r[ACTION])
-            if sign:
-                net[r[DEV]] += sign * r[SIZE]
+        for r in segment_rows:
+            net[r[DEV]] += _SEGMENT_ACTIONS[r[ACTION]] * r[SIZE]
         self.track_reserved = bool(net) or bool(self.final.segments)
         if self.final.segments:  # counted back from the end
             self.reserved = Counter(
                 {d: self.final.reserved[d] - net[d] for d in set(net) | set(self.final.reserved)}
             )
-        self._layout_at_start(rows)
+        self._layout_at_start(rows, segment_rows)
         names = [self.name(d) for d in range(max((r[DEV] for r in rows), default=0) + 1)]
+        self._loop(rows, ops, names)
+
+    def _loop(self, rows: list[tuple], ops: list[int], names: list[str]) -> None:
+        """The replay proper: a block's size from its request (each distinct request
+        rounded once; the layout asked only where a block's size depends on it)."""
         open_, sizes, pending, reserved = self.open, self.sizes, self.pending, self.reserved
-        place, remove = self.layout.place, self.layout.remove
+        layout = self.layout
+        place, release, placed = layout.place, layout.release, layout.size
+        rounding = layout.rules.rounding
+        ask = layout.every_block  # else only large blocks in plain segments are placed
+        large = None if layout.rules.expandable else _SMALL_BLOCK
+        rounded: dict = {}
         memory, of_memory = self.memory.append, self.of_memory.append
         recorded = self.recorded.append
         track = self.track_reserved
+        new = _new_record
         for r, op in zip(rows, ops):
-            action, dev, addr = r[ACTION], r[DEV], r[ADDR]
+            t, _, dev, action, addr, req, _, stack, cat = r
             key = (dev, addr)
             if action == "alloc":
                 if key in open_:  # its free fell out of the record: end it here
                     self._free(r, key, op, NO_ID)
                 aid = open_[key] = self.next_id
                 self.next_id += 1
-                size = sizes[key] = place(dev, addr, r[SIZE])
+                size = rounded.get(req)
+                if size is None:
+                    size = rounded[req] = rounding(req)
+                if ask or (large is not None and size > large):
+                    size = place(dev, addr, req)
+                sizes[key] = size
                 total = reserved[dev] if track else NO_ID
-                memory(_new_record((r[T], addr, size, NO_ID, aid, names[dev], op, NO_ID, total)))
-                of_memory(r[STACK])
-                recorded(r[CAT])
+                memory(new((t, addr, size, NO_ID, aid, names[dev], op, NO_ID, total)))
+                of_memory(stack)
+                recorded(cat)
             elif (action == "free_completed" or action == "free") and key in open_:
                 pending.pop(key, None)
                 aid, size = open_.pop(key), sizes.pop(key)
-                remove(dev, addr)
+                if key in placed:
+                    release(dev, addr)
                 total = reserved[dev] if track else NO_ID
-                memory(_new_record((r[T], addr, -size, NO_ID, aid, names[dev], op, NO_ID, total)))
-                of_memory(r[STACK])
+                memory(new((t, addr, -size, NO_ID, aid, names[dev], op, NO_ID, total)))
+                of_memory(stack)
                 recorded(None)
             elif action == "free_completed" or action == "free":
                 pending.pop(key, None)
-                self._free(r, key, op, r[STACK])
+                self._free(r, key, op, stack)
             elif action == "free_requested":
                 pending[key] = r
             else:
@@ -333,18 +354,16 @@ class _Replay:
                 }
             )
 
-    def _layout_at_start(self, rows: list[tuple]) -> None:
+    def _layout_at_start(self, rows: list[tuple], segment_rows: list[tuple]) -> None:
         """Segments and blocks in use before the first entry: the final state's segments
         the history did not allocate, its blocks the history did not allocate, and blocks
         the history frees before allocating them."""
-        made = {(r[DEV], r[ADDR]) for r in rows if r[ACTION] in _SEGMENT_ACTIONS}
+        made = {(r[DEV], r[ADDR]) for r in segment_rows}
         for dev, addr, size, _, _ in self.final.segments:
             if (dev, addr) not in made:
                 self.layout.add_segment(dev, addr, size)
-        first: dict = {}
-        for r in rows:
-            if r[ACTION] == "alloc" or r[ACTION] in _FREES:
-                first.setdefault((r[DEV], r[ADDR]), r)
+        blocks = _BLOCK_ACTIONS  # the first entry of each address (the last one written)
+        first = {(r[DEV], r[ADDR]): r for r in reversed(rows) if r[ACTION] in blocks}
         for key, (size, _) in self.final.blocks.items():
             if key not in first:
                 self.layout.occupy(*key, size)
@@ -550,7 +569,7 @@ def read_snapshot(
         rules = EXACT
         final = final._replace(segments=[], reserved=Counter())
     replay = _Replay(final, rules or Rules(), actions.get("oom", 0) > 0, name)
-    replay.run(rows, _innermost(ops, [r[T] for r in rows]))
+    replay.run(rows, _innermost(ops, [r[T] for r in rows]), actions)
     start = rows[0][T] if rows else (ops[0].start_ns if ops else 0)
     end = max([rows[-1][T] if rows else start, *(o.end_ns for o in ops)])
     replay.finish(end)
