@@ -15,6 +15,7 @@ from IPython.core.error import UsageError
 from IPython.core.magic import (
     Magics,
     line_cell_magic,
+    line_magic,
     magics_class,
     needs_local_scope,
     no_var_expand,
@@ -24,6 +25,7 @@ from IPython.core.magic import (
 from .._producers.recorder import LATER
 from .cell import Code
 from .cell_profile import estimate_cell, profile_cell
+from .magic_open import OPEN_MAGIC, decorate_open, open_file
 from .magic_options import MAGIC, decorate, read_options, split_statement
 from .session import LAST
 
@@ -96,6 +98,24 @@ class MemprofMagics(Magics):
             return estimate_cell(shell, code, opts, label)
         return profile_cell(shell, code, opts, label, local_ns)
 
+    @decorate_open
+    @no_var_expand
+    @line_magic
+    def memprofile_open(self, line: str = ""):
+        """Open a file as a profile and show it as %%memprofile shows a cell's.
+
+        PATH is any file jupyter_memprof.load opens: a torch memory snapshot (what
+        torch.cuda.memory._dump_snapshot writes), a trace of torch's profiler, a profile
+        saved with Profile.save. The profile is stored in `_memprof` (and in VAR with
+        -o VAR), listed in the Memory profiles panel and displayed: a summary and, in a
+        notebook, the dashboard. A missing or unreadable file is one UsageError line.
+
+        Usage::
+
+            %memprofile_open snapshot.pickle -o prof
+        """
+        open_file(self.shell, self.memprofile_open, line)
+
 
 # -- extension entry points -----------------------------------------------------------------
 def _is_ours(fn: Any) -> bool:
@@ -122,7 +142,7 @@ def _comm_call(action: str, shell) -> None:
 
 
 def load_extension(shell) -> None:
-    """Register ``%%memprofile``/``%memprofile`` and start the panel's comm (idempotent)."""
+    """Register ``%%memprofile``/``%memprofile``/``%memprofile_open`` and start the panel's comm (idempotent)."""
     if _is_ours(shell.magics_manager.magics["cell"].get(_MAGIC)):
         return
     shell.register_magics(MemprofMagics)
@@ -138,6 +158,8 @@ def unload_extension(shell) -> None:
     for kind in ("line", "cell"):
         if _is_ours(manager.magics[kind].get(_MAGIC)):
             del manager.magics[kind][_MAGIC]
+    if _is_ours(manager.magics["line"].get(OPEN_MAGIC)):
+        del manager.magics["line"][OPEN_MAGIC]
     registered = manager.registry.get(MemprofMagics.__name__)
     if registered is not None and type(registered).__module__ == __name__:
         del manager.registry[MemprofMagics.__name__]
