@@ -19,7 +19,7 @@ import numpy as np
 from ..._records import NO_ID
 from .frames import StackReader
 
-__all__ = ["entries"]
+__all__ = ["Rows", "entries"]
 
 #: as in :mod:`.read`: the largest int an address, size or stream may be; a time in µs
 #: below 2**53 (its ns fit in int64)
@@ -96,12 +96,15 @@ def entries(snap: dict, stacks: StackReader, wanted, consume: bool = False):
     t = np.concatenate([c[0] for _, c in cols]) if cols else np.zeros(0, np.int64)
     devs = list(chain.from_iterable(repeat(d, len(c[1])) for d, c in cols))
     fields = [_joined(cols, k) for k in range(1, 7)]
-    rows = list(zip(t.tolist(), range(n), devs, *fields))
-    del fields[1:], devs, cols
+    del cols
+    actions = Counter(fields[0])
+    columns: list = [t.tolist(), range(n), devs, *fields]
+    del fields, devs
     if n > 1 and not bool((t[1:] >= t[:-1]).all()):
-        order = np.argsort(t, kind="stable")  # by time, then by the order in the file
-        rows = list(map(rows.__getitem__, order.tolist()))
-    return rows, True, Counter(fields[0])
+        order = np.argsort(t, kind="stable").tolist()  # by time, then by the order in the file
+        for k, col in enumerate(columns):
+            columns[k] = list(map(col.__getitem__, order))
+    return Rows(columns), True, actions
 
 
 def _joined(cols: list, k: int) -> list:
@@ -110,3 +113,35 @@ def _joined(cols: list, k: int) -> list:
     if parts and isinstance(parts[0], np.ndarray):
         return np.concatenate(parts).tolist()
     return list(chain.from_iterable(parts))
+
+
+class Rows:
+    """Trace entries as columns (the fields :data:`.read.T` to :data:`.read.CAT`, a list
+    each), read as tuples: iterating makes one tuple at a time, so the entries are never all
+    tuples at once (a million tuples of nine fields are about 200 MB)."""
+
+    __slots__ = ("columns",)
+
+    def __init__(self, columns: list) -> None:
+        self.columns = columns
+
+    @classmethod
+    def of(cls, tuples: list[tuple], width: int = 9) -> Rows:
+        """The rows ``tuples`` (each of ``width`` fields) as columns."""
+        return cls([list(c) for c in zip(*tuples)] if tuples else [[] for _ in range(width)])
+
+    def __len__(self) -> int:
+        return len(self.columns[0])
+
+    def __iter__(self):
+        return zip(*self.columns)
+
+    def __reversed__(self):
+        return zip(*(reversed(c) for c in self.columns))
+
+    def __getitem__(self, i: int) -> tuple:
+        return tuple(c[i] for c in self.columns)
+
+    def column(self, k: int) -> list:
+        """Field ``k`` of every row."""
+        return self.columns[k]

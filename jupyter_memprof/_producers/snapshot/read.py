@@ -116,7 +116,7 @@ def _ok(v: object) -> bool:
 
 def _entries(
     snap: dict, stacks: StackReader, wanted, consume: bool = False
-) -> tuple[list[tuple], bool, Counter]:
+) -> tuple[columns.Rows, bool, Counter]:
     """Every trace entry of the wanted devices (as tuples, fields :data:`T` ...), time
     ordered; whether times were recorded (else the entry order is the clock); how many of
     each action. Read a field at a time (:func:`.columns.entries`) where every entry is
@@ -174,7 +174,7 @@ def _entries_one_by_one(snap: dict, stacks: StackReader, wanted):
     if not timed:
         rows = [(r[ORDER], *r[1:]) for r in rows]
     rows.sort()
-    return rows, timed, actions
+    return columns.Rows.of(rows), timed, actions
 
 
 class _Final(NamedTuple):
@@ -258,7 +258,7 @@ class _Replay:
         self.reserved: Counter = Counter()
         self.track_reserved = False
 
-    def run(self, rows: list[tuple], ops: list[int], actions: Counter | None = None) -> None:
+    def run(self, rows: columns.Rows, ops: list[int], actions: Counter | None = None) -> None:
         """Replay ``rows``; ``ops[i]``: the innermost annotation open at row i's time;
         ``actions``: how many of each action the rows hold, where known."""
         segmented = actions is None or any(a in actions for a in _SEGMENT_ACTIONS)
@@ -273,10 +273,10 @@ class _Replay:
                 {d: self.final.reserved[d] - net[d] for d in set(net) | set(self.final.reserved)}
             )
         self._layout_at_start(rows, segment_rows)
-        names = [self.name(d) for d in range(max((r[DEV] for r in rows), default=0) + 1)]
+        names = [self.name(d) for d in range(max(rows.column(DEV), default=0) + 1)]
         self._loop(rows, ops, names)
 
-    def _loop(self, rows: list[tuple], ops: list[int], names: list[str]) -> None:
+    def _loop(self, rows: columns.Rows, ops: list[int], names: list[str]) -> None:
         """The replay proper: a block's size from its request (each distinct request
         rounded once; the layout asked only where a block's size depends on it)."""
         open_, sizes, pending, reserved = self.open, self.sizes, self.pending, self.reserved
@@ -354,7 +354,7 @@ class _Replay:
                 }
             )
 
-    def _layout_at_start(self, rows: list[tuple], segment_rows: list[tuple]) -> None:
+    def _layout_at_start(self, rows: columns.Rows, segment_rows: list[tuple]) -> None:
         """Segments and blocks in use before the first entry: the final state's segments
         the history did not allocate, its blocks the history did not allocate, and blocks
         the history frees before allocating them."""
@@ -440,7 +440,7 @@ def _annotations(snap: dict, wanted, timed: bool) -> list[tuple[int, int, str]]:
 OPTIMIZER_FROM_FRAMES = "Optimizer.step#(from its frames)"
 
 
-def _optimizer_spans(rows: list[tuple], stacks: StackReader) -> list[tuple[int, int, str]]:
+def _optimizer_spans(rows: columns.Rows, stacks: StackReader) -> list[tuple[int, int, str]]:
     """Where no ``Optimizer.step#`` annotation was recorded: each run of entries whose
     stacks are inside ``optimizer.step()`` (ended by an entry of another context) as a span,
     so that steps split there as they split at a captured ``optimizer.step()``."""
@@ -569,7 +569,7 @@ def read_snapshot(
         rules = EXACT
         final = final._replace(segments=[], reserved=Counter())
     replay = _Replay(final, rules or Rules(), actions.get("oom", 0) > 0, name)
-    replay.run(rows, _innermost(ops, [r[T] for r in rows]), actions)
+    replay.run(rows, _innermost(ops, rows.column(T)), actions)
     start = rows[0][T] if rows else (ops[0].start_ns if ops else 0)
     end = max([rows[-1][T] if rows else start, *(o.end_ns for o in ops)])
     replay.finish(end)
@@ -585,7 +585,7 @@ def read_snapshot(
             older.append(OlderBlock(name(dev), addr, size))
             of_older.append(stack)
     devices = sorted(
-        {name(d) for d in {r[DEV] for r in rows}}
+        {name(d) for d in set(rows.column(DEV))}
         | {name(d) for d, *_ in final.segments}
         | {b.device for b in older},
         key=device_sort_key,
