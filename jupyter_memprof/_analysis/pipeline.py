@@ -141,6 +141,8 @@ def _record_tables(
     flows = T.build_flows(ops)
     stages.done(0)
     mem = T.memory_table(trace, devices)
+    if capture.stacks is not None:  # a snapshot's records (millions), all in ``mem`` now:
+        trace.memory.clear()  # let go before the tables are made of them
     refs = T.refs_table(trace)
     names_df = T.names_table(capture.names)
     allocations = B.build_allocations(
