@@ -317,6 +317,10 @@ META: dict[str, Key] = {
     "snapshot_alloc_conf": Key(is_str, "the allocator settings a snapshot recorded"),
     "snapshot_alloc_conf_error": Key(is_str, "why those settings could not be read"),
     "snapshot_cached": Key(is_bool, "a snapshot's profile came from its cache"),
+    "snapshot_tags": Key(
+        dict_of(dict_of(record(need={"allocs": nonneg_int, "requested_bytes": nonneg_int}))),
+        "a snapshot's allocs per compile_context and user_metadata value",
+    ),
     "memory_budget": Key(
         record(
             need={"exceeded": is_bool},

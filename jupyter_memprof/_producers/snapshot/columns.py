@@ -145,3 +145,41 @@ class Rows:
     def column(self, k: int) -> list:
         """Field ``k`` of every row."""
         return self.columns[k]
+
+
+#: The text tags torch may record on each trace entry: ``compile_context`` (the
+#: ``torch.compile`` frame and graph an allocation came from) and ``user_metadata`` (what the
+#: user set with ``torch.cuda.memory._set_memory_metadata``).
+TAGS = ("compile_context", "user_metadata")
+#: At most this many distinct values of a tag are named (the rest are counted as ``(other)``),
+#: each cut to this many characters.
+_MOST_TAGS, _TAG_CHARS = 64, 200
+
+
+def tags(snap: dict, wanted) -> dict:
+    """The ``alloc`` entries per value of each tag recorded: ``{tag: {value: {"allocs": n,
+    "requested_bytes": b}}}``, only tags with a non-empty text value; entries that are not
+    plain are left to the reader, which says what is wrong with them."""
+    out: dict = {}
+    traces = snap.get("device_traces", [])
+    if type(traces) is not list:
+        return out
+    for dev, trace in enumerate(traces):
+        if type(trace) is not list or not wanted(dev) or set(map(type, trace)) - {dict}:
+            continue
+        for tag in TAGS:
+            values = list(map(dict.get, trace, repeat(tag)))
+            if not set(values) - {None, ""}:
+                continue
+            counts = out.setdefault(tag, {})
+            for e, v in zip(trace, values):
+                if type(v) is not str or not v or e.get("action") != "alloc":
+                    continue
+                v = v[:_TAG_CHARS]
+                if v not in counts and len(counts) >= _MOST_TAGS:
+                    v = "(other)"
+                c = counts.setdefault(v, {"allocs": 0, "requested_bytes": 0})
+                size = e.get("size", 0)
+                c["allocs"] += 1
+                c["requested_bytes"] += size if type(size) is int and 0 <= size < _INT64 else 0
+    return {tag: counts for tag, counts in out.items() if counts}

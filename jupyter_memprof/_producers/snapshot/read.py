@@ -553,6 +553,7 @@ def read_snapshot(
         raise Bad("not a memory snapshot (it has neither 'segments' nor 'device_traces')")
     wanted = _wanted(device)
     stacks = StackReader()
+    tags = columns.tags(snap, wanted)  # read before the entries are let go
     rows, timed, actions = _entries(snap, stacks, wanted, consume)
     final = _final_state(snap, stacks, wanted)
     spans = _annotations(snap, wanted, timed)
@@ -623,6 +624,8 @@ def read_snapshot(
         "snapshot_end_reserved": {name(d): int(v) for d, v in sorted(final.reserved.items())},
         "clock": "time_us" if timed else "entry order",
     }
+    if tags:
+        meta["snapshot_tags"] = tags
     if isinstance(settings, dict):
         conf = settings.get("PYTORCH_CUDA_ALLOC_CONF")
         meta["snapshot_alloc_conf"] = conf if isinstance(conf, str) else ""
