@@ -17,7 +17,7 @@ from IPython.core import magic_arguments
 from IPython.core.error import UsageError
 
 from .._errors import ProfileFileError
-from .magic_options import Options, _check_output_name, _unquote
+from .magic_options import Options, check_output_name, unquote
 
 __all__ = ["OPEN_MAGIC", "decorate_open", "open_file"]
 
@@ -94,10 +94,10 @@ def open_file(shell, fn, line: str) -> None:
     from .cell_profile import deliver
 
     args = _parse(fn, line)
-    output, label = _unquote(args.output), _unquote(args.label)
-    _check_output_name(shell, output)
-    path = os.path.expanduser(_unquote(args.path) or "")
-    prof = _load(path, _unquote(args.device), label)
+    output, label = unquote(args.output), unquote(args.label)
+    check_output_name(shell, output)
+    path = os.path.expanduser(unquote(args.path) or "")
+    prof = _load(path, unquote(args.device), label)
     opts = Options(
         name=f"%{OPEN_MAGIC}",
         output=output,

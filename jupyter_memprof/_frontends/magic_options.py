@@ -485,3 +485,8 @@ def check_html_target(path: str) -> None:
         raise UsageError(html_refusal(path, exc)) from None
     except OSError:  # a folder in the way: reported after the cell, its profile kept
         pass
+
+
+#: The checks the other magics (``%memprofile_open``) share.
+check_output_name = _check_output_name
+unquote = _unquote
