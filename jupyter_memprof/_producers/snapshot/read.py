@@ -262,7 +262,10 @@ class _Replay:
         """Replay ``rows``; ``ops[i]``: the innermost annotation open at row i's time;
         ``actions``: how many of each action the rows hold, where known."""
         segmented = actions is None or any(a in actions for a in _SEGMENT_ACTIONS)
-        segment_rows = [r for r in rows if r[ACTION] in _SEGMENT_ACTIONS] if segmented else []
+        acts = rows.column(ACTION)  # the one column looked at: no row made for the others
+        segment_rows = (
+            [rows[i] for i, a in enumerate(acts) if a in _SEGMENT_ACTIONS] if segmented else []
+        )
         # the reserved total before the history: the end's minus what the history changed
         net: Counter = Counter()
         for r in segment_rows:
@@ -363,14 +366,21 @@ class _Replay:
             if (dev, addr) not in made:
                 self.layout.add_segment(dev, addr, size)
         blocks = _BLOCK_ACTIONS  # the first entry of each address (the last one written)
-        first = {(r[DEV], r[ADDR]): r for r in reversed(rows) if r[ACTION] in blocks}
+        devs, addrs, acts = rows.column(DEV), rows.column(ADDR), rows.column(ACTION)
+        at = {
+            (d, a): i
+            for i, d, a, x in zip(
+                range(len(rows) - 1, -1, -1), reversed(devs), reversed(addrs), reversed(acts)
+            )  # fmt: skip
+            if x in blocks
+        }
+        first = {key: rows[i] for key, i in at.items() if acts[i] != "alloc"}
         for key, (size, _) in self.final.blocks.items():
-            if key not in first:
+            if key not in at:
                 self.layout.occupy(*key, size)
         rounding = self.layout.rules.rounding
-        for (dev, addr), r in first.items():
-            if r[ACTION] != "alloc":
-                self.layout.occupy(dev, addr, rounding(r[SIZE]))
+        for (dev, addr), r in first.items():  # freed before it was allocated: in use already
+            self.layout.occupy(dev, addr, rounding(r[SIZE]))
 
     def _segment_pool(self, r: tuple) -> str:
         for dev, addr, _, pool, _ in self.final.segments:
