@@ -179,9 +179,16 @@ def _source_read(app, docname, source) -> None:
     source[0] = source[0].replace(OPTIONAL_MARKER, pages)
 
 
+def _index_outdated(app, env, added, changed, removed) -> list[str]:
+    """The index is read again on every build: which optional pages exist can change
+    without the index's own file changing (an incremental build would keep the old list)."""
+    return ["index"]
+
+
 def setup(app):
     app.connect("builder-inited", _builder_inited)
     app.connect("source-read", _source_read)
+    app.connect("env-get-outdated", _index_outdated)
     return {"parallel_read_safe": True, "parallel_write_safe": True, "version": "1"}
 
 
