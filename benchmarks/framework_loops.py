@@ -65,10 +65,10 @@ def mlp(seed: int = 0) -> nn.Module:
 
 
 # -- closure optimizers -----------------------------------------------------------------------
-def closure_sgd(steps: int = 3) -> Loop:
-    """``opt.step(closure)``: the forward, loss and backward run inside the optimizer."""
+def _closure_loop(make_opt, steps: int) -> Loop:
+    """An MLP trained with ``opt.step(closure)``, the optimizer made by ``make_opt(params)``."""
     model = mlp()
-    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    opt = make_opt(model.parameters())
     x, y = torch.randn(32, 64), torch.randn(32, 8)
 
     def closure():
@@ -82,25 +82,16 @@ def closure_sgd(steps: int = 3) -> Loop:
             opt.step(closure)
 
     return Loop({"model": model, "opt": opt, "x": x, "y": y}, run, model, opt, steps)
+
+
+def closure_sgd(steps: int = 3) -> Loop:
+    """``opt.step(closure)``: the forward, loss and backward run inside the optimizer."""
+    return _closure_loop(lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9), steps)
 
 
 def lbfgs(steps: int = 3) -> Loop:
     """LBFGS, whose ``step(closure)`` calls the closure several times per step."""
-    model = mlp()
-    opt = torch.optim.LBFGS(model.parameters(), lr=0.5, max_iter=4, history_size=3)
-    x, y = torch.randn(32, 64), torch.randn(32, 8)
-
-    def closure():
-        opt.zero_grad()
-        loss = F.mse_loss(model(x), y)
-        loss.backward()
-        return loss
-
-    def run():
-        for _ in range(steps):
-            opt.step(closure)
-
-    return Loop({"model": model, "opt": opt, "x": x, "y": y}, run, model, opt, steps)
+    return _closure_loop(lambda p: torch.optim.LBFGS(p, lr=0.5, max_iter=4, history_size=3), steps)
 
 
 # -- data loading -----------------------------------------------------------------------------

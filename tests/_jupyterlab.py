@@ -146,3 +146,24 @@ def jupyterlab(root: pathlib.Path):
             except subprocess.TimeoutExpired:
                 server.kill()
                 server.wait()
+
+
+#: JupyterLab's application object in the page (``--LabApp.expose_app_in_browser``)
+APP = "window.jupyterapp"
+
+
+def notebook_js(path: str) -> str:
+    """A JavaScript expression for the open notebook panel of ``path`` (falsy until open)."""
+    return (
+        f"({APP} && Array.from({APP}.shell.widgets('main'))"
+        f".find(w => w.context && w.context.path === '{path}'))"
+    )
+
+
+def kernel_idle(page, notebook: str, timeout: int = 90_000) -> None:
+    """Wait until the kernel of ``notebook`` (a :func:`notebook_js` expression) is idle."""
+    page.wait_for_function(
+        f"() => {{ const w = {notebook}; const s = w && w.sessionContext &&"
+        " w.sessionContext.session; return !!(s && s.kernel && s.kernel.status === 'idle'); }",
+        timeout=timeout,
+    )

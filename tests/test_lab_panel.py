@@ -10,15 +10,11 @@ import shutil
 
 import pytest
 from _browser import ARTIFACTS, chromium_page, chromium_path, screenshot
-from _jupyterlab import jupyterlab, write_notebook
+from _jupyterlab import APP, jupyterlab, kernel_idle, notebook_js, write_notebook
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
-APP = "window.jupyterapp"
-NOTEBOOK = (
-    f"({APP} && Array.from({APP}.shell.widgets('main'))"
-    ".find(w => w.context && w.context.path === 'panel.ipynb'))"
-)
+NOTEBOOK = notebook_js("panel.ipynb")
 LABEL = "model forward and backward on torch with a long descriptive label"
 CELLS = [
     "import torch\n%load_ext jupyter_memprof\n"
@@ -114,11 +110,7 @@ def _facts(page, panel, width):
 def test_the_profiles_are_listed(lab):
     base, page = lab
     page.goto(base.url("/lab/tree/panel.ipynb?reset"))
-    page.wait_for_function(
-        f"() => {{ const w = {NOTEBOOK}; const s = w && w.sessionContext &&"
-        " w.sessionContext.session; return !!(s && s.kernel && s.kernel.status === 'idle'); }",
-        timeout=90_000,
-    )
+    kernel_idle(page, NOTEBOOK)
     page.evaluate(f"() => {{ {APP}.commands.execute('notebook:run-all-cells'); }}")
     panel = _panel_with_entries(page)
     labels = panel.locator(".memprof-entry-label").all_inner_texts()

@@ -11,15 +11,11 @@ import shutil
 
 import pytest
 from _browser import ARTIFACTS, chromium_page, chromium_path, screenshot
-from _jupyterlab import BUILD, api, jupyterlab, write_notebook
+from _jupyterlab import APP, BUILD, api, jupyterlab, kernel_idle, notebook_js, write_notebook
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
-APP = "window.jupyterapp"
-NOTEBOOK = (
-    f"({APP} && Array.from({APP}.shell.widgets('main'))"
-    ".find(w => w.context && w.context.path === 'reload.ipynb'))"
-)
+NOTEBOOK = notebook_js("reload.ipynb")
 CELLS = [
     "import torch\n%load_ext jupyter_memprof\n"
     "model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), "
@@ -54,14 +50,6 @@ def lab(tmp_path_factory):
             shutil.copy(root / "server.log", os.path.join(ARTIFACTS, "lab-reload-server.log"))
 
 
-def _kernel_idle(page) -> None:
-    page.wait_for_function(
-        f"() => {{ const w = {NOTEBOOK}; const s = w && w.sessionContext &&"
-        " w.sessionContext.session; return !!(s && s.kernel && s.kernel.status === 'idle'); }",
-        timeout=90_000,
-    )
-
-
 def _dashboards_drawn(page) -> None:
     cells = page.locator(".jp-Notebook .jp-Cell")
     for n in range(1, 1 + DASHBOARDS):
@@ -86,12 +74,12 @@ def test_the_server_serves_this_checkouts_extension(lab):
 def test_dashboards_in_a_notebook_set_memprof_ready(lab):
     base, page = lab
     page.goto(base.url("/lab/tree/reload.ipynb?reset"))
-    _kernel_idle(page)
+    kernel_idle(page, NOTEBOOK)
     assert page.evaluate("() => window.memprofReady") is None
     page.evaluate(f"() => {{ {APP}.commands.execute('notebook:run-all-cells'); }}")
     _dashboards_drawn(page)
     page.wait_for_function("() => typeof window.memprofReady === 'number'", timeout=60_000)
-    _kernel_idle(page)
+    kernel_idle(page, NOTEBOOK)
     assert page.console == []
 
 
@@ -101,7 +89,7 @@ def test_a_reload_draws_the_dashboards_again_with_no_console_error(lab):
     page.wait_for_function(f"() => !{NOTEBOOK}.context.model.dirty", timeout=30_000)
     page.console.clear()
     page.reload()
-    _kernel_idle(page)
+    kernel_idle(page, NOTEBOOK)
     _dashboards_drawn(page)
     page.wait_for_function("() => typeof window.memprofReady === 'number'", timeout=60_000)
     # nothing is left to draw: no error view, no "model not found"
@@ -121,7 +109,7 @@ def test_a_reload_without_the_browsers_copy_of_bokehjs(lab):
     page.evaluate("() => window.localStorage.clear()")
     page.console.clear()
     page.reload()
-    _kernel_idle(page)
+    kernel_idle(page, NOTEBOOK)
     _dashboards_drawn(page)
     assert page.locator(".jupyter-widgets-error-widget").count() == 0
     page.wait_for_timeout(1000)
@@ -139,7 +127,7 @@ def test_a_saved_notebook_with_a_new_kernel(lab):
         api(base, f"/api/sessions/{session['id']}", method="DELETE")
     page.console.clear()
     page.reload()
-    _kernel_idle(page)
+    kernel_idle(page, NOTEBOOK)
     notes = page.locator(".memprof-dashboard-gone")
     page.wait_for_function(
         f"() => document.querySelectorAll('.memprof-dashboard-gone').length === {DASHBOARDS}",
@@ -154,6 +142,6 @@ def test_a_saved_notebook_with_a_new_kernel(lab):
     # the cells run again: the dashboards are drawn in place of the notes
     page.evaluate(f"() => {{ {APP}.commands.execute('notebook:run-all-cells'); }}")
     _dashboards_drawn(page)
-    _kernel_idle(page)
+    kernel_idle(page, NOTEBOOK)
     assert notes.count() == 0
     assert page.console == []

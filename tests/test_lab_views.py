@@ -12,16 +12,12 @@ import shutil
 
 import pytest
 from _browser import ARTIFACTS, chromium_page, chromium_path, docs_image, screenshot
-from _jupyterlab import jupyterlab, write_notebook
+from _jupyterlab import APP, jupyterlab, kernel_idle, notebook_js, write_notebook
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-APP = "window.jupyterapp"
-NOTEBOOK = (
-    f"({APP} && Array.from({APP}.shell.widgets('main'))"
-    ".find(w => w.context && w.context.path === 'views.ipynb'))"
-)
+NOTEBOOK = notebook_js("views.ipynb")
 CELLS = [
     "import torch\n%load_ext jupyter_memprof\n"
     "model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), "
@@ -52,14 +48,6 @@ def lab(tmp_path_factory):
         finally:
             os.makedirs(ARTIFACTS, exist_ok=True)
             shutil.copy(root / "server.log", os.path.join(ARTIFACTS, "lab-views-server.log"))
-
-
-def _kernel_idle(page) -> None:
-    page.wait_for_function(
-        f"() => {{ const w = {NOTEBOOK}; const s = w && w.sessionContext &&"
-        " w.sessionContext.session; return !!(s && s.kernel && s.kernel.status === 'idle'); }",
-        timeout=90_000,
-    )
 
 
 def _run_new_cell(page, source: str) -> None:
@@ -109,10 +97,10 @@ def test_first_screen_of_the_quickstart_shows_no_widget_repr(lab):
 def test_panel_views_open_as_tabs_beside_the_first(lab):
     base, page = lab
     page.goto(base.url("/lab/tree/views.ipynb?reset"))
-    _kernel_idle(page)
+    kernel_idle(page, NOTEBOOK)
     page.evaluate(f"() => {{ {APP}.commands.execute('notebook:run-all-cells'); }}")
     _cell(page, 1).locator(".memprof-timeline").first.wait_for(timeout=120_000)
-    _kernel_idle(page)
+    kernel_idle(page, NOTEBOOK)
     _run_new_cell(page, "%%memprofile -o second --no-display\nstep(64)")
     panel = _open_panel(page)
     entries = panel.locator(".memprof-entry")
@@ -151,7 +139,7 @@ def test_a_dashboard_drawn_before_a_reload_draws_again(lab):
     page.wait_for_function(f"() => !{NOTEBOOK}.context.model.dirty", timeout=30_000)
     page.errors.clear()
     page.reload()
-    _kernel_idle(page)
+    kernel_idle(page, NOTEBOOK)
     _cell(page, 1).locator(".memprof-timeline").first.wait_for(timeout=120_000)
     # drawn again: no error view is left (the first try, before BokehJS came, may have failed)
     page.wait_for_function(
@@ -166,7 +154,7 @@ def test_a_dashboard_drawn_before_a_reload_draws_again(lab):
 def test_a_new_dashboard_after_a_reload(lab):
     base, page = lab
     page.reload()
-    _kernel_idle(page)
+    kernel_idle(page, NOTEBOOK)
     _run_new_cell(page, "%%memprofile -o third\nstep(16)")
     last = page.locator(".jp-Notebook .jp-Cell").last
     last.locator(".memprof-timeline").first.wait_for(timeout=120_000)
@@ -178,7 +166,7 @@ def test_a_new_dashboard_after_a_reload(lab):
 def test_a_panel_tab_after_a_reload(lab):
     base, page = lab
     page.reload()
-    _kernel_idle(page)
+    kernel_idle(page, NOTEBOOK)
     panel = _open_panel(page)
     entries = panel.locator(".memprof-entry")
     entries.nth(2).wait_for(timeout=60_000)

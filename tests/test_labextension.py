@@ -16,7 +16,7 @@ import time
 
 import pytest
 from _browser import ARTIFACTS, chromium_page, chromium_path, docs_image, screenshot
-from _jupyterlab import jupyterlab, write_notebook
+from _jupyterlab import APP, jupyterlab, kernel_idle, notebook_js, write_notebook
 
 import jupyter_memprof
 from jupyter_memprof._units import format_bytes
@@ -136,13 +136,9 @@ def _artifact(name: str) -> str:
     return os.path.join(ARTIFACTS, name)
 
 
-APP = "window.jupyterapp"
 # The test's notebook panel (the current widget is a dashboard tab once one is open);
 # undefined until JupyterLab has set window.jupyterapp, which can come after the page loads.
-NOTEBOOK = (
-    "(window.jupyterapp && Array.from(window.jupyterapp.shell.widgets('main'))"
-    ".find(w => w.context && w.context.path === 'panel.ipynb'))"
-)
+NOTEBOOK = notebook_js("panel.ipynb")
 
 
 def _run_new_cell(page, source: str, command: str) -> None:
@@ -159,17 +155,9 @@ def _run_new_cell(page, source: str, command: str) -> None:
     )
 
 
-def _kernel_idle(page) -> None:
-    page.wait_for_function(
-        f"() => {{ const w = {NOTEBOOK}; const s = w && w.sessionContext &&"
-        " w.sessionContext.session; return !!(s && s.kernel && s.kernel.status === 'idle'); }",
-        timeout=60_000,
-    )
-
-
 def _drive(page, base: str) -> None:
     page.goto(base.url("/lab/tree/panel.ipynb?reset"))
-    _kernel_idle(page)
+    kernel_idle(page, NOTEBOOK, timeout=60_000)
     page.evaluate(f"() => {{ {APP}.commands.execute('notebook:run-all-cells'); }}")
     peaks_out = page.locator(".jp-OutputArea-output", has_text="PEAKS")
     peaks_out.wait_for(timeout=120_000)
@@ -200,7 +188,7 @@ def _drive(page, base: str) -> None:
     tab.locator(".memprof-timeline").first.wait_for(timeout=120_000)
     screenshot(page, "labextension-dashboard.png")
     # The dashboard ran without taking an execution count.
-    _kernel_idle(page)
+    kernel_idle(page, NOTEBOOK, timeout=60_000)
     counts = page.evaluate(
         f"() => {NOTEBOOK}.content.model.sharedModel.cells.map(c => c.execution_count)"
     )
@@ -249,7 +237,7 @@ def _drive(page, base: str) -> None:
 
     # After a page reload the panel finds the kernel's profiles again.
     page.reload()
-    _kernel_idle(page)
+    kernel_idle(page, NOTEBOOK, timeout=60_000)
     page.locator('.jp-SideBar.jp-mod-left [data-id="jupyter-memprof-panel"]').click()
     assert [e["label"] for e in _wait_entries(page, 3)] == [
         "bs4096",
@@ -282,7 +270,7 @@ def _drive(page, base: str) -> None:
 
     # "Profile memory of this cell" loads the extension on demand and runs the cell under
     # %%memprofile, leaving its text alone.
-    _kernel_idle(page)
+    kernel_idle(page, NOTEBOOK, timeout=60_000)
     _run_new_cell(page, COMMAND_CELL, "jupyter-memprof:profile-cell")
     entries = _wait_entries(page, 1, timeout=120_000)
     assert entries[0]["label"] == "In[1]"
