@@ -11,13 +11,13 @@ Three streams of 1,000,000 events (requests and frees) on one device, made here 
 - churn: requests of random sizes (under 4 KiB, up to 1 MiB, up to 64 MiB) and frees of
   random live blocks, up to 2,000 live: long free lists, many splits and merges.
 
-Each is replayed (:func:`jupyter_memprof._analysis.allocator.replay`) with the default
+Each is replayed (:func:`jupyter_memprof._analysis.allocator.model.replay`) with the default
 settings, ``expandable_segments:True``, ``max_split_size_mb:32`` and
 ``roundup_power2_divisions:4``, and with the default settings on two CUDA streams (each
 block's request and free on one of them, at random). The table gives the median of
 ``--rounds`` rounds, wall time (min-max in brackets) and the process's CPU time, the CPU
 time over the reference loop's, the events replayed one by one (the rest are repeated steps
-skipped exactly, ``_analysis/allocator_repeat.py``; on several CUDA streams every event is
+skipped exactly, ``_analysis/allocator/repeat.py``; on several CUDA streams every event is
 replayed) and the reserved peak. The reference loop (10 million dict stores in Python) is
 timed before and after each round: on another machine, or on this one less loaded, a
 replay takes about the ratio times the reference's time there. The CPU times hold better
@@ -33,9 +33,9 @@ import random
 import statistics
 import time
 
-from jupyter_memprof._analysis.allocator import DeviceAllocator, replay
-from jupyter_memprof._analysis.allocator_config import parse_config
-from jupyter_memprof._analysis.allocator_fast import run_fast
+from jupyter_memprof._analysis.allocator.config import parse_config
+from jupyter_memprof._analysis.allocator.fast import run_fast
+from jupyter_memprof._analysis.allocator.model import DeviceAllocator, replay
 from jupyter_memprof._units import format_bytes
 
 KiB, MiB = 1024, 1024 * 1024

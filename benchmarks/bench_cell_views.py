@@ -42,8 +42,8 @@ def main() -> None:
 
     import jupyter_memprof
     from jupyter_memprof._analysis import peak as _peak
-    from jupyter_memprof._views import dashboard_data
-    from jupyter_memprof._views.dashboard import page
+    from jupyter_memprof._views.dashboard import data as dashboard_data
+    from jupyter_memprof._views.dashboard.page import page
     from jupyter_memprof._views.summary import summary_html, summary_text
 
     torch.set_num_threads(1)

@@ -84,7 +84,7 @@ def spread(xs: list[float]) -> str:
 def dashboard_times(prof, path: str, rounds: int) -> tuple[list, list, list]:
     """Seconds of ``show(header=False)``, of ``to_html`` after it, and of ``to_html`` alone,
     per round, each round on the profile taken as new (see the module docstring)."""
-    from jupyter_memprof._views.dashboard import forget
+    from jupyter_memprof._views.dashboard.page import forget
 
     prof.show(header=False).close()  # the first of the process: imports, template, BokehJS
     prof.to_html(path)
@@ -139,9 +139,9 @@ def size_case(events: int) -> None:
     from _synthetic import local_peaks, synthetic_profile
     from test_dashboard_zoom import _peaks_within_a_column
 
-    from jupyter_memprof._views import dashboard_data as dd
-    from jupyter_memprof._views import dashboard_levels as levels
-    from jupyter_memprof._views.dashboard import forget
+    from jupyter_memprof._views.dashboard import data as dd
+    from jupyter_memprof._views.dashboard import levels
+    from jupyter_memprof._views.dashboard.page import forget
 
     t = time.perf_counter()
     prof = synthetic_profile(events)

@@ -34,7 +34,7 @@ from torch import nn
 
 import jupyter_memprof
 from jupyter_memprof import estimate
-from jupyter_memprof._producers import fake_recorder
+from jupyter_memprof._producers.fake import recorder as fake_recorder
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
 from scenarios import SCENARIOS

@@ -49,7 +49,7 @@ STEP_MARKER = "memprof.step"
 #: runs inside is the user's training step (forward, loss, backward), not the optimizer's.
 CLOSURE_MARKER = "memprof.closure"
 #: The label estimate mode's stand-in for DistributedDataParallel makes its gradient buckets
-#: under (``_producers/fake_dist.py``): the analysis names them as a real capture's buckets.
+#: under (``_producers/fake/dist.py``): the analysis names them as a real capture's buckets.
 DDP_BUCKET_MARKER = "DDP::gradient_bucket"
 #: The prefix of the annotations torch's ``profiler.step()`` opens (``ProfilerStep#3``):
 #: each one starts a step.

@@ -65,7 +65,7 @@ def format_ms(ms: float | None) -> str:
 
 def format_records(ms: float | None, *, span: bool = False) -> str:
     """A place on an estimate's clock, which counts records, not time (one record per "ms":
-    ``_producers/fake_recorder.CLOCK_STEP_NS``): ``'record #1,234'``, or with ``span=True`` a
+    ``_producers/fake/recorder.CLOCK_STEP_NS``): ``'record #1,234'``, or with ``span=True`` a
     distance, ``'1,234 records'``; ``''`` for NaN or None. Never a unit of time."""
     if ms is None or not math.isfinite(ms):
         return ""

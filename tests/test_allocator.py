@@ -11,12 +11,12 @@ import pandas as pd
 import pytest
 import torch
 
-from jupyter_memprof._analysis.allocator import DeviceAllocator, replay
-from jupyter_memprof._analysis.allocator_config import (
+from jupyter_memprof._analysis.allocator.config import (
     AllocatorConfig,
     config_from_env,
     parse_config,
 )
+from jupyter_memprof._analysis.allocator.model import DeviceAllocator, replay
 from jupyter_memprof._errors import AllocatorConfigError
 
 KiB = 1024
@@ -541,7 +541,7 @@ def test_recorded_reserved_totals_are_kept_and_the_model_checked_against_them(bl
     """Where the events table holds the reserved totals torch's profiler recorded
     (``reserved_bytes``), the recorded peak is the profile's, and the model's error on it
     is in meta."""
-    from jupyter_memprof._analysis.allocator import model_profile
+    from jupyter_memprof._analysis.allocator.model import model_profile
 
     events = blocks_estimate.events.copy()
     recorded = [pd.NA] * len(events)

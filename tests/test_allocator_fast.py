@@ -10,15 +10,15 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from jupyter_memprof._analysis import allocator_fast
-from jupyter_memprof._analysis.allocator import (
+from jupyter_memprof._analysis.allocator import fast as allocator_fast
+from jupyter_memprof._analysis.allocator.config import parse_config
+from jupyter_memprof._analysis.allocator.model import (
     DeviceAllocator,
     Replay,
     replay,
     reserved_timeline,
     segments_table,
 )
-from jupyter_memprof._analysis.allocator_config import parse_config
 from jupyter_memprof._analysis.schema import Source
 
 KiB = 1024

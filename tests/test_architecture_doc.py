@@ -31,12 +31,18 @@ def _test_files() -> list[str]:
     return sorted(p.name for p in (ROOT / "tests").glob("*.py") if p.name != "conftest.py")
 
 
+def _ends_with(module: str, name: str) -> bool:
+    """``dashboard/data.py`` names ``_views/dashboard/data.py``: a map under a folder's line
+    writes the rest of the path."""
+    return module == name or module.endswith("/" + name)
+
+
 def test_every_module_of_the_package_is_in_the_map():
     named = _named()
     missing = [
         str(path)
         for path in _package_modules()
-        if path.as_posix() not in named and path.name not in named
+        if path.name not in named and not any(_ends_with(path.as_posix(), n) for n in named)
     ]
     assert not missing, f"docs/architecture.md does not name: {missing}"
 

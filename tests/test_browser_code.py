@@ -13,7 +13,7 @@ import pytest
 from bokeh.models import CustomJS, CustomJSHover, CustomJSTickFormatter
 
 from jupyter_memprof._units import format_bytes, format_ms, format_records
-from jupyter_memprof._views import dashboard_js
+from jupyter_memprof._views.dashboard import js as dashboard_js
 
 JS = files("jupyter_memprof._views").joinpath("js")
 NODE = shutil.which("node")
@@ -54,7 +54,7 @@ def test_every_js_file_is_valid_javascript(name):
 def test_callbacks_receive_every_name_their_files_use(mlp_adam_profile):
     """Each CustomJS body's ``/* global */`` names are Bokeh's own parameters, names the files
     before it export, or ``args`` the dashboard passes."""
-    from jupyter_memprof._views.dashboard import build
+    from jupyter_memprof._views.dashboard.page import build
 
     prof, _ = mlp_adam_profile
     built = build(prof)

@@ -136,7 +136,7 @@ def test_the_encoder_layer_takes_the_efficient_kernel_and_fused_dropout():
 
 
 def ck_originals() -> dict:
-    from jupyter_memprof._producers import fake_modes
+    from jupyter_memprof._producers.fake import modes as fake_modes
 
     return {"dropout": fake_modes._DROPOUT, "sdpa": fake_modes._SDPA}
 

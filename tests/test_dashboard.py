@@ -18,9 +18,9 @@ from torch.profiler import record_function
 
 import jupyter_memprof
 from jupyter_memprof._results.profile import Profile
-from jupyter_memprof._views import dashboard_data as dd
-from jupyter_memprof._views.dashboard import build
-from jupyter_memprof._views.dashboard_html import write_html
+from jupyter_memprof._views.dashboard import data as dd
+from jupyter_memprof._views.dashboard.html import write_html
+from jupyter_memprof._views.dashboard.page import build
 
 LABEL = "<b>x</b>"
 
@@ -385,7 +385,7 @@ def test_widget_controls_and_lineage_to_variable(prof, ipython_shell):
 def test_the_reused_selection_follows_the_tables_and_dies_with_the_profile():
     import gc
 
-    from jupyter_memprof._views import dashboard as D
+    from jupyter_memprof._views.dashboard import page as D
 
     p = training_step_profile(blocks=1)
     first = D._shown(p, None, None)
@@ -421,7 +421,7 @@ def _bokeh_json(layout) -> dict:
 
 
 def test_a_template_filled_in_is_the_document_bokeh_serializes(prof):
-    from jupyter_memprof._views import dashboard as D
+    from jupyter_memprof._views.dashboard import page as D
 
     D._templates.clear()
     D.page(prof)  # the template of this shape, made from this capture's values
@@ -445,7 +445,7 @@ def test_where_the_peak_falls_is_a_value_of_the_template_not_its_shape():
     got two shapes (a flaky template test). Here two estimates (their clock counts records:
     no timing) of one program, the big temporary early or late: one shape."""
     from jupyter_memprof import estimate
-    from jupyter_memprof._views import dashboard as D
+    from jupyter_memprof._views.dashboard import page as D
 
     def early(x):
         big = torch.ones(1000, 1000)
@@ -477,7 +477,7 @@ def test_where_the_peak_falls_is_a_value_of_the_template_not_its_shape():
 
 def test_an_estimate_page_is_the_document_bokeh_serializes():
     from jupyter_memprof import estimate
-    from jupyter_memprof._views import dashboard as D
+    from jupyter_memprof._views.dashboard import page as D
 
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 8))
@@ -499,7 +499,7 @@ def test_an_estimate_page_is_the_document_bokeh_serializes():
 
 
 def test_page_without_header_and_its_live_sources(prof):
-    from jupyter_memprof._views import dashboard as D
+    from jupyter_memprof._views.dashboard import page as D
 
     shown = D.page(prof, header=False, live=True)
     root = shown.doc["roots"][0]
@@ -595,8 +595,8 @@ def test_the_page_carries_the_bokehjs_bokeh_bundles(prof, tmp_path):
     from bokeh.embed.bundle import bundle_for_objs_and_resources
     from bokeh.resources import INLINE
 
-    from jupyter_memprof._views import dashboard as D
-    from jupyter_memprof._views.dashboard_html import bokehjs
+    from jupyter_memprof._views.dashboard import page as D
+    from jupyter_memprof._views.dashboard.html import bokehjs
 
     def bundled(layout) -> str:
         return ";\n".join(bundle_for_objs_and_resources([layout], INLINE).js_raw)
@@ -616,7 +616,7 @@ def test_the_page_carries_the_bokehjs_bokeh_bundles(prof, tmp_path):
 def test_the_layout_reflows_to_a_narrow_panel(prof, monkeypatch):
     from bokeh.models import DataTable, Div, Plot, Step
 
-    from jupyter_memprof._views import dashboard as D
+    from jupyter_memprof._views.dashboard import page as D
 
     layout = build(prof).layout
     # the allocations and the lineage one above the other, full width; columns keep widths

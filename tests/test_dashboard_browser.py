@@ -21,8 +21,8 @@ from test_dashboard import (
 )
 
 from jupyter_memprof._units import format_bytes
-from jupyter_memprof._views import dashboard_data as dd
-from jupyter_memprof._views.dashboard import build
+from jupyter_memprof._views.dashboard import data as dd
+from jupyter_memprof._views.dashboard.page import build
 
 pytestmark = pytest.mark.browser
 

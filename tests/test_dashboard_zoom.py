@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 from _synthetic import local_peaks, synthetic_profile, total_bytes
 
-from jupyter_memprof._views import dashboard_data as dd
-from jupyter_memprof._views import dashboard_levels as levels
-from jupyter_memprof._views.dashboard import forget
+from jupyter_memprof._views.dashboard import data as dd
+from jupyter_memprof._views.dashboard import levels
+from jupyter_memprof._views.dashboard.page import forget
 
 
 @pytest.fixture(scope="module")
@@ -151,7 +151,7 @@ def test_the_page_zoomed_three_times_keeps_every_peak(big, tmp_path):
 
 
 def test_a_notebook_dashboard_answers_a_zoom_beyond_the_levels_from_the_kernel(big):
-    from jupyter_memprof._views.dashboard_widget import Dashboard
+    from jupyter_memprof._views.dashboard.widget import Dashboard
 
     dash = Dashboard(big, header=False)
     try:
@@ -176,7 +176,7 @@ def test_a_notebook_dashboard_answers_a_zoom_beyond_the_levels_from_the_kernel(b
 def test_a_zoomable_dashboard_from_its_template_is_what_bokeh_builds():
     from test_dashboard import _bokeh_json, _canonical
 
-    from jupyter_memprof._views import dashboard as D
+    from jupyter_memprof._views.dashboard import page as D
 
     prof = synthetic_profile(20_000, per_step=200)
     shape, values = D._spec(prof, D._shown(prof, None, None), header=True)

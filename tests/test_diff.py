@@ -308,7 +308,7 @@ def test_names_are_the_same_from_the_magic_and_from_profile(ipython_shell):
 
 
 def test_the_dashboard_lists_a_parameter_under_its_module(mlp_adam_profile):
-    from jupyter_memprof._views.dashboard import build
+    from jupyter_memprof._views.dashboard.page import build
 
     prof, _ = mlp_adam_profile
     data = build(prof).allocs.data

@@ -12,7 +12,7 @@ from torch import nn
 
 import jupyter_memprof
 from jupyter_memprof import EstimateError, estimate
-from jupyter_memprof._producers.fake_recorder import CUDNN_HINT, cuda_rounded
+from jupyter_memprof._producers.fake.recorder import CUDNN_HINT, cuda_rounded
 
 
 def classification_step(model, opt, x, y):
@@ -359,7 +359,7 @@ def test_a_step_that_fits_says_so(warm_mlp):
 def test_dashboard_marks_the_limit_and_the_oom_moment(oom_estimate):
     from bokeh.models import Axis, Span
 
-    from jupyter_memprof._views.dashboard import build
+    from jupyter_memprof._views.dashboard.page import build
 
     layout = build(oom_estimate).layout
     limit = list(layout.select({"name": "memprof-limit-cuda:0", "type": Span}))
@@ -375,7 +375,7 @@ def test_tiny_devices_are_folded_into_the_title_not_charted(warm_mlp):
     from bokeh.models import Div, Span
 
     from jupyter_memprof._units import format_bytes
-    from jupyter_memprof._views.dashboard import build
+    from jupyter_memprof._views.dashboard.page import build
 
     prof = estimate(classification_step, *warm_mlp, device="cuda:0", limit="4MiB")
     # Adam's step counters stay on the CPU (as torch keeps them): a few bytes next to cuda:0
@@ -432,7 +432,7 @@ def test_estimate_dashboard_renders_and_says_estimate(oom_estimate, tmp_path):
 def _fake_in(ns: dict) -> list[str]:
     from torch._subclasses.fake_tensor import FakeTensor
 
-    from jupyter_memprof._producers.fake_copy import walk_values
+    from jupyter_memprof._producers.fake.copy import walk_values
 
     out = []
     for k, v in ns.items():
@@ -697,7 +697,7 @@ _TIME_UNIT = __import__("re").compile(r"\d\s*(ms|µs|s)\b")
 def test_an_estimates_dashboard_and_lineage_show_positions_not_ms(mlp_estimate, mlp_real):
     from bokeh.models import CustomJS
 
-    from jupyter_memprof._views.dashboard import build
+    from jupyter_memprof._views.dashboard.page import build
     from jupyter_memprof._views.text import lineage_text
 
     def texts(prof, built):
@@ -749,7 +749,7 @@ def test_the_time_filter_of_an_estimate_says_records_not_ms():
     import json
     import subprocess
 
-    from jupyter_memprof._views import dashboard_js
+    from jupyter_memprof._views.dashboard import js as dashboard_js
 
     body = dashboard_js.range_selected()
     out = {}
@@ -826,7 +826,7 @@ def test_lstm_estimate_matches_the_real_peak_with_size_rules(lstm_pair):
 
 
 def test_lstm_without_size_rules_misses_most_of_the_peak(lstm_pair):
-    from jupyter_memprof._producers import fake_recorder
+    from jupyter_memprof._producers.fake import recorder as fake_recorder
 
     m, o, x, y, _, real = lstm_pair
     fake_recorder.SIZE_RULES = False
@@ -840,7 +840,7 @@ def test_lstm_without_size_rules_misses_most_of_the_peak(lstm_pair):
 def test_lstm_size_rules_fit_the_real_kernel_sizes():
     """The rules' byte counts against a real capture of one layer, at shapes where oneDNN pads
     leading dimensions (H 100, C 300 > H, batch first, bidirectional)."""
-    from jupyter_memprof._producers.fake_recorder import CPU_SIZE_RULES
+    from jupyter_memprof._producers.fake.recorder import CPU_SIZE_RULES
 
     fwd_rule, bwd_rule = CPU_SIZE_RULES.values()
     lstm = nn.LSTM(300, 100, 1, batch_first=True, bidirectional=True)

@@ -93,7 +93,7 @@ def test_without_a_limit_there_is_no_bar(warm):
 def test_the_chart_fits_the_data_and_says_a_far_limit_at_its_top(warm):
     from bokeh.models import Label, Plot
 
-    from jupyter_memprof._views.dashboard import build
+    from jupyter_memprof._views.dashboard.page import build
 
     prof = estimate(classification_step, *warm, device="cuda:0", limit="8GiB")
     layout = build(prof).layout

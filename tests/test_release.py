@@ -281,7 +281,7 @@ def test_a_reloaded_page_gets_bokehjs_from_the_kernel_its_sender_only(panels):
     output runs (this Bokeh version's bundles), to that panel alone."""
     from bokeh import __version__ as bokeh_version
 
-    from jupyter_memprof._views.dashboard_html import notebook_bokehjs
+    from jupyter_memprof._views.dashboard.html import notebook_bokehjs
 
     a, b = panels
     a.receive({"type": "bokehjs"})

@@ -159,7 +159,7 @@ def test_an_estimate_and_a_capture_never_overlap_across_threads():
             go_on.wait(60)
         done["capture"] = prof
 
-    from jupyter_memprof._producers.fake import FakeRun
+    from jupyter_memprof._producers.fake.run import FakeRun
 
     copied = []
     convert = FakeRun.convert

@@ -43,7 +43,7 @@ def test_a_clean_loop_has_no_growth_line():
 
 
 def test_the_dashboard_marks_the_step_boundaries():
-    from jupyter_memprof._views.dashboard import build
+    from jupyter_memprof._views.dashboard.page import build
 
     prof = _cache_leak()
     marks = build(prof).layout.select_one({"name": "memprof-steps-cpu"})

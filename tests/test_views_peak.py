@@ -16,7 +16,8 @@ from jupyter_memprof._analysis.steps import step_boundaries
 from jupyter_memprof._analysis.timeline import live_by_category
 from jupyter_memprof._frontends import cell_profile as _cell
 from jupyter_memprof._units import format_bytes
-from jupyter_memprof._views import dashboard_select, peaks
+from jupyter_memprof._views import peaks
+from jupyter_memprof._views.dashboard import select as dashboard_select
 
 STEP = (
     "lin_once = torch.nn.Linear(256, 128)\n"

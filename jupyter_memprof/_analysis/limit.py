@@ -19,8 +19,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .allocator import is_cuda, profile_stream, replay
-from .allocator_config import AllocatorConfig
+from .allocator.config import AllocatorConfig
+from .allocator.model import is_cuda, profile_stream, replay
 from .peak import live_after
 from .tables import op_context
 from .timeline import totals

@@ -17,8 +17,8 @@ import pandas as pd
 from .._records import Capture
 from . import blocks as B
 from . import tables as T
-from .allocator import model_profile
-from .allocator_config import AllocatorConfig
+from .allocator.config import AllocatorConfig
+from .allocator.model import model_profile
 from .categories import categorise
 from .distributed import end_unseen_frees
 from .frame_rules import categorise_by_frames

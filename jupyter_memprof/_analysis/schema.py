@@ -142,7 +142,7 @@ NAMES = {
 }
 
 # The CUDA caching allocator's segments (cudaMalloc'd ranges; with expandable segments, each
-# mapped range), recorded or modelled (_analysis/allocator.py). `free_ns` NA: still reserved
+# mapped range), recorded or modelled (_analysis/allocator/model.py). `free_ns` NA: still reserved
 # at the end.
 SEGMENTS = {
     "segment_id": "int64",

@@ -54,7 +54,7 @@ class Budget:
         if unknown:
             raise BudgetError(f"memory_limit has no option {', '.join(unknown)}")
         from .._frontends.estimate import check_allocator, check_gpu
-        from .._producers.fake_dist import check_world_size
+        from .._producers.fake.dist import check_world_size
 
         try:
             nbytes = check_limit(limit)

@@ -47,7 +47,7 @@ def limit_verdict(
             return None
         limit, device, over = int(prof.meta["limit"]), prof.meta.get("device"), prof.meta.get("oom")
     else:
-        from .._analysis.allocator_config import parse_config
+        from .._analysis.allocator.config import parse_config
         from .._analysis.limit import first_over
 
         if device is None:

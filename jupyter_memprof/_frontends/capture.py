@@ -17,7 +17,7 @@ import time
 import warnings
 from collections.abc import Iterable
 
-from .._analysis.allocator_config import AllocatorConfig
+from .._analysis.allocator.config import AllocatorConfig
 from .._analysis.pipeline import Progress
 from .._devices import resolve_devices
 from .._errors import AllocatorConfigError, CaptureError, MemoryBudgetExceeded

@@ -14,7 +14,7 @@ The panel (``labextension/``) and the kernel talk over comms with the target nam
   comparison's headline ``summary``, and the panel then opens a tab running
   :func:`show_comparison`). A page without BokehJS (reloaded) asks for it
   (``{"type": "bokehjs"}``; the answer ``{"type": "bokehjs", "js": ...}`` is the script a
-  dashboard's output runs, :func:`.dashboard_html.notebook_bokehjs`), so that the dashboards
+  dashboard's output runs, :func:`.dashboard.html.notebook_bokehjs`), so that the dashboards
   it restores from the kernel can draw.
 - The kernel sends ``{"type": "list", "profiles": [...]}``, ``{"type": "added", "profile": {...}}``
   for every profile registered with :mod:`_session` (``%%memprofile`` or
@@ -247,7 +247,7 @@ def _answer(msg) -> dict | None:
         _session.close_tracked(data["sid"], "dashboard")
         return None
     if kind == "bokehjs":  # a reloaded page: the dashboards it restores need BokehJS first
-        from .._views.dashboard_html import notebook_bokehjs
+        from .._views.dashboard.html import notebook_bokehjs
 
         return {"type": "bokehjs", "js": notebook_bokehjs()}
     return _compare_reply(data)

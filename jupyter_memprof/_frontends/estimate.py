@@ -15,15 +15,15 @@ from typing import Any
 
 import torch
 
-from .._analysis.allocator_config import AllocatorConfig
+from .._analysis.allocator.config import AllocatorConfig
 from .._analysis.limit import first_over
 from .._devices import parse_device
 from .._errors import AllocatorConfigError, DeviceError, EstimateError
 from .._producers.cuda_kernels import Gpu, parse_gpu
-from .._producers.fake import FakeRun, plan
-from .._producers.fake_changes import Prepare
-from .._producers.fake_copy import holds_torch
-from .._producers.fake_dist import check_world_size, fake_world
+from .._producers.fake.changes import Prepare
+from .._producers.fake.copy import holds_torch
+from .._producers.fake.dist import check_world_size, fake_world
+from .._producers.fake.run import FakeRun, plan
 from .._results.profile import Profile
 from .._units import parse_bytes
 from .estimate_globals import bound, globals_read, names_read, restore_names

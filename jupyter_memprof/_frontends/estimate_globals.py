@@ -18,7 +18,7 @@ import types
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from .._producers.fake_copy import holds_torch
+from .._producers.fake.copy import holds_torch
 
 
 def function_of(fn: Callable) -> types.FunctionType | None:

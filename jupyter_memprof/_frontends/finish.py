@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .._analysis.allocator_config import AllocatorConfig, config_from_env, parse_config
+from .._analysis.allocator.config import AllocatorConfig, config_from_env, parse_config
 from .._analysis.pipeline import Progress, analyse, paused_gc
 from .._records import Capture
 from .._results.profile import Profile

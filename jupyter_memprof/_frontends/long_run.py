@@ -25,7 +25,7 @@ import pandas as pd
 
 from .._analysis import schema as S
 from .._analysis import windows as W
-from .._analysis.allocator import AllocatorConfig
+from .._analysis.allocator.model import AllocatorConfig
 from .._analysis.pipeline import Progress, analyse, paused_gc
 from .._errors import CaptureError
 from .._producers.windows import WindowRecorder

@@ -374,7 +374,7 @@ def _estimate_options(args, name: str) -> dict:
     anything runs."""
     from .._devices import split_devices
     from .._errors import EstimateError
-    from .._producers.fake_dist import check_world_size
+    from .._producers.fake.dist import check_world_size
     from .estimate import check_allocator, check_context, check_device, check_gpu, check_limit
 
     wanted = split_devices(args.device or [])
@@ -475,7 +475,7 @@ def check_html_target(path: str) -> None:
     from .._io import WriteRefused, check_target
 
     def is_report(target: str) -> bool:  # bokeh is imported only when a file is there
-        from .._views.dashboard_html import is_our_page
+        from .._views.dashboard.html import is_our_page
 
         return is_our_page(target)
 

@@ -169,15 +169,15 @@ def _forget(profile: Profile | None) -> None:
     # Only if the views were ever imported: no dashboard exists otherwise (and importing
     # them would load Bokeh and ipywidgets for nothing).
     views = f"{__package__.rsplit('.', 1)[0]}._views"
-    if f"{views}.dashboard_widget" in sys.modules:
-        from .._views.dashboard_widget import close_dashboards
+    if f"{views}.dashboard.widget" in sys.modules:
+        from .._views.dashboard.widget import close_dashboards
 
         try:
             close_dashboards(profile)
         except Exception:
             log.warning("closing the dashboards of a released profile failed", exc_info=True)
     if f"{views}.dashboard" in sys.modules:  # its reused selection (e.g. after to_html)
-        from .._views.dashboard import forget
+        from .._views.dashboard.page import forget
 
         forget(profile)
     if profile is None:
@@ -208,7 +208,7 @@ def _close(widgets: list) -> None:
     if not widgets:
         return
     # the widgets are our views': their module is loaded already
-    from .._views.dashboard_widget import close_tree
+    from .._views.dashboard.widget import close_tree
 
     for w in widgets:
         try:

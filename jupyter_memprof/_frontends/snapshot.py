@@ -13,7 +13,7 @@ import os
 import sys
 from typing import Any
 
-from .._analysis.allocator_config import AllocatorConfig, parse_config
+from .._analysis.allocator.config import AllocatorConfig, parse_config
 from .._errors import AllocatorConfigError, DeviceError, ProfileFileError
 from .._producers.snapshot.blocks import Rules
 from .._producers.snapshot.read import Bad, read_snapshot

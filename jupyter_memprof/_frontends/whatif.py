@@ -2,7 +2,7 @@
 
 ``what_if(train_step, model, opt, x, y, checkpoint=["model.blocks.*"], autocast=torch.bfloat16)``
 runs two estimates (:mod:`.estimate`): the step as it is, and the step on fake copies changed
-as asked (:mod:`jupyter_memprof._producers.fake_changes`). It returns the comparison
+as asked (:mod:`jupyter_memprof._producers.fake.changes`). It returns the comparison
 :func:`jupyter_memprof.compare` returns, ``.a`` as is and ``.b`` changed. Every change is
 checked against the real objects before anything runs; a bad one is one
 :class:`EstimateError` line. The real objects are only read.
@@ -25,8 +25,8 @@ import torch
 
 from .._analysis import schema as S
 from .._errors import EstimateError
-from .._producers.fake_changes import Request, apply
-from .._producers.fake_copy import module_tensors, walk_values
+from .._producers.fake.changes import Request, apply
+from .._producers.fake.copy import module_tensors, walk_values
 from .._results.comparison import Comparison
 from .._vocab import Change
 from .estimate import cell_objects, check_device, estimate_cell, run_estimate

@@ -10,7 +10,7 @@ choose their CPU kernels. Where CUDA's choice changes the memory, it is made her
   CUDA's ``scaled_dot_product_attention`` calls it (padding, mask conversion, logsumexp).
 - ``CUDA_SIZE_RULES`` give, per aten op, the real sizes of outputs a fake (meta) kernel
   leaves empty and the blocks the real kernel allocates and frees inside itself (same form
-  as the CPU rules of :mod:`.fake_recorder`). Each is written down in docs/estimate.md with
+  as the CPU rules of :mod:`.fake.recorder`). Each is written down in docs/estimate.md with
   the shapes it was checked on.
 - cuDNN's RNNs and convolutions: :mod:`.cudnn_kernels`; the GPU: :mod:`.gpus`.
 - :data:`NOT_MODELLED` names the ops whose CUDA kernels allocate memory that no rule

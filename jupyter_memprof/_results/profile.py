@@ -309,7 +309,7 @@ class Profile:
         ipywidgets.Widget
             Display it (the last expression of a cell) to see it.
         """
-        from .._views.dashboard_widget import Dashboard
+        from .._views.dashboard.widget import Dashboard
 
         return Dashboard(self, header=header)
 
@@ -334,7 +334,7 @@ class Profile:
             ``path`` exists and is not such a report (without ``overwrite``); nothing is
             written.
         """
-        from .._views.dashboard_html import write_html
+        from .._views.dashboard.html import write_html
 
         return write_html(self, path, overwrite=overwrite)
 

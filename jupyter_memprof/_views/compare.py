@@ -40,9 +40,9 @@ from bokeh.plotting import figure
 from .._analysis.diff import signed_bytes
 from .._io import atomic_write, check_target
 from .._units import format_bytes
-from . import dashboard_data as dd
-from . import dashboard_js
-from .dashboard_kit import bytes_axis as _bytes_axis
+from .dashboard import data as dd
+from .dashboard import js as dashboard_js
+from .dashboard.kit import bytes_axis as _bytes_axis
 from .protocols import ComparisonLike
 from .text import ratio_text
 
@@ -127,7 +127,7 @@ def write_html(cmp: ComparisonLike, path: str | os.PathLike, *, overwrite: bool 
     Written atomically; an existing file is replaced when it is a page this package wrote,
     or with ``overwrite=True`` (anything else raises ``FileExistsError`` before the view is
     built)."""
-    from .dashboard_html import is_our_page, standalone_html
+    from .dashboard.html import is_our_page, standalone_html
 
     check_target(path, what=_WHAT, overwrite=overwrite, is_own_kind=is_our_page)
     page = standalone_html(build(cmp).layout, f"jupyter_memprof: {cmp.a.label} vs {cmp.b.label}")
@@ -141,7 +141,7 @@ def write_html(cmp: ComparisonLike, path: str | os.PathLike, *, overwrite: bool 
 
 def widget(cmp: ComparisonLike):
     """The comparison as a notebook widget."""
-    from .dashboard_widget import BokehView
+    from .dashboard.widget import BokehView
 
     return BokehView(build(cmp).layout)
 

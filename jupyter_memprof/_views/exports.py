@@ -318,7 +318,7 @@ def export(
     if fmt == "html":
         if device is not None:
             raise ExportError("device= applies to the torch memory-timeline formats only")
-        from .dashboard_html import write_html
+        from .dashboard.html import write_html
 
         return write_html(prof, path, overwrite=overwrite)
     gz = path.lower().endswith(".gz")

@@ -7,7 +7,7 @@ import html
 from typing import Any
 
 from .._units import format_bytes
-from .dashboard_columns import CATEGORY_COLORS
+from .dashboard.columns import CATEGORY_COLORS
 
 CACHE_COLOR = "#6a1b9a"
 CONTEXT_COLOR = "#455a64"

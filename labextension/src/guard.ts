@@ -33,7 +33,7 @@ interface IWidgetRenderer extends IRenderMime.IRenderer {
 }
 
 /**
- * An output `display_with_bokehjs` made (`_views/dashboard_html.py`): marked in its metadata,
+ * An output `display_with_bokehjs` made (`_views/dashboard/html.py`): marked in its metadata,
  * or, in notebooks saved before the mark, a widget view with an empty text form.
  */
 export function isOurs(model: IRenderMime.IMimeModel): boolean {

@@ -1,5 +1,5 @@
 // The time range changed: redraw one device's chart per pixel column, from the zoom levels
-// sent with the page (see _views/dashboard_levels.py). Level L keeps the first, last, lowest
+// sent with the page (see _views/dashboard/levels.py). Level L keeps the first, last, lowest
 // and highest state of each of columns * 2**L equal slices of the capture; the level drawn
 // is the coarsest whose columns are at most one pixel wide. Zoomed in beyond the finest
 // level sent, the finest is drawn and the window is written to `request`, which a notebook's

@@ -30,8 +30,8 @@ from bokeh.model import Model
 from bokeh.resources import INLINE
 from bokeh.util.serialization import make_globally_unique_css_safe_id, make_globally_unique_id
 
-from .._io import atomic_write, check_target
-from .dashboard_js import source
+from ..._io import atomic_write, check_target
+from .js import source
 
 _PAGE = """<!DOCTYPE html>
 <html lang="en">
@@ -176,7 +176,7 @@ def write_html(prof, path, *, overwrite: bool = False) -> str:
     written atomically; an existing file is replaced when it is such a dashboard page, or
     with ``overwrite=True``.
     """
-    from .dashboard import page
+    from .page import page
 
     path = os.fspath(path)
     check_target(path, what="jupyter_memprof dashboard", overwrite=overwrite,

@@ -1,4 +1,4 @@
-"""What the replay loops (``allocator_fast.py``, ``allocator_repeat.py``) read and write of
+"""What the replay loops (``fast.py``, ``repeat.py``) read and write of
 one device's caching allocator: the state of ``allocator.DeviceAllocator``, named here so
 that the loops need not import the model they are called from."""
 

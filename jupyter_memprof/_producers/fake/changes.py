@@ -1,7 +1,7 @@
 """Changes applied to the fake copies of a step's objects, for :func:`jupyter_memprof.what_if`.
 
 Each change is made to the fake copies only (the real objects are only read) after
-:class:`~.fake_copy.FakeCopier` made them and before the step runs:
+:class:`~.copy.FakeCopier` made them and before the step runs:
 
 - ``checkpoint``: the forward of each named submodule of a fake module runs under
   :func:`torch.utils.checkpoint.checkpoint` (non-reentrant);
@@ -32,7 +32,7 @@ from typing import Any
 import torch
 from torch.utils.checkpoint import checkpoint
 
-from .fake_copy import FakeCopier, walk_values
+from .copy import FakeCopier, walk_values
 
 
 @dataclass

@@ -2,7 +2,7 @@
 
 :class:`Kit` makes plots and glyphs from Bokeh's models directly, as ``bokeh.plotting.figure``
 would, with fewer models; the functions below make the tables, headings, keys and labels
-every panel of :mod:`.dashboard_panels` uses (and the byte axis :mod:`.compare` uses).
+every panel of :mod:`.panels` uses (and the byte axis :mod:`.compare` uses).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from bokeh.models import (
     UnionRenderers,
 )
 
-from . import dashboard_js as js
+from . import js
 
 TIMELINE_HEIGHT = 250
 OVERVIEW_HEIGHT = 90

@@ -1,7 +1,7 @@
 """The modes of a fake run: torch's dispatch mode records every aten op on fake tensors, and
 its function mode stands in for what a fake run cannot do (read values, deep copies) and
 for CUDA's own kernels on tensors said to live on a CUDA device (attention, dropout, cuDNN's
-LSTM: :mod:`.cuda_kernels`). Both hand what they see to a :class:`.fake_recorder.FakeRecorder`.
+LSTM: :mod:`.cuda_kernels`). Both hand what they see to a :class:`.recorder.FakeRecorder`.
 """
 
 from __future__ import annotations
@@ -13,12 +13,12 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from .._devices import is_cuda
-from .._errors import EstimateError
-from . import cuda_kernels
+from ..._devices import is_cuda
+from ..._errors import EstimateError
+from .. import cuda_kernels
 
 #: How far the fake clock advances per record (views in milliseconds then count records).
-from .fake_recorder import AUTOGRAD_CALLS, NO_VALUES, VALUE_METHODS, FakeRecorder
+from .recorder import AUTOGRAD_CALLS, NO_VALUES, VALUE_METHODS, FakeRecorder
 
 
 class RecordingMode(TorchDispatchMode):

@@ -42,9 +42,9 @@ from torch._subclasses.fake_tensor import (
 )
 from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
 
-from .._devices import block_bytes
-from .._errors import EstimateError
-from .._records import (
+from ..._devices import block_bytes
+from ..._errors import EstimateError
+from ..._records import (
     MODULE_MARKER,
     NO_ID,
     STEP_MARKER,
@@ -53,15 +53,15 @@ from .._records import (
     TensorRef,
     UntrackedTensor,
 )
-from .._vocab import OpKind
-from . import cuda_kernels
-from .cpu_kernels import CPU_SIZE_RULES
-from .cpu_kernels import not_modelled as cpu_not_modelled
-from .dtensor import local_tensor
-from .fake_known import UNKNOWN, KnownValues
-from .fake_values import stand_in
-from .live import STEP_LISTENERS
-from .torch_profiler import FrameNamer
+from ..._vocab import OpKind
+from .. import cuda_kernels
+from ..cpu_kernels import CPU_SIZE_RULES
+from ..cpu_kernels import not_modelled as cpu_not_modelled
+from ..dtensor import local_tensor
+from ..live import STEP_LISTENERS
+from ..torch_profiler import FrameNamer
+from .known import UNKNOWN, KnownValues
+from .values import stand_in
 
 #: How far the fake clock advances per record (views in milliseconds then count records).
 CLOCK_STEP_NS = 1_000_000
@@ -484,8 +484,8 @@ class FakeRecorder:
 
     def _data_dependent(self, func, args: tuple, op_id: int, known):
         """The answer to an op that needs values: the real one where the values are known
-        (:mod:`.fake_known`), a stand-in inside optimizer steps and GradScaler
-        (:mod:`.fake_values`, noted in ``scalars``), else an EstimateError."""
+        (:mod:`.known`), a stand-in inside optimizer steps and GradScaler
+        (:mod:`.values`, noted in ``scalars``), else an EstimateError."""
         if known is not UNKNOWN:
             return self.known.fake_of(self.mode_fake, known)
         name = func._schema.name

@@ -10,7 +10,7 @@ as on N ranks. What that needs from a fake run, beyond the fake group:
   modes: it computes with a small real tensor of ranks and reads its values;
 - FSDP frees and makes again its unsharded parameters by resizing their storages in place
   (``UntypedStorage.resize_``), which no op shows: every resize during the run is reported to
-  the recorder (:meth:`~jupyter_memprof._producers.fake_recorder.FakeRecorder.resized`).
+  the recorder (:meth:`~jupyter_memprof._producers.fake.recorder.FakeRecorder.resized`).
 
 The group is made before ``fn`` runs and destroyed after, also when it raises. A process that
 has a process group already (a real job) cannot also hold the fake one: that is refused.
@@ -24,9 +24,9 @@ from collections.abc import Iterator
 
 import torch
 
-from .._errors import EstimateError
-from .._records import DDP_BUCKET_MARKER
-from .._units import shown
+from ..._errors import EstimateError
+from ..._records import DDP_BUCKET_MARKER
+from ..._units import shown
 
 #: The most ranks an estimate simulates (torch's fake group costs time and memory per rank;
 #: the largest training runs have about 10**5 GPUs).

@@ -47,10 +47,10 @@ from bokeh.models import (
 )
 from bokeh.transform import dodge
 
-from . import dashboard_data as dd
-from . import dashboard_js as js
-from . import dashboard_zoom
-from .dashboard_kit import (
+from . import data as dd
+from . import js
+from . import zoom as dashboard_zoom
+from .kit import (
     OVERVIEW_HEIGHT,
     TIMELINE_HEIGHT,
     Kit,
@@ -131,7 +131,7 @@ class Built:
     lineage: ColumnDataSource  # the lineage on show
     lineage_all: ColumnDataSource  # every listed block's lineage (encoded)
     lineage_pool: list[str]  # the strings lineage_all's codes point into
-    #: zoomable charts' sources the kernel holds (:mod:`.dashboard_zoom`), by device
+    #: zoomable charts' sources the kernel holds (:mod:`.zoom`), by device
     zoom: dict = field(default_factory=dict)
 
 
@@ -355,7 +355,7 @@ def _timeline_chart(sh: Shared, k: int, chart: Chart, src, selected, cleared):
 def _zoom(sh: Shared, k: int, chart: Chart, p, src, areas) -> None:
     """Re-aggregate the chart per pixel column when its time range changes: in the page,
     from the levels sent (``js/zoom.js``); the notebook's kernel answers a zoom beyond them
-    through ``memprof-zoom-<device>`` (see :mod:`.dashboard_zoom`)."""
+    through ``memprof-zoom-<device>`` (see :mod:`.zoom`)."""
     v = sh.v
     levels = cds(v[f"levels{k}"], f"memprof-levels-{chart.device}", sh.kit)
     request = ColumnDataSource(

@@ -28,9 +28,9 @@ replays a stream of allocations and frees through the allocator's rules, as of t
   bytes left over; freeing only unmaps pages when the cache is emptied (at a limit);
 - blocks of one stream are never given to another stream.
 
-:mod:`.allocator_config` reads the settings; :class:`DeviceAllocator` is one device's
+:mod:`.config` reads the settings; :class:`DeviceAllocator` is one device's
 allocator; :func:`replay` drives them over a stream of events (in one loop,
-``allocator_fast.py``, skipping exact repeats of a step, ``allocator_repeat.py``);
+``fast.py``, skipping exact repeats of a step, ``repeat.py``);
 :func:`model_profile` replays a profile's tables into ``prof.segments``.
 """
 
@@ -43,9 +43,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from . import allocator_fast
-from . import schema as S
-from .allocator_config import (
+from .. import schema as S
+from ..schema import Pool, Source
+from . import fast as allocator_fast
+from .config import (
     LARGE_BUFFER,
     MIN_BLOCK,
     MIN_LARGE_ALLOC,
@@ -53,8 +54,7 @@ from .allocator_config import (
     SMALL_BUFFER,
     AllocatorConfig,
 )
-from .allocator_state import KEY_MASK, KEY_SHIFT, SMALL_SIZE
-from .schema import Pool, Source
+from .state import KEY_MASK, KEY_SHIFT, SMALL_SIZE
 
 # -- one device's allocator ---------------------------------------------------------------
 

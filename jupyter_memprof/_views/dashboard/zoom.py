@@ -1,12 +1,12 @@
 """The kernel's side of a zoom: a notebook dashboard re-aggregated from every state.
 
 The page redraws a zoomable chart from the levels sent with it (``js/zoom.js``, see
-:mod:`.dashboard_levels`); zoomed in beyond the finest level sent, it writes the window
+:mod:`.levels`); zoomed in beyond the finest level sent, it writes the window
 (``lo``, ``hi`` in ms, ``px``: the chart's width in pixels) into the data source
 ``memprof-zoom-<device>``. In a notebook the kernel holds that source and the chart's
 (``memprof-timeline-<device>``), under the page's ids (see :func:`.dashboard.page`), and
 answers by setting the chart's data from every state of the device
-(:func:`.dashboard_levels.zoomed`): every local peak in its pixel column at any zoom.
+(:func:`.levels.zoomed`): every local peak in its pixel column at any zoom.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ import weakref
 
 from bokeh.models import ColumnDataSource
 
-from . import dashboard_data as dd
-from . import dashboard_levels as levels
-from .dashboard_select import cds_data
+from . import data as dd
+from . import levels
+from .select import cds_data
 
 #: the names of a zoomable chart's two sources the kernel holds, by device
 TIMELINE = "memprof-timeline-{}"
@@ -46,7 +46,7 @@ def template_ids(layout, shape) -> dict[str, tuple[str, str]]:
 def live_sources(shape, values: dict, shown, ids: dict, template_ids: dict) -> dict:
     """For a notebook page: the kernel's copies of each zoomable chart's sources, under the
     page's ids (added to ``ids``), by device: (timeline source, request source, the
-    chart's :class:`.dashboard_data.Timeline`, its stacked categories)."""
+    chart's :class:`.data.Timeline`, its stacked categories)."""
     out = {}
     for k, chart in enumerate(shape.charts):
         if not chart.zoom:

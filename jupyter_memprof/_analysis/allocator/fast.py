@@ -1,7 +1,7 @@
 """The caching allocator model's replay loop: a whole stream of one device in one function,
 its steps inline.
 
-:class:`~jupyter_memprof._analysis.allocator.DeviceAllocator` states the allocator's rules
+:class:`~jupyter_memprof._analysis.allocator.model.DeviceAllocator` states the allocator's rules
 one request (``malloc``) and one free (``free``) at a time. Replaying a million events
 through those methods spends most of its time on calls and attribute look-ups, so
 :func:`run_fast` runs the same rules over a whole stream with the state in local names:
@@ -34,9 +34,9 @@ from itertools import islice
 
 import numpy as np
 
-from . import allocator_repeat
-from .allocator_config import MIN_BLOCK
-from .allocator_state import KEY_MASK, KEY_SHIFT, SMALL_SIZE, AllocatorState, Rounding
+from . import repeat as allocator_repeat
+from .config import MIN_BLOCK
+from .state import KEY_MASK, KEY_SHIFT, SMALL_SIZE, AllocatorState, Rounding
 
 _EXACT = 1 << 53  # sizes below this are exact as floats (their bit length: frexp)
 
@@ -55,7 +55,7 @@ def run_fast(
     ``streams[i]`` (default 0), or its free (a free of a block not requested is ignored).
     Leaves ``alloc``'s rows, counters and peaks as the methods would (``used``: the blocks
     whose keys are still live). On one CUDA stream, repeats of a step that leave the
-    allocator as they found it are not replayed again (:mod:`.allocator_repeat`): returns
+    allocator as they found it are not replayed again (:mod:`.repeat`): returns
     how many events were replayed."""
     where: dict[int, Block] = {}
     replayed = 0

@@ -21,7 +21,7 @@ whose states fit :data:`STATE_BUDGET` (the standalone HTML's size); zoomed in be
 the page shows that level (peaks exact in height, their place within a column of it), and
 the notebook asks the kernel, which holds every state (:func:`window_indices`).
 
-Nothing here is analysis: the states are :func:`.dashboard_data.timeline`'s (the tables'
+Nothing here is analysis: the states are :func:`.data.timeline`'s (the tables'
 states of one device), only chosen.
 """
 
@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from .dashboard_columns import op_text
+from .columns import op_text
 
 #: columns of level 0 (about one per pixel of a full-width chart)
 COLUMNS = 1024

@@ -3,8 +3,8 @@ analysis the same :class:`~jupyter_memprof._records.Capture` the torch-profiler 
 hands it.
 
 No real compute runs and no real memory of the estimated size is allocated: every tensor is
-a :class:`FakeTensor` (shape, dtype, stride and device, no data). :mod:`.fake_copy` makes the
-copies, :mod:`.fake_recorder` records the run.
+a :class:`FakeTensor` (shape, dtype, stride and device, no data). :mod:`.copy` makes the
+copies, :mod:`.recorder` records the run.
 
 Devices: the run computes on a fake device and attributes every block to the device asked
 for. Where that is CUDA and this torch has no CUDA, the run computes on fake CPU tensors
@@ -23,26 +23,19 @@ from typing import Any, NamedTuple
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from .._devices import is_present, parse_device
-from .._errors import DeviceError
-from .._records import CLOSURE_MARKER, Capture, Trace
-from .._vocab import OpKind
-from .cuda_kernels import Gpu
-from .fake_copy import FakeCopier
-from .fake_dist import distributed_hooks
-from .fake_modes import PythonMode, RecordingMode, cuda_functions
-from .fake_recorder import FakeRecorder, cudnn_rnn_error
-from .fake_state import (
-    as_real,
-    compiled_names,
-    eager,
-    internal_error,
-    quiet_fake_logs,
-    real_state_kept,
-)
-from .live import SessionNames, held_rows, marked_closure
-from .recorder import cell_namer, exclusive
-from .torch_profiler import FrameNamer
+from ..._devices import is_present, parse_device
+from ..._errors import DeviceError
+from ..._records import CLOSURE_MARKER, Capture, Trace
+from ..._vocab import OpKind
+from ..cuda_kernels import Gpu
+from ..live import SessionNames, held_rows, marked_closure
+from ..recorder import cell_namer, exclusive
+from ..torch_profiler import FrameNamer
+from .copy import FakeCopier
+from .dist import distributed_hooks
+from .modes import PythonMode, RecordingMode, cuda_functions
+from .recorder import FakeRecorder, cudnn_rnn_error
+from .state import as_real, compiled_names, eager, internal_error, quiet_fake_logs, real_state_kept
 
 
 class Plan(NamedTuple):

@@ -1,6 +1,6 @@
 """What a dashboard of one profile shows, chosen once per profile and kept while it lives.
 
-:func:`shown` picks the rows to draw (:mod:`.dashboard_data`) and encodes the data sources'
+:func:`shown` picks the rows to draw (:mod:`.data`) and encodes the data sources'
 columns; the dashboard under a cell, then ``prof.to_html`` (or ``prof.show()`` again) reuse
 that choice (:class:`.memo.LastProfile`: weak references tell whether the profile and its
 tables are still the same, and the profile's death drops the choice).
@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import dashboard_data as dd
-from . import peaks as _peaks
-from .memo import LastProfile
+from .. import peaks as _peaks
+from ..memo import LastProfile
+from . import data as dd
 
 
 def cds_data(columns: dict) -> dict:
@@ -47,7 +47,7 @@ def cds_data(columns: dict) -> dict:
 
 @dataclass
 class Shown:
-    """What a dashboard of one profile shows (:mod:`.dashboard_data`), before any model."""
+    """What a dashboard of one profile shows (:mod:`.data`), before any model."""
 
     win: dd.Window
     sel: dd.Allocations

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .allocator_state import AllocatorState
+from .state import AllocatorState
 
 #: the live blocks of a replay: key -> (address, bytes, the free list the block returns to)
 Live = dict[int, tuple[int, int, list[int]]]

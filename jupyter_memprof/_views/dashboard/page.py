@@ -13,17 +13,17 @@ Views (each carries a CSS class that tests and users' scripts can find it by):
   whose creating op and backward ops are highlighted in the op tree.
 
 All linking happens in the browser (shared ColumnDataSources, and CustomJS whose code is in
-``_views/js/``, see :mod:`.dashboard_js`), so the notebook widget and the exported file behave
+``_views/js/``, see :mod:`.js`), so the notebook widget and the exported file behave
 the same. What is shown is cut to a level of detail a browser holds comfortably;
-:mod:`.dashboard_data` says how.
+:mod:`.data` says how.
 
 This module is the front: :func:`build` and :func:`page`, and what a dashboard of a profile
 shows (:func:`_spec`: its shape and values). The rooms behind it:
 
-- :mod:`.dashboard_select`: which rows are shown, chosen once per profile and reused;
-- :mod:`.dashboard_panels`: the Bokeh models of the panels (:mod:`.dashboard_kit`: the
+- :mod:`.select`: which rows are shown, chosen once per profile and reused;
+- :mod:`.panels`: the Bokeh models of the panels (:mod:`.kit`: the
   plots, tables and axes they are made of);
-- :mod:`.dashboard_template`: documents serialized once per layout and filled in.
+- :mod:`.template`: documents serialized once per layout and filled in.
 
 :func:`build` makes the Bokeh models. The notebook widget and the HTML file do not: building
 and serializing Bokeh's models costs about half a millisecond each in Python (a dashboard has
@@ -44,31 +44,24 @@ from bokeh.core.serialization import Serializer
 from bokeh.embed.util import contains_tex_string
 from bokeh.models import Column, ColumnDataSource, LayoutDOM
 
-from .._analysis.steps import step_boundaries
-from .._units import format_bytes
-from . import dashboard_data as dd
-from . import dashboard_zoom
-from .dashboard_kit import (
-    OVERVIEW_HEIGHT,
-    ROW_HEIGHT,
-    TABLE_HEIGHT,
-    TIMELINE_HEIGHT,
-    color_key,
-    title_text,
-)
-from .dashboard_panels import LINEAGE_VIEW_COLUMNS, Built, Chart, Shape
-from .dashboard_panels import build_layout as _layout
-from .dashboard_select import (
+from ..._analysis.steps import step_boundaries
+from ..._units import format_bytes
+from . import data as dd
+from . import zoom as dashboard_zoom
+from .kit import OVERVIEW_HEIGHT, ROW_HEIGHT, TABLE_HEIGHT, TIMELINE_HEIGHT, color_key, title_text
+from .panels import LINEAGE_VIEW_COLUMNS, Built, Chart, Shape
+from .panels import build_layout as _layout
+from .select import (  # noqa: F401 (last_shown: the reused selection's record)
     TINY_BYTES,
     TINY_SHARE,
     Shown,
     cds_data,
     forget,
-    last_shown,  # noqa: F401 (the reused selection's record)
+    last_shown,
     tiny_devices,
 )
-from .dashboard_select import shown as _shown
-from .dashboard_template import DocTemplate, Slots
+from .select import shown as _shown
+from .template import DocTemplate, Slots
 
 __all__ = [
     "LINEAGE_VIEW_COLUMNS",
@@ -96,7 +89,7 @@ _ids = itertools.count(1)
 def _header_html(prof) -> str:
     """The summary above the views (a short header of counts when it cannot be made)."""
     try:
-        from .summary import summary_html
+        from ..summary import summary_html
 
         return summary_html(prof)
     except Exception:  # the summary is not available: a minimal header instead

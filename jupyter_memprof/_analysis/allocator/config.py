@@ -9,8 +9,8 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
-from .._errors import AllocatorConfigError
-from .._units import shown
+from ..._errors import AllocatorConfigError
+from ..._units import shown
 
 __all__ = ["AllocatorConfig", "config_from_env", "parse_config"]
 

@@ -20,7 +20,7 @@ __all__ = ["code", "source"]
 @cache
 def source(name: str) -> str:
     """The text of ``js/<name>`` (shipped in the package)."""
-    return files(__package__).joinpath("js", name).read_text(encoding="utf-8")
+    return files("jupyter_memprof._views").joinpath("js", name).read_text(encoding="utf-8")
 
 
 @cache

@@ -14,16 +14,16 @@ from bokeh.document import Document
 from bokeh.embed.elements import div_for_render_item
 from jupyter_bokeh import BokehModel
 
-from . import dashboard_data as dd
-from . import dashboard_zoom
-from .dashboard import Page, forget, page
-from .dashboard_html import display_with_bokehjs, render_item
+from . import data as dd
+from . import zoom as dashboard_zoom
+from .html import display_with_bokehjs, render_item
+from .page import Page, forget, page
 
 
 class BokehView(BokehModel):
     """jupyter_bokeh's widget, whose ``close`` may run twice (explicitly, then on garbage
     collection) without raising, and which shows either a Bokeh layout or a dashboard's
-    :class:`~jupyter_memprof._views.dashboard.Page`.
+    :class:`~jupyter_memprof._views.dashboard.page.Page`.
 
     A page's models exist in the browser only, but for the data sources the kernel reads
     back: the kernel's document holds those (with the page's ids), so the browser's changes

@@ -1,6 +1,6 @@
 """The dashboard's columns: the colours, text and times as sent, ids to rows, the window.
 
-The helpers :mod:`.dashboard_data` lays its columns out with: a column as text (each distinct
+The helpers :mod:`.data` lays its columns out with: a column as text (each distinct
 value converted once), times as people read them, ids looked up as rows, and the time window
 every view shares (ms since the capture started).
 """
@@ -12,8 +12,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from .._analysis.schema import Category, Phase
-from .._units import format_time
+from ..._analysis.schema import Category, Phase
+from ..._units import format_time
 
 # One fixed colour per category (colour-blind-friendly enough, and the same in every view).
 CATEGORY_COLORS: dict[str, str] = {

@@ -142,7 +142,7 @@ def internal_error(exc: BaseException, namer) -> Exception | None:
     own code during a fake run (an ``AssertionError`` of FakeTensorMode, a ``TypeError`` of a
     kernel wrapper), naming it, torch's line and the user's line; ``None`` for exceptions the
     user's code raised itself (they propagate as they are)."""
-    from .._errors import EstimateError
+    from ..._errors import EstimateError
 
     if not isinstance(exc, _INTERNAL) or isinstance(exc, EstimateError):
         return None

@@ -28,15 +28,15 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from .._analysis import lineage as _lineage
-from .._analysis.allocator import reserved_timeline
-from .._analysis.peak import PeakPoint
-from .._analysis.schema import Category, Phase, Relation
-from .._analysis.timeline import live_by_category
-from .._units import format_bytes, format_time
-from . import dashboard_levels as _levels
-from . import peaks as _peaks
-from .dashboard_columns import (
+from ..._analysis import lineage as _lineage
+from ..._analysis.allocator.model import reserved_timeline
+from ..._analysis.peak import PeakPoint
+from ..._analysis.schema import Category, Phase, Relation
+from ..._analysis.timeline import live_by_category
+from ..._units import format_bytes, format_time
+from .. import peaks as _peaks
+from . import levels as _levels
+from .columns import (
     CATEGORY_COLORS,
     PHASE_COLORS,
     SUMMARY_CATEGORY_COLOR,
@@ -53,11 +53,9 @@ from .dashboard_columns import (
     time_texts,
     window,  # noqa: F401 (read here by the dashboard and its tests)
 )
-from .dashboard_columns import (
-    op_text as _op_text,
-)
+from .columns import op_text as _op_text
 
-#: :func:`.dashboard_columns.time_texts` under the name it had here
+#: :func:`.columns.time_texts` under the name it had here
 _time_texts = time_texts
 
 TIMELINE_POINTS = 4000
@@ -100,7 +98,7 @@ class Timeline:
     points_in: int  # event-level points before thinning
     peak_ms: float | None
     peak_bytes: int
-    #: zoom levels (:mod:`.dashboard_levels`) when the states are more than the budget: the
+    #: zoom levels (:mod:`.levels`) when the states are more than the budget: the
     #: kept states' columns (t, total, b_<cat>, op and module as codes into ``pools``,
     #: level), what the page re-aggregates from on zoom; None otherwise
     levels: dict[str, object] | None = None

@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from .._errors import EstimateError
+from ..._errors import EstimateError
 
 _CONTAINERS = (list, tuple, dict)
 
