@@ -117,3 +117,35 @@ def test_an_expandable_segment_that_grew_counts_its_older_part_from_the_start():
     aligned = segments_on_capture(snapshot, [_ev(7, 1020 * mib, 20 * mib)], 0)
     got = sorted((s.time_ns, s.address // mib, s.size // mib) for s in aligned.segments)
     assert got == [(0, 1000, 20), (7, 1020, 20)]
+
+
+def _capture(memory, devices=("cuda:0",)):
+    from jupyter_memprof._records import Capture, Trace
+
+    return Capture(Trace([], [], memory, [], len(memory)), [], [], [], list(devices), 0)
+
+
+def test_a_capture_takes_the_recorded_segments_only_when_every_event_matched():
+    """``with_recorded_segments``: a full match gives ``Capture.segments`` (reserved memory
+    recorded) and says so in meta; an event missing from the history (a wrapped ring buffer)
+    keeps the model's segments and says why."""
+    from jupyter_memprof._analysis.meta_schema import problem
+    from jupyter_memprof._producers.snapshot.align import with_recorded_segments
+
+    path = H100 / "quickstart_tinylm_adamw__default.json"
+    snapshot, memory, _ = _recorded_pair(path)
+    capture, meta = with_recorded_segments(_capture(memory), snapshot)
+    assert meta == {"snapshot_segments": {"cuda:0": len(memory)}}
+    assert sum(s.size for s in capture.segments) == memory[-1].total_reserved
+    assert problem(meta) is None
+    snapshot["device_traces"][0] = snapshot["device_traces"][0][10:]  # the first 10 lost
+    capture, meta = with_recorded_segments(_capture(memory), snapshot)
+    assert capture.segments is None
+    assert meta["snapshot_segments_error"].startswith(
+        f"allocator events not in the recorded history: 5 of the {len(memory)} on cuda:0 ("
+    )
+    assert problem(meta) is None
+    assert with_recorded_segments(_capture(memory, ["cpu"]), snapshot) == (
+        _capture(memory, ["cpu"]),
+        {},
+    )

@@ -304,6 +304,10 @@ META: dict[str, Key] = {
     "snapshot_error": Key(is_str, "why the allocator's snapshot could not be taken or written"),
     "snapshot_path": Key(is_str, "where profile(snapshot=PATH) wrote the allocator's snapshot"),
     "snapshot_oom": Key(snapshot_oom, "the segment picture of a failed CUDA request"),
+    "snapshot_segments": Key(
+        by_device(nonneg_int), "segments recorded by snapshot=True: events matched per device"
+    ),
+    "snapshot_segments_error": Key(is_str, "why snapshot=True's segments were not used"),
     "trace": Key(trace_fields, "a Kineto trace's own fields (load_trace)"),
     "producer": Key(is_str, "what made the records (a capture, an estimate, a trace, ...)"),
     "not_recorded": Key(list_of(is_str), "what the producer could not record"),

@@ -22,9 +22,9 @@ from collections import defaultdict, deque
 from collections.abc import Iterable
 from typing import Any, NamedTuple
 
-from ..._records import MemoryRecord, SegmentRecord
+from ..._records import Capture, MemoryRecord, SegmentRecord
 
-__all__ = ["Aligned", "segments_on_capture"]
+__all__ = ["Aligned", "segments_on_capture", "with_recorded_segments"]
 
 #: a segment action and the sign of its change of reserved memory
 SEGMENT_ACTIONS = {"segment_alloc": 1, "segment_map": 1, "segment_free": -1, "segment_unmap": -1}
@@ -72,6 +72,37 @@ def segments_on_capture(
         if index >= len(traces):
             segments += _alive_before(final, [], f"cuda:{index}", start_ns)
     return Aligned(segments, matched, unmatched)
+
+
+def with_recorded_segments(capture: Capture, snapshot: Any) -> tuple[Capture, dict[str, Any]]:
+    """``capture`` with the segments ``snapshot`` recorded (``Capture.segments``: reserved
+    memory recorded, not modelled) when every allocator event of every CUDA device of the
+    capture found its entry in the snapshot's history; else ``capture`` as it is. The meta
+    says which: ``snapshot_segments`` (device -> events matched) or
+    ``snapshot_segments_error`` (why the model's segments were kept)."""
+    if not isinstance(snapshot, dict) or not isinstance(snapshot.get("device_traces"), list):
+        return capture, {}
+    cuda = [d for d in capture.devices if d.startswith("cuda")]
+    if not cuda:
+        return capture, {}
+    start = capture.start_ns
+    if start is None:
+        start = min((m.time_ns for m in capture.trace.memory), default=0)
+    aligned = segments_on_capture(snapshot, capture.trace.memory, start)
+    counts = {d: 0 for d in cuda}
+    for m in capture.trace.memory:
+        if m.device in counts:
+            counts[m.device] += 1
+    short = {d: n - aligned.matched.get(d, 0) for d, n in counts.items()}
+    short = {d: n for d, n in short.items() if n}
+    if short:
+        lost = ", ".join(f"{n} of the {counts[d]} on {d}" for d, n in short.items())
+        return capture, {
+            "snapshot_segments_error": f"allocator events not in the recorded history: {lost} "
+            "(its ring buffer wrapped, or it missed them): segments modelled"
+        }
+    ours = [s for s in aligned.segments if s.device in counts]
+    return capture._replace(segments=ours), {"snapshot_segments": dict(counts)}
 
 
 def _place(
