@@ -1,4 +1,4 @@
-"""``python -m jupyter_memprof``: the ``jupyter-memprof`` command (docs/cli.md)."""
+"""``python -m jupyter_memprof``, the same as ``jupyter-memprof``."""
 
 from ._cli.main import run
 

@@ -1,4 +1,4 @@
-"""Devices: the one parser of device names and the one order devices are shown in.
+"""Devices: the one parser of device names and the one order.
 
 Every device name a user gives goes through here: :func:`parse_device` for one name
 (estimate mode: any ``cuda:N``, no CUDA needed), :func:`resolve_devices` for a capture's

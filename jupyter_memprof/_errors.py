@@ -1,4 +1,4 @@
-"""The package's exceptions: each says in one line what is wrong and what to do."""
+"""The package's errors: each says in one line what to do."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Writing files safely: never half a file, never someone else's file replaced by surprise.
+"""Safe writes: never half a file, no file replaced by surprise.
 
 Every file the package writes (saved profiles, HTML reports, exports) goes through
 :func:`atomic_write` (or :func:`atomic_write_dir` for a folder of files): the content is written

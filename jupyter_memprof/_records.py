@@ -1,4 +1,4 @@
-"""The producer interface: the plain records every producer hands to the analysis.
+"""The producer interface: the records every producer hands over.
 
 A *producer* runs (or pretends to run) some PyTorch code and describes what happened as a
 :class:`Capture`: ops with their nesting and timing (:class:`OpRecord`), the tensors each op

@@ -1,4 +1,4 @@
-"""Units for people: bytes and durations, formatted and parsed in one place."""
+"""Units for people: bytes and durations, formatted and parsed."""
 
 from __future__ import annotations
 

@@ -1,3 +1,3 @@
-"""The one version number of jupyter_memprof (``labextension/package.json`` follows it)."""
+"""The one version number; ``labextension/package.json`` follows."""
 
 __version__ = "0.1.0"

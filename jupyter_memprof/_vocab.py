@@ -1,4 +1,4 @@
-"""The vocabularies every layer shares: categories, phases, op kinds, actions, relations, roles.
+"""The vocabularies every layer shares, as enums.
 
 They sit below everything else so that producers (which tag records with an :class:`OpKind`
 or a :class:`Role`) and the analysis (which stores them as categorical columns) agree on one

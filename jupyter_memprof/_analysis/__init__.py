@@ -1,1 +1,1 @@
-"""Analysis: pure functions from records to tables, and from tables to answers (categories, lineage, peak, timeline)."""
+"""Analysis: pure functions from records to tables to answers."""

@@ -1,4 +1,4 @@
-"""Blocks: the ``allocations`` table, one row per block of memory from allocation to free.
+"""The allocations table: one row per block, allocation to free.
 
 Allocator events are paired into blocks (:func:`_pair_events`); then come the blocks from
 before the capture: those ops used but the allocator never reported (:func:`_add_op_inputs`),

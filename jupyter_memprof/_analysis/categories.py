@@ -1,4 +1,4 @@
-"""Categories: what every block and every tensor version is for, and why we think so.
+"""Categories: what each block and tensor version is for, and why.
 
 A pure function of the tables. Rules run from the most certain to the least; the first rule
 that decides a block wins, and its name is the ``reason`` column.

@@ -1,4 +1,4 @@
-"""What changed between two profiles: bytes live at each peak, grouped and subtracted.
+"""What changed between two profiles: their peaks, subtracted.
 
 A pure function of two profiles' tables. For a key (``category``, ``module``, ``op`` or
 ``name``) it takes the blocks live at each profile's own peak (:func:`.peak.peak`), sums

@@ -1,4 +1,4 @@
-"""FSDP2's own blocks: the parameters it all-gathers and the gradients it reduce-scatters.
+"""FSDP2's all-gathered parameters and reduce-scattered gradients.
 
 ``fully_shard`` (FSDP2) keeps only this rank's shard of every parameter between steps (a
 DTensor, named by the live session like any parameter). Around each sharded module's

@@ -1,4 +1,6 @@
-"""The peak explained: the few groups of blocks that make it up, what each is for, and which
+"""The peak in a few groups: what each is for, what could cut it.
+
+The peak explained: the few groups of blocks that make it up, what each is for, and which
 changes could cut it.
 
 A pure function of a profile's tables. The blocks live at the peak (:func:`.peak.peak`) are

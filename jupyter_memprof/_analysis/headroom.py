@@ -1,4 +1,4 @@
-"""Will it fit: a memory limit split into what fills it, and what is left (or missing).
+"""Will it fit: a memory limit split into what fills it.
 
 For a device and a limit (an estimate's ``limit=``, or any profile whose ``meta["limit"]``
 is set), the parts of the limit at the step's worst moment:

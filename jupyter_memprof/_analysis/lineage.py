@@ -1,4 +1,4 @@
-"""Lineage: the story of a block, from the op that made it to the op that freed it.
+"""Lineage: a block's story, from the op that made it to its free.
 
 One row per step, time ordered: ``preexisting`` or ``allocated`` (the op, its module and
 Python line), every ``read`` and in-place ``mutated`` write (each write is a new version),

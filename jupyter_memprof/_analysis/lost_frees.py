@@ -1,4 +1,4 @@
-"""Frees the profiler did not report, found from a CUDA allocator's own totals.
+"""Frees the profiler missed, found from CUDA's allocator totals.
 
 torch's profiler reports the free of a CUDA block freed outside any op (``del x``, a
 tensor's last reference dropped between two statements) only when it records Python

@@ -1,4 +1,4 @@
-"""Modules: the module every block belongs to (``module``), and why (``module_reason``).
+"""Modules: the module every block belongs to, and why.
 
 A pure function of the tables, read through :class:`~.facts.Facts`. The rules (see
 :mod:`.categories` for the whole story) run in order; a block keeps the first module a rule

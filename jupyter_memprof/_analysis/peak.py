@@ -1,4 +1,4 @@
-"""The peak: when live memory was highest on a device, and which blocks made it up."""
+"""The peak: a device's highest live memory and the blocks in it."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""From records to the finished tables: the pipeline, top to bottom.
+"""From records to the finished tables: the pipeline, in order.
 
 :func:`analyse` is the one analysis every producer feeds: it takes a
 :class:`~jupyter_memprof._records.Capture` and returns every table plus timing meta.

@@ -1,4 +1,4 @@
-"""Every table's schema, declared once, and the vocabularies they use.
+"""Every table's schema and vocabulary, declared once.
 
 A schema maps column -> dtype. :func:`empty` builds a typed empty table and :func:`conform`
 coerces a freshly built (or freshly loaded) table to its schema, so every table a user sees

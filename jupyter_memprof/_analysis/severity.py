@@ -1,4 +1,4 @@
-"""How much a leak matters: bytes per step judged against the step and the device.
+"""How much a leak matters, judged against the step and device.
 
 A block kept every step is a leak whatever its size, but 4 B per step (a list of loss
 scalars) is not 40 MiB per step. Two measures, each a named rule below:

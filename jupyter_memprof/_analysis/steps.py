@@ -1,4 +1,4 @@
-"""Steps and leaks: a capture of a loop, split into its iterations.
+"""Steps and leaks: a capture of a loop, split into iterations.
 
 A step ends at each ``optimizer.step()``; where the code marks its steps itself
 (:func:`jupyter_memprof.step`, or torch's ``profiler.step()``), the marks decide instead.

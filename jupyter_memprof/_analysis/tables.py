@@ -1,4 +1,4 @@
-"""Records -> tables: ops, allocations, versions, uses, names and flows.
+"""Records -> tables: ops, blocks, versions, uses, names, flows.
 
 Everything here is vectorised over the flat records of :mod:`_records`: numpy reads the
 records once (:func:`_read`) and the tables are built with numpy on int64 ids and on codes

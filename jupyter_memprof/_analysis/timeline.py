@@ -1,4 +1,4 @@
-"""Memory events and the per-category timeline, derived from categorised tables.
+"""Memory events and the per-category timeline.
 
 ``events`` follows torch's raw memory-timeline vocabulary (preexisting, create,
 increment_version, destroy). ``timeline`` holds, after each event, the live bytes of every

@@ -1,4 +1,4 @@
-"""Long runs: a loop recorded in windows of steps, each analysed on its own, joined here.
+"""Long runs: windows of steps, each analysed alone, joined here.
 
 Each window of a long run (``profile(steps=N)``) is a capture of its own with its own
 tables. What joins them is small and does not grow with the number of steps unless the

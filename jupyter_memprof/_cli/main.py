@@ -1,4 +1,4 @@
-"""``jupyter-memprof``: the command line (also ``python -m jupyter_memprof``).
+"""``jupyter-memprof``: the command line's parser and dispatch.
 
 Built on the standard library's argparse: no dependency to install, pin or break, and the
 subcommands are few and flat. What each subcommand does is in :mod:`.commands`; this module

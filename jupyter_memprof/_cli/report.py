@@ -1,4 +1,4 @@
-"""A profile, a diff or a fit as the documents of :mod:`.schema`, and as text for people.
+"""Profiles, diffs and fits as JSON documents and as text.
 
 Everything here reads what :class:`~jupyter_memprof.Profile` and the analyses already
 compute (``summary()``, ``explain()``, ``leaks()``, ``first_over``); nothing is computed

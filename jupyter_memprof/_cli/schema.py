@@ -1,4 +1,4 @@
-"""The JSON documents ``jupyter-memprof ... --json`` prints, declared once.
+"""The JSON documents that ``--json`` prints, declared once.
 
 Every document is one JSON object with ``schema`` (:data:`NAME`), ``schema_version``
 (:data:`VERSION`) and ``command``. :data:`SCHEMA` is a JSON Schema (draft 2020-12) of all

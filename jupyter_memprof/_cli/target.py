@@ -1,4 +1,6 @@
-"""The function a command estimates, found by ``MODULE:FUNCTION`` or ``path/to/script.py:FUNCTION``,
+"""The function a command estimates, and how it gets its batch.
+
+The function a command estimates, found by ``MODULE:FUNCTION`` or ``path/to/script.py:FUNCTION``,
 and the one convention for giving it a batch size.
 
 The function builds its own model, optimizer and batch and runs one step; estimate mode

@@ -1,1 +1,1 @@
-"""Front ends: the public profile() context manager, the IPython magic, the JupyterLab comm and the session registry."""
+"""Front ends: profile(), the magics, the panel and the session."""

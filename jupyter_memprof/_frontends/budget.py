@@ -1,4 +1,4 @@
-"""A plain capture's memory budget: recording stops before it takes the machine down.
+"""A capture's memory budget: stop before the machine runs out.
 
 torch's profiler keeps every event until it stops: a capture of a cell that never ends grows
 by up to 2 GB a second. While a plain capture runs, a watchdog thread reads the process's

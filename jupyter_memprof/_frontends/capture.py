@@ -1,4 +1,4 @@
-"""Capture: run torch's profiler around a block of code and turn what it saw into a Profile.
+"""``profile()``: torch's profiler around a block of code -> Profile.
 
 ``with jupyter_memprof.profile() as prof:`` is the whole API. The profiler is always stopped
 and the hooks always removed, also when the block raises or is interrupted; the partial

@@ -1,4 +1,4 @@
-"""A notebook cell compiled and run the way IPython runs it, for the magic to profile.
+"""A notebook cell compiled and run as IPython runs it.
 
 The cell runs as it would without the magic: IPython's input transforms (other magics,
 ``!cmd``), its AST transformers, its ``ast_node_interactivity`` (the last expression's value

@@ -1,4 +1,4 @@
-"""Profile one notebook cell, for real or as an estimate, and hand the profile to the user.
+"""One notebook cell profiled or estimated, then shown.
 
 What the magic does once its options are read (:mod:`.magic_options`) and its code compiled
 (:mod:`.cell`): :func:`profile_cell` runs the code inside a capture, :func:`estimate_cell`

@@ -1,4 +1,4 @@
-"""Estimate mode: the memory of a step on any device, without running it.
+"""Estimate mode: a step's memory on any device, without a run.
 
 ``estimate(fn, *args, device="cuda:0", limit="24GiB")`` calls ``fn`` on fake copies of
 its arguments (:mod:`jupyter_memprof._producers.fake`) and returns a :class:`Profile` with

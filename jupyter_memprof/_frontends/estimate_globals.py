@@ -1,4 +1,4 @@
-"""The globals an estimated function reads: bound to fake copies while it runs.
+"""The globals an estimated function reads, bound to fake copies.
 
 ``estimate(train_step)`` where ``train_step`` reads ``model`` and ``opt`` as notebook (or
 module) globals is handled as ``%%memprofile --estimate`` handles a cell: the global names

@@ -1,4 +1,4 @@
-"""One way to finish a run, whatever produced it: records -> tables -> the profile -> the session.
+"""How every run ends: records -> tables -> profile -> session.
 
 Both producers end here: a capture (:mod:`.capture`, torch's profiler) and an estimate
 (:mod:`.estimate`, a run on fake tensors), and so do the magic's cells, which drive them.

@@ -1,4 +1,4 @@
-"""The largest batch that fits: estimates of ``fn(batch, *args)`` at a few batch sizes.
+"""``fit()``: the largest batch that fits, from a few estimates.
 
 ``fit(train_step, model, opt, limit="24GiB", device="cuda:0")`` estimates the step
 (:mod:`.estimate`) at batch sizes chosen by :func:`search` and returns the largest that

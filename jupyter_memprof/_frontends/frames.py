@@ -1,4 +1,4 @@
-"""The names a caller's code sees, read without keeping its local variables alive."""
+"""A caller's names, read without keeping its locals alive."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The ``%%memprofile`` cell magic and ``%memprofile STATEMENT`` line magic: a thin adapter.
+"""The ``%%memprofile`` and ``%memprofile`` magics: a thin adapter.
 
 The options are declared and checked in :mod:`.magic_options`, the cell is compiled and run
 as IPython runs it by :mod:`.cell`, and profiled (or estimated) and shown by

@@ -1,4 +1,4 @@
-"""The options of ``%%memprofile``, declared once, and read into one checked :class:`Options`.
+"""The magic's options, declared once, read into checked ``Options``.
 
 :data:`OPTIONS` gives each option's flags, value and help; from it come the magic's argument
 decorators (IPython's :mod:`~IPython.core.magic_arguments`, which parses them and writes

@@ -1,4 +1,4 @@
-"""Progress reporting for the work after a capture's code: torch's stop, reading, analysis.
+"""Progress shown for the work after a capture's code ends.
 
 :func:`progress_for` gives the ``progress(stage, done, total)`` callable that
 :func:`jupyter_memprof.profile` calls from the end of the code until the tables are built

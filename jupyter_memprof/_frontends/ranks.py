@@ -1,4 +1,6 @@
-"""``jupyter_memprof.load_many`` in a notebook: a saved run's per-rank profiles as a
+"""``load_many`` in a notebook: every rank's profile in the panel.
+
+``jupyter_memprof.load_many`` in a notebook: a saved run's per-rank profiles as a
 :class:`~jupyter_memprof._results.profile_set.ProfileSet`, each also listed in the Memory
 profiles panel under its rank, where any two open side by side (select both, Compare)."""
 

@@ -1,4 +1,4 @@
-"""Profiles captured in this Python process, newest last, for the JupyterLab panel.
+"""This process's profiles, newest last, for the JupyterLab panel.
 
 Capture code calls :func:`add` with every finished profile; listeners (the comm that
 talks to the JupyterLab extension) subscribe with :func:`subscribe` and hear about

@@ -1,4 +1,6 @@
-"""Open a torch memory snapshot as a :class:`~jupyter_memprof.Profile`:
+"""``load_snapshot()``: a torch memory snapshot as a Profile.
+
+Open a torch memory snapshot as a :class:`~jupyter_memprof.Profile`:
 :func:`load_snapshot` (and :func:`jupyter_memprof.load`, :mod:`.traces`, which tells a
 snapshot from a saved profile or a trace by its content).
 

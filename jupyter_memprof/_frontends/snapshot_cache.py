@@ -1,4 +1,4 @@
-"""A cached copy of a big snapshot's profile, so that opening the same file again is fast.
+"""A big snapshot's profile cached, so its next open is fast.
 
 The first :func:`~jupyter_memprof.load_snapshot` of a file of :data:`MIN_BYTES` or more saves
 its profile as a Parquet folder (:meth:`Profile.save`, atomic) under the cache folder; the next

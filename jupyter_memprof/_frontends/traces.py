@@ -1,4 +1,4 @@
-"""``jupyter_memprof.load_trace``: a trace torch's profiler wrote, as a :class:`Profile`.
+"""``load_trace()``: a trace torch's profiler wrote, as a Profile.
 
 The Kineto producer (:mod:`jupyter_memprof._producers.kineto`) reads the file into records,
 and the run ends as every run does (:func:`.finish.fill`): the same analysis, tables and

@@ -1,4 +1,4 @@
-"""What if: a step estimated as it is and with changes applied to its fake copies.
+"""``what_if()``: a step estimated as it is and with changes.
 
 ``what_if(train_step, model, opt, x, y, checkpoint=["model.blocks.*"], autocast=torch.bfloat16)``
 runs two estimates (:mod:`.estimate`): the step as it is, and the step on fake copies changed

@@ -1,4 +1,4 @@
-"""A notebook widget to toggle what_if() changes and see the estimate update.
+"""A notebook widget to toggle what_if() changes, live.
 
 ``what_if_widget(train_step, model, opt, x, y, checkpoint=["model.blocks.*"],
 autocast=torch.bfloat16, batch=2)`` shows one checkbox per change offered; ticking them

@@ -1,1 +1,1 @@
-"""Producers: turn a run of PyTorch code into the records the analysis consumes (see jupyter_memprof._records)."""
+"""Producers: a run of PyTorch code (or a file) -> records."""

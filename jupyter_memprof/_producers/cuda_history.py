@@ -1,4 +1,6 @@
-"""CUDA's caching allocator recording its own history during a capture
+"""CUDA's allocator recording its own history (``snapshot=True``).
+
+CUDA's caching allocator recording its own history during a capture
 (``profile(..., snapshot=True)``): ``torch.cuda.memory._record_memory_history`` on, the
 allocator's snapshot (``torch.cuda.memory._snapshot()``: segments, blocks and the trace of
 every allocation, free and out-of-memory error) taken when the capture ends, also when the

@@ -1,4 +1,4 @@
-"""Distributed tensors (``torch.distributed.tensor.DTensor``): the local shard behind one.
+"""A ``DTensor``'s bytes: the local shard behind it.
 
 FSDP2 (``fully_shard``) keeps every parameter as a DTensor, and so are its gradient and the
 optimizer state made from it (Adam's ``exp_avg`` of a DTensor parameter is a DTensor). A

@@ -1,4 +1,6 @@
-"""The GPU an estimate for CUDA follows (:class:`Gpu`, :func:`parse_gpu`), and what the size
+"""The GPU a CUDA estimate follows, and what its size rules share.
+
+The GPU an estimate for CUDA follows (:class:`Gpu`, :func:`parse_gpu`), and what the size
 rules of CUDA's kernels share (:mod:`.cuda_kernels` for attention, :mod:`.cudnn_kernels`
 for cuDNN's RNNs and convolutions): byte counts and how a rule names an op's outputs."""
 

@@ -1,4 +1,4 @@
-"""What the live session knows: modules and optimizers that ran, and names for tensors.
+"""What the live session knows: modules, optimizers, tensor names.
 
 The profiler sees storages and pointers; users think in ``model.fc1.weight`` and
 ``opt.state[model.fc1.weight].exp_avg``. During a capture, torch's Python tracer (with Python

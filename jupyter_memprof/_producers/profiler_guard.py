@@ -1,4 +1,4 @@
-"""While a capture runs, torch's profiler refuses to start anywhere but in the capture.
+"""No other torch profiler may start while a capture runs.
 
 torch runs one kineto profiler per process but keeps its "enabled" state per thread, so a
 second profiler started from another thread while a capture records is not refused by

@@ -1,4 +1,4 @@
-"""What the session can reach: every tensor, module and optimizer its variables hold.
+"""Every tensor, module and optimizer the session's names hold.
 
 A profile counts every byte live when the capture starts, and names what it can. Memory the
 profiled code never touches is still held by something the user wrote: a variable, a list

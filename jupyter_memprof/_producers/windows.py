@@ -1,4 +1,4 @@
-"""A recorder for long loops: torch's profiler is stopped and started again every few steps.
+"""Long loops recorded: torch's profiler restarted every N steps.
 
 A capture of a loop keeps every event in torch's profiler until it stops (about 27k events
 per step of a 64-block MLP with Python stacks), so a loop of thousands of steps would keep

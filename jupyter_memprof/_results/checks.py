@@ -1,4 +1,6 @@
-"""What a saved profile may hold, checked on load for both formats (the zip of JSON,
+"""What a saved profile may hold, checked on load (both formats).
+
+What a saved profile may hold, checked on load for both formats (the zip of JSON,
 :mod:`.storage`, and the Parquet folder, :mod:`.parquet`).
 
 Loading treats the file as untrusted: sizes are bounded before anything is decompressed

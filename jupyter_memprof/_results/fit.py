@@ -1,4 +1,6 @@
-"""What :func:`jupyter_memprof.fit` returns: the largest batch that fits, and every estimate
+"""``Fit``: what ``fit()`` returns, the batch and every estimate.
+
+What :func:`jupyter_memprof.fit` returns: the largest batch that fits, and every estimate
 it took to find it."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""A long run's kept windows (``prof.kept``) in a saved profile, for both formats.
+"""A long run's kept windows (``prof.kept``) in a saved file.
 
 A long run keeps the full tables of the windows that hold the steps asked for (``keep=``:
 "first", "peak", "last", step numbers), each a profile of its own in ``prof.kept``; several

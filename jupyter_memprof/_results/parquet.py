@@ -1,4 +1,4 @@
-"""Profiles as a folder of Parquet files: one per table, plus ``meta.json``.
+"""Profiles as a Parquet folder: a file per table, ``meta.json``.
 
 The folder is what columnar tools read directly (DuckDB, Polars, Spark, pandas):
 ``read_parquet('run/rank*/allocations.parquet')`` is a query over every rank's blocks. Each

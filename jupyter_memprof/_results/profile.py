@@ -1,4 +1,4 @@
-"""The result of one capture or estimate: its tables and what can be asked of them."""
+"""``Profile``: one capture's tables and what can be asked of them."""
 
 from __future__ import annotations
 

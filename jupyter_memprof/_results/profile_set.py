@@ -1,4 +1,4 @@
-"""Many profiles side by side: one per rank of a distributed job (or per run).
+"""``ProfileSet``: many profiles side by side, one per rank.
 
 Under ``torch.distributed`` every rank captures its own profile (``meta["rank"]`` and
 ``meta["world_size"]`` are recorded) and saves it, e.g. ``prof.save("run/rank{rank}",

@@ -1,4 +1,6 @@
-"""``prof.snapshot`` in a saved profile: CUDA's own allocator snapshot (recorded with
+"""``prof.snapshot`` in a saved profile (both formats).
+
+``prof.snapshot`` in a saved profile: CUDA's own allocator snapshot (recorded with
 ``profile(snapshot=True)``) as one JSON document beside the tables, ``snapshot.json``, a
 member of the zip or a file of the Parquet folder. Absent when the profile has none.
 

@@ -1,4 +1,4 @@
-"""Save and load profiles: a zip of one JSON document per table plus the metadata.
+"""Profiles saved and loaded as a zip: a JSON document per table.
 
 No pickle: loading a file never runs code. Dtypes are not trusted from the file; every table
 is checked against its declared schema (:mod:`_schema`) and coerced back to it, so a round

@@ -1,1 +1,1 @@
-"""Views: summaries, the dashboard and exports, built from a Profile's tables; they compute no analysis."""
+"""Views: summaries, dashboards and exports; no analysis."""

@@ -1,4 +1,6 @@
-"""The line a summary shows when a capture was stopped at its memory budget
+"""The summary's line for a capture stopped at its memory budget.
+
+The line a summary shows when a capture was stopped at its memory budget
 (``meta["memory_budget"]``, see docs/reliability.md)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Two profiles side by side: both timelines on one time axis and one byte scale, and the diff.
+"""Two profiles on one time axis and one byte scale, and the diff.
 
 Each profile's timeline starts at the start of its profiled code (time 0), so the same step
 lines up; both charts share the x range (zooming one zooms the other) and the y range (the

@@ -1,4 +1,6 @@
-"""The peak explained (:func:`jupyter_memprof._analysis.explain.explain`) as text and HTML:
+"""The peak explained as text and HTML: one line per group.
+
+The peak explained (:func:`jupyter_memprof._analysis.explain.explain`) as text and HTML:
 one line per group with its bytes, its share of the peak, what it is for and the changes
 that could cut it. Nothing here is analysis: the rows come from the table as they are."""
 

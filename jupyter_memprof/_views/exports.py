@@ -1,4 +1,4 @@
-"""Standard exports of a profile, the format chosen by the file name.
+"""Standard exports of a profile, chosen by the file's name.
 
 - ``*.raw.json.gz``: torch's raw memory-timeline events, the layout that
   ``torch.profiler.profile.export_memory_timeline`` writes for that suffix

@@ -1,4 +1,6 @@
-"""Will it fit, at a glance: one bar of the limit split into what fills it, and the verdict
+"""Will it fit: the limit as one bar, and the verdict in words.
+
+Will it fit, at a glance: one bar of the limit split into what fills it, and the verdict
 in words (the parts: :func:`jupyter_memprof._analysis.headroom.headroom`)."""
 
 from __future__ import annotations

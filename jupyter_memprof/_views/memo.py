@@ -1,4 +1,4 @@
-"""Values the views derive from one profile, kept while that profile and its tables live.
+"""Values the views derive from a profile, kept while it lives.
 
 A notebook shows one cell's profile after another, and each is drawn by several views (the
 summary as text and as HTML, then the dashboard; later ``prof.to_html`` or ``prof.show()``

@@ -1,4 +1,4 @@
-"""The peak of each device, computed once per profile for every view that shows it.
+"""Each device's peak, computed once per profile for every view.
 
 Under a ``%%memprofile`` cell the summary's text, its HTML and the dashboard each show the
 peak of every device: they read it here, where it is computed the first time a view asks

@@ -1,4 +1,4 @@
-"""A profile written as a torch memory snapshot: the pickle memory_viz opens.
+"""A profile as a torch memory snapshot, for memory_viz.
 
 ``Profile.to_snapshot(path)`` writes what ``torch.cuda.memory._dump_snapshot`` writes, built from
 the tables of any profile (a capture on any device, an estimate, a loaded file), with the

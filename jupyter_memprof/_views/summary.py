@@ -1,4 +1,4 @@
-"""The headline numbers of a profile, as a dict, as text and as (escaped) HTML.
+"""A profile's headline numbers: a dict, text and escaped HTML.
 
 The summary reads the tables and the peak of each device (:mod:`.peaks`: what
 :meth:`Profile.peak` reports, computed once for the summary's text, its HTML and the dashboard);

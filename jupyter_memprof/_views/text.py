@@ -1,4 +1,4 @@
-"""Text for people: a block's lineage and a diff of two profiles, for a terminal and HTML.
+"""A block's lineage and a diff as text, for terminals and HTML.
 
 The analysis gives tables (:func:`jupyter_memprof._analysis.lineage.lineage`,
 :func:`jupyter_memprof._analysis.diff.diff`); this module writes them out: times since the

@@ -1,4 +1,6 @@
-"""The caching allocator model's replay loop: a whole stream of one device in one function,
+"""The model's replay loop: one device's stream in one function.
+
+The caching allocator model's replay loop: a whole stream of one device in one function,
 its steps inline.
 
 :class:`~jupyter_memprof._analysis.allocator.model.DeviceAllocator` states the allocator's rules

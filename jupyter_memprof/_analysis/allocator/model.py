@@ -1,4 +1,6 @@
-"""A model of CUDA's caching allocator: what a step reserves on a GPU, not only what it
+"""What a step reserves on a GPU: the caching allocator replayed.
+
+A model of CUDA's caching allocator: what a step reserves on a GPU, not only what it
 allocates.
 
 PyTorch does not hand each tensor to ``cudaMalloc``: its caching allocator

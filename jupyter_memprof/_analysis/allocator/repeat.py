@@ -1,4 +1,4 @@
-"""Repeats of a step, found in a stream of allocator events and not replayed again.
+"""Repeated steps found in an allocator stream, not replayed.
 
 A training loop asks the caching allocator for the same sizes in the same order every step,
 and frees them in the same order. Once the allocator's state at the start of a step is the

@@ -1,4 +1,4 @@
-"""Estimate mode's producer: the step run on fake tensors (:mod:`.run` is the front door).
+"""Estimate mode's producer: a step run on fake tensors.
 
 :mod:`.copy` makes the fake copies of what the step touches, :mod:`.modes` the dispatch modes,
 :mod:`.recorder` the records, :mod:`.changes` the what-if changes, :mod:`.known`/:mod:`.values`

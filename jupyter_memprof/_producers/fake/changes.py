@@ -1,4 +1,4 @@
-"""Changes applied to the fake copies of a step's objects, for :func:`jupyter_memprof.what_if`.
+"""Changes made to a step's fake copies, for ``what_if()``.
 
 Each change is made to the fake copies only (the real objects are only read) after
 :class:`~.copy.FakeCopier` made them and before the step runs:

@@ -1,4 +1,4 @@
-"""Distributed steps in a fake run: ``fully_shard``, DDP and collectives as on N ranks.
+"""A fake run on N ranks: ``fully_shard``, DDP and collectives.
 
 ``estimate(fn, ..., world_size=N)`` runs ``fn`` in this one process as rank 0 of N, on torch's
 fake process group (backend ``"fake"`` with ``torch.testing._internal.distributed.fake_pg.

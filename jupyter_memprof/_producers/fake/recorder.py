@@ -1,4 +1,4 @@
-"""Records a run on fake tensors as the records every producer emits.
+"""Every op on fake tensors recorded as a producer's records.
 
 What a fake run offers, and how each record is made from it:
 

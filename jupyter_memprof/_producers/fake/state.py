@@ -1,4 +1,4 @@
-"""What a fake run keeps as it was, and what it runs differently from the real step.
+"""What a fake run keeps as it was, and what it runs differently.
 
 - **Random number generators**: the step may draw numbers (dropout's masks are fake, but a
   data pipeline's ``torch.randint``, Python's ``random`` or NumPy's generator are not);

@@ -1,4 +1,4 @@
-"""Values a fake run gives where code reads a computed scalar that only decides numbers.
+"""Values a fake run gives for scalars that only decide numbers.
 
 A fake tensor has no value, so ``.item()``, ``float(t)`` or ``if t > x:`` on a computed one
 cannot be answered (``aten::_local_scalar_dense`` raises). Some of that code only chooses

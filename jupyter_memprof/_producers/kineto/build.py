@@ -1,4 +1,4 @@
-"""A trace's spans and memory events as the records every producer hands over (a Capture).
+"""A trace's spans and memory events as a Capture.
 
 What a Kineto trace holds, and how each record is made from it:
 

@@ -1,4 +1,6 @@
-"""What a ``python_function`` event's name says (``torch/nn/modules/linear.py(124): forward``,
+"""What a ``python_function`` event's name says: callsite or module.
+
+What a ``python_function`` event's name says (``torch/nn/modules/linear.py(124): forward``,
 ``train.py(12): step``, ``nn.Module: Linear_0``): is it the user's code (a callsite), a module
 call, or the backward pass itself; and whether the reader needs to keep it at all.
 

@@ -1,4 +1,6 @@
-"""The snapshot producer: a file torch's ``torch.cuda.memory._dump_snapshot`` wrote (or the
+"""The snapshot producer: a torch memory snapshot -> Capture.
+
+The snapshot producer: a file torch's ``torch.cuda.memory._dump_snapshot`` wrote (or the
 dict ``torch.cuda.memory._snapshot()`` returns) read into a
 :class:`~jupyter_memprof._records.Capture`.
 

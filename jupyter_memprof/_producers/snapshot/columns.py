@@ -1,4 +1,4 @@
-"""A snapshot's trace entries read a field at a time: the fast path of :func:`.read._entries`.
+"""A snapshot's trace entries read a field at a time (fast path).
 
 Reading an entry at a time costs about 3 µs of Python per entry (its dict looked up field
 by field, each value checked). Here each field of a trace is one list made by ``map`` over

@@ -1,4 +1,4 @@
-"""Read a snapshot file as plain data: a pickle (protocols 2 to 5) or its JSON form.
+"""A snapshot file as plain data: pickle protocols 2-5, or JSON.
 
 A snapshot holds only dicts, lists, tuples, strings, numbers, booleans and None, so the C
 unpickler runs with a ``find_class`` that refuses every global: nothing in the file can name

@@ -1,4 +1,4 @@
-"""The dashboard's columns: the colours, text and times as sent, ids to rows, the window.
+"""The columns as sent: colours, text, times, ids to rows, window.
 
 The helpers :mod:`.data` lays its columns out with: a column as text (each distinct
 value converted once), times as people read them, ids looked up as rows, and the time window

@@ -1,4 +1,4 @@
-"""What the dashboard draws: the tables cut down to a level of detail a browser can hold.
+"""The tables cut to a level of detail a browser can hold.
 
 Nothing here is analysis: every number comes from the profile's tables, from each device's
 peak (:mod:`.peaks`: what :meth:`Profile.peak` reports, computed once per profile) and from

@@ -1,4 +1,4 @@
-"""BokehJS for the two places the dashboard lives: a standalone HTML file and a notebook page.
+"""BokehJS for a standalone HTML file and for a notebook page.
 
 The standalone file carries BokehJS itself (``bokeh.resources.INLINE``: no CDN, works offline).
 BokehJS with its widgets and tables is ~1.9 MB of minified JavaScript, so the file stores it,

@@ -1,4 +1,4 @@
-"""The dashboard's browser-side code: the ``.js`` files in ``_views/js``, read as package data.
+"""The ``.js`` files of ``_views/js``, read as package data.
 
 Everything linked runs in the page, so the notebook widget and the exported HTML file behave
 the same without a kernel. Each CustomJS body is one file of ``js/``, after the files it uses:

@@ -1,4 +1,4 @@
-"""The dashboard's Bokeh building blocks: plots, glyphs, tables, titles and byte axes.
+"""The dashboard's Bokeh parts: plots, glyphs, tables, byte axes.
 
 :class:`Kit` makes plots and glyphs from Bokeh's models directly, as ``bokeh.plotting.figure``
 would, with fewer models; the functions below make the tables, headings, keys and labels

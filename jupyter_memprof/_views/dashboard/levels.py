@@ -1,4 +1,4 @@
-"""Zoom levels of a timeline: every peak kept at every zoom, for any number of events.
+"""A timeline's zoom levels: every peak kept at every zoom.
 
 A timeline of millions of states cannot be sent to a browser, and thinning it once (to the
 few thousand points a first view needs) loses the peaks that zooming in should reveal. So

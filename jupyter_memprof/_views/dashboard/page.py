@@ -1,4 +1,4 @@
-"""The dashboard: linked Bokeh views of one profile, in a notebook or as one HTML file.
+"""The dashboard's front: ``build()``, ``page()``, notebook or file.
 
 Views (each carries a CSS class that tests and users' scripts can find it by):
 

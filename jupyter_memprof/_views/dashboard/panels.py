@@ -1,4 +1,4 @@
-"""The dashboard's panels: the Bokeh models of a dashboard of one shape showing some values.
+"""The panels: the Bokeh models of a dashboard of one shape.
 
 A dashboard is a :class:`Shape` (what its models are: the charts, each chart's marks) and
 values (texts, numbers, the data sources' columns, by name: see ``dashboard._spec``).

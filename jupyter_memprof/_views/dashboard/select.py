@@ -1,4 +1,4 @@
-"""What a dashboard of one profile shows, chosen once per profile and kept while it lives.
+"""What a profile's dashboard shows, chosen once per profile.
 
 :func:`shown` picks the rows to draw (:mod:`.data`) and encodes the data sources'
 columns; the dashboard under a cell, then ``prof.to_html`` (or ``prof.show()`` again) reuse

@@ -1,4 +1,4 @@
-"""A Bokeh document serialized once and filled in many times: the dashboard's templates.
+"""A Bokeh document serialized once, filled in for every page.
 
 Building and serializing Bokeh's models costs about half a millisecond each in Python, while
 two dashboards of one layout differ only in texts, numbers and data. A :class:`DocTemplate`

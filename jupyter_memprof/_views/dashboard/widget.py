@@ -1,4 +1,4 @@
-"""The notebook form of the dashboard: the Bokeh views plus the controls that need the kernel."""
+"""The notebook form: the Bokeh views and the kernel's controls."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The kernel's side of a zoom: a notebook dashboard re-aggregated from every state.
+"""A zoom's kernel side: the notebook dashboard re-aggregated.
 
 The page redraws a zoomable chart from the levels sent with it (``js/zoom.js``, see
 :mod:`.levels`); zoomed in beyond the finest level sent, it writes the window
