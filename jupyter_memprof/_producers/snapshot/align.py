@@ -1,4 +1,4 @@
-"""A snapshot recorded beside a capture: its segments put on the capture's clock.
+"""A snapshot beside a capture: segments on the capture's clock.
 
 ``profile(..., snapshot=True)`` records two histories of the same allocator at once: torch's
 profiler (every allocation and free, with its time and the allocator's totals) and the
