@@ -1,6 +1,6 @@
 """The pytest plugin's light front: memory budgets for tests.
 
-pytest plugin: memory budgets for tests, registered by the package (entry point
+It is registered by the package (entry point
 ``pytest11``; or ``-p jupyter_memprof.pytest_plugin``). See docs/cli.md.
 
 - ``@pytest.mark.memory_limit("24 GiB", device="cuda:0")``: the test body runs as an

@@ -1,6 +1,6 @@
 """Array helpers and codes the analysis passes share.
 
-Array helpers and codes the analysis passes share: runs of equal keys, sorted lookups,
+They cover runs of equal keys, sorted lookups,
 the op tree level by level, and the codes of the op kind and phase vocabularies.
 
 Public within the package (the table builders, the category and module rules use them);

@@ -1,6 +1,6 @@
 """What the category and module rules read, computed once.
 
-What the category and module rules read, computed once from the tables (:class:`Facts`),
+Here: the rules' :class:`Facts`, built once from the tables,
 and the small helpers they share. Public within the package; pure functions of arrays.
 """
 

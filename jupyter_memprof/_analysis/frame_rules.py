@@ -1,6 +1,6 @@
 """Categories from Python stacks and time order (snapshots).
 
-Categories from Python stacks and time order, for producers that record a stack per
+They serve producers that record a stack per
 allocator event instead of ops (a torch memory snapshot: ``Capture.stacks``).
 
 What each stack says (its :class:`~jupyter_memprof._records.StackContext`: forward,

@@ -1,6 +1,6 @@
 """Every key of ``Profile.meta`` declared once, with its load check.
 
-Every key of ``Profile.meta`` declared once, beside the tables (:mod:`.schema`): what it
+Each key is declared beside the tables (:mod:`.schema`): what it
 holds and the check a saved file's value must pass.
 
 A profile's metadata is written by the analysis (:func:`.pipeline.analyse`), the producers'

@@ -1,6 +1,6 @@
 """``prof.segments`` from the allocator's own record, not a replay.
 
-``prof.segments`` from the allocator's own record of its segments
+It reads the allocator's own record of its segments
 (``Capture.segments``, a memory snapshot's ``segment_alloc`` / ``segment_free`` /
 ``segment_map`` / ``segment_unmap``) instead of the model's replay."""
 

@@ -1,6 +1,6 @@
 """Category rules for profiles with no tensor ids (traces).
 
-Category rules for profiles with no tensor ids at all: traces torch's profiler wrote
+Such profiles are traces torch's profiler wrote
 (Kineto JSON) and other files that record blocks but not the tensors in them.
 
 Without tensor ids the analysis cannot follow data (which op read a block, what

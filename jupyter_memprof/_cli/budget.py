@@ -1,6 +1,6 @@
 """The pytest plugin's work: memory budgets on tests.
 
-The pytest plugin's work (:mod:`jupyter_memprof.pytest_plugin` is its light front):
+Its light front is :mod:`jupyter_memprof.pytest_plugin`. The work:
 memory budgets on tests, the ``memprof`` fixture, and keeping the profiles of failing tests.
 
 ``@pytest.mark.memory_limit("24 GiB", device="cuda:0")`` runs the test body as an estimate

@@ -1,6 +1,6 @@
 """What each subcommand does, for the command line and MCP.
 
-What each subcommand does, shared by the command line (:mod:`.main`) and the MCP server
+Shared by the command line (:mod:`.main`) and the MCP server
 (:mod:`.mcp_server`): each returns an :class:`Outcome`, the JSON document of
 :mod:`.schema`, the text for people and the exit code.
 

@@ -1,6 +1,6 @@
 """An MCP server on stdio: ``jupyter-memprof mcp --root DIR``.
 
-``jupyter-memprof mcp --root DIR``: a Model Context Protocol server on stdio, on the
+It is built on the
 official ``mcp`` SDK (the optional extra ``jupyter_memprof[mcp]``).
 
 Its tools are the command line's read-only subcommands and return the same JSON documents

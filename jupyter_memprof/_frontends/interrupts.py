@@ -1,6 +1,6 @@
 """Ctrl-C held back while a few lines must finish.
 
-Ctrl-C held back while a few lines must run to their end (a profile registered, a long
+Those lines run to their end (a profile registered, a long
 run's windows joined): an interrupt that comes meanwhile is passed on once they are done."""
 
 from __future__ import annotations

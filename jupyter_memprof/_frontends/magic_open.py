@@ -1,6 +1,6 @@
 """``%memprofile_open PATH``: a file opened and shown.
 
-``%memprofile_open PATH``: open a file as a profile in one line, shown as ``%%memprofile``
+One line opens a file as a profile, shown as ``%%memprofile``
 shows a cell's.
 
 Any file :func:`jupyter_memprof.load` opens: a torch memory snapshot (what

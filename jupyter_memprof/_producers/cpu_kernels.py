@@ -1,6 +1,6 @@
 """The CPU's kernels' own memory in an estimate (oneDNN's LSTM).
 
-The CPU's kernels' own memory in an estimate: size rules for ops whose real kernel
+Size rules for ops whose real kernel
 (oneDNN) allocates blocks a fake (meta) kernel does not make, and the ops whose kernel
 memory is known not to be modelled.
 

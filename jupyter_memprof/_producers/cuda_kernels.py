@@ -1,6 +1,6 @@
 """CUDA's own kernels in an estimate: what attention allocates.
 
-CUDA's own kernels in an estimate for a CUDA device: which scaled-dot-product-attention
+For a CUDA device: which scaled-dot-product-attention
 backend CUDA takes, and what its kernels allocate that a fake run cannot see.
 
 An estimate for CUDA computed without a GPU runs on fake CPU tensors, so composite ops

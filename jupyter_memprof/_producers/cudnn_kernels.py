@@ -1,6 +1,6 @@
 """cuDNN's kernels in an estimate: the LSTM and convolutions.
 
-cuDNN's kernels in an estimate for CUDA: the LSTM as cuDNN runs it (one ``_cudnn_rnn``
+The LSTM as cuDNN runs it (one ``_cudnn_rnn``
 over every layer, its weight buffer, reserve space and workspace) and the convolution's
 workspaces, sized from tables measured on an H100 (docs/estimate.md). Their size rules join
 :data:`.cuda_kernels.CUDA_SIZE_RULES` (see there for the form)."""

@@ -1,6 +1,6 @@
 """The torch-profiler producer: the profiler and hooks -> Capture.
 
-The torch-profiler producer: start and stop torch's profiler and the live-session hooks
+Here torch's profiler and the live-session hooks start and stop
 around the user's code, then hand the analysis a :class:`~jupyter_memprof._records.Capture`.
 
 :mod:`.torch_profiler` reads torch's event tree; this module owns the profiler's life.

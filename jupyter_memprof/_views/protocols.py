@@ -1,6 +1,6 @@
 """What views read of a result: protocols, not the result types.
 
-What the views read of a result: small protocols, so the views never import the result
+They are small protocols, so the views never import the result
 layer (:mod:`jupyter_memprof._results`), which sits above them and draws with them.
 
 A :class:`ProfileLike` is one profile's tables, its metadata and the few analyses the views

@@ -1,6 +1,6 @@
 """The summary's lines beyond the headline.
 
-The summary's lines beyond the headline: memory from before the capture, CUDA's counters,
+They say: memory from before the capture, CUDA's counters,
 frees found from the allocator's totals, steps, a long run's windows, where a file came from
 and what it could not record, an out-of-memory error a recorded snapshot kept.
 

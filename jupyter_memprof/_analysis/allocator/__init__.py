@@ -1,5 +1,5 @@
-"""CUDA's caching allocator, modelled (:mod:`.model` is the front).
+"""CUDA's caching allocator, modelled.
 
-The CUDA caching allocator's model (:mod:`.model` is the front door): its settings
+Its parts: the model (:mod:`.model`, the front door), its settings
 (:mod:`.config`), one device's state (:mod:`.state`) and the replay loops (:mod:`.fast`,
 :mod:`.repeat`)."""

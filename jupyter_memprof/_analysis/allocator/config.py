@@ -1,6 +1,6 @@
 """The allocator settings the model follows, parsed once.
 
-The settings of CUDA's caching allocator the model follows: ``PYTORCH_CUDA_ALLOC_CONF``
+They are ``PYTORCH_CUDA_ALLOC_CONF``
 (and ``PYTORCH_ALLOC_CONF``) read as torch's config parser reads them, into one
 :class:`AllocatorConfig`; a bad setting is one :class:`AllocatorConfigError` line. The
 sizes of c10's allocator (its ``k*`` constants) are declared here once."""

@@ -1,6 +1,6 @@
 """The model's replay loop: one device's stream in one function.
 
-The caching allocator model's replay loop: a whole stream of one device in one function,
+A whole stream of one device is replayed in one function,
 its steps inline.
 
 :class:`~jupyter_memprof._analysis.allocator.model.DeviceAllocator` states the allocator's rules

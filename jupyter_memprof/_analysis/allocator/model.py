@@ -1,6 +1,6 @@
 """What a step reserves on a GPU: the caching allocator replayed.
 
-A model of CUDA's caching allocator: what a step reserves on a GPU, not only what it
+It models CUDA's caching allocator: what a step reserves, not only what it
 allocates.
 
 PyTorch does not hand each tensor to ``cudaMalloc``: its caching allocator

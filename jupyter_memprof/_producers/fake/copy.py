@@ -1,6 +1,6 @@
 """Fake copies of the user's tensors, modules and optimizers.
 
-Fake copies of the user's objects: tensors, modules and optimizers that have the shapes,
+Each has the shapes,
 dtypes, strides and structure of the real ones but no data.
 
 A copy is built once per real object (a memo keyed by ``id``), so what is shared stays

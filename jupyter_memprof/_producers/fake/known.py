@@ -1,6 +1,6 @@
 """Values a fake run knows: integer and boolean inputs, followed.
 
-Values a fake run knows: integer and boolean inputs (token ids, attention masks, labels)
+These are inputs such as token ids, attention masks and labels,
 and what is computed from them alone.
 
 Library code reads such values to choose its path: transformers checks that an attention

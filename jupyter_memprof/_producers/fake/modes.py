@@ -1,6 +1,6 @@
 """A fake run's dispatch and function modes.
 
-The modes of a fake run: torch's dispatch mode records every aten op on fake tensors, and
+Torch's dispatch mode records every aten op on fake tensors, and
 its function mode stands in for what a fake run cannot do (read values, deep copies) and
 for CUDA's own kernels on tensors said to live on a CUDA device (attention, dropout, cuDNN's
 LSTM: :mod:`.cuda_kernels`). Both hand what they see to a :class:`.recorder.FakeRecorder`.

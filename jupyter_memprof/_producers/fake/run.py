@@ -1,6 +1,6 @@
 """The fake-tensor producer: a step on fake copies -> Capture.
 
-The fake-tensor producer: run a step on fake copies of the user's objects and hand the
+It runs a step on fake copies of the user's objects and hands the
 analysis the same :class:`~jupyter_memprof._records.Capture` the torch-profiler producer
 hands it.
 

@@ -1,6 +1,6 @@
 """The Kineto producer: a trace torch's profiler wrote -> Capture.
 
-The Kineto producer: a trace torch's profiler wrote (``export_chrome_trace``,
+The trace is one torch's profiler wrote (``export_chrome_trace``,
 ``tensorboard_trace_handler``; ``*.pt.trace.json[.gz]``) with ``profile_memory=True``, read into
 the records every producer hands over, so the one analysis builds every table from it.
 

@@ -1,6 +1,6 @@
 """A trace file read safely: gzip or plain, capped, type-checked.
 
-Reading a Chrome/Kineto trace file safely: plain or gzip JSON, sizes capped, every field
+A Chrome/Kineto trace: plain or gzip JSON, sizes capped, every field
 the reader uses checked for its type and range.
 
 A hostile file (deep nesting, numbers too large for their field, wrong types, a gzip bomb, not

@@ -1,6 +1,6 @@
 """The snapshot producer: a torch memory snapshot -> Capture.
 
-The snapshot producer: a file torch's ``torch.cuda.memory._dump_snapshot`` wrote (or the
+Its input: a file torch's ``torch.cuda.memory._dump_snapshot`` wrote (or the
 dict ``torch.cuda.memory._snapshot()`` returns) read into a
 :class:`~jupyter_memprof._records.Capture`.
 

@@ -1,6 +1,6 @@
 """A snapshot dict checked and read into a Capture.
 
-A snapshot dict (what ``torch.cuda.memory._snapshot()`` returns) checked and read into a
+The dict is what ``torch.cuda.memory._snapshot()`` returns; it is checked and read into a
 :class:`~jupyter_memprof._records.Capture`.
 
 What it holds (docs/snapshots.md has the format): ``device_traces[i]`` is ``cuda:i``'s ring
