@@ -1,5 +1,6 @@
-"""docs/architecture.md stays true to the code: every module and test file it names exists,
-and every module of the package and every test file is named there."""
+"""docs/architecture.md stays true to the code: its map of modules is the one
+docs/_ext/architecture_map.py writes from the code, every module and test file it names
+exists, and every module of the package and every test file is named there."""
 
 from __future__ import annotations
 
