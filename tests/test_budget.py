@@ -12,7 +12,8 @@ import torch
 
 import jupyter_memprof
 from jupyter_memprof._errors import MemoryBudgetExceeded
-from jupyter_memprof._frontends.budget import parse_budget, rss_bytes
+from jupyter_memprof._frontends.budget import rss_bytes
+from jupyter_memprof._frontends.options import check_memory_budget
 
 pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux") or rss_bytes() is None, reason="needs /proc"
@@ -66,9 +67,9 @@ def test_bad_budgets_are_one_line(value):
 
 
 def test_default_budget_and_none():
-    assert parse_budget(None) is True  # the machine's floor only
-    assert parse_budget(False) is False
-    assert parse_budget("1GiB") == 2**30
+    assert check_memory_budget(None) is True  # the machine's floor only
+    assert check_memory_budget(False) is False
+    assert check_memory_budget("1GiB") == 2**30
     with jupyter_memprof.profile(memory_budget=False, namespace={}) as prof:
         torch.ones(10)
     assert "memory_budget" not in prof.meta

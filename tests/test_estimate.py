@@ -494,7 +494,7 @@ def test_magic_estimate_bad_input_is_one_line(shell, run):
             "%%memprofile --estimate --allocator max_split_size_mb:1\nest_bad = 1",
             "max_split_size_mb must be at least 20 (MB), not 1",
         ),
-        ("%%memprofile --allocator foo:1\nest_bad = 1", "--allocator: allocator setting 'foo:1'"),
+        ("%%memprofile --allocator foo:1\nest_bad = 1", "UsageError: allocator setting 'foo:1'"),
         ("%%memprofile --estimate --context lots\nest_bad = 1", "context: not a size in bytes"),
         ("%%memprofile --estimate --gpu Z80\nest_bad = 1", "unknown gpu 'Z80'"),
         ("%%memprofile --gpu A100\nest_bad = 1", "--gpu needs --estimate"),

@@ -321,10 +321,10 @@ def test_the_magic_runs_a_long_run(run, shell):
 @pytest.mark.parametrize(
     ("line", "message"),
     [
-        ("--steps 0", "UsageError: --steps needs the number of steps per window"),
-        ("--steps x", "UsageError: --steps needs the number of steps per window"),
+        ("--steps 0", "UsageError: steps needs the number of steps per window"),
+        ("--steps x", "UsageError: steps needs the number of steps per window"),
         ("--keep last", "UsageError: --keep needs --steps"),
-        ("--steps 2 --keep top", "UsageError: --keep: 'top' is not a step to keep"),
+        ("--steps 2 --keep top", "UsageError: keep: 'top' is not a step to keep"),
         ("--steps 2 --estimate", "UsageError: --steps and --keep need a real run"),
     ],
 )

@@ -485,7 +485,7 @@ def test_device_errors_are_usage_errors(shell, run):
     cases = [
         (f"%%memprofile --device {missing}\ndev1 = 1", message),
         (f"%%memprofile --device cpu,{missing}\ndev2 = 1", message),
-        ("%%memprofile --device ,\ndev3 = 1", "--device needs a device: 'cpu', 'cuda' or 'cuda:N'"),
+        ("%%memprofile --device ,\ndev3 = 1", "no device given: use 'cpu', 'cuda' or 'cuda:N'"),
         ("%%memprofile --device meta\ndev4 = 1", "device 'meta' is not supported"),
         ("%%memprofile --device tpu\ndev7 = 1", "unknown device 'tpu'"),
         ("%%memprofile --device bogus:x\ndev5 = 1", "unknown device 'bogus:x'"),

@@ -236,7 +236,7 @@ def test_magic_snapshot_path_is_checked_before_the_cell(shell, run, tmp_path):
     mine.write_text("mine")
     result, out = run(f"%%memprofile --no-display --device cpu --snapshot {mine}\nw_snap = 1")
     assert isinstance(result.error_in_exec, UsageError)
-    assert out.strip().splitlines()[-1].startswith("UsageError: --snapshot:")
+    assert out.strip().splitlines()[-1].startswith("UsageError: snapshot=")
     assert "w_snap" not in shell.user_ns and mine.read_text() == "mine"
     result, out = run(
         f"%%memprofile --no-display --device cpu --snapshot {tmp_path / 's.pickle'}\nw_snap = 1"

@@ -33,19 +33,24 @@ class BudgetError(ValueError):
 
 @dataclass(frozen=True)
 class Budget:
-    """One ``memory_limit`` mark, checked."""
+    """One ``memory_limit`` mark, checked: its estimate's options (``options.limit`` the
+    limit) and the limit as written."""
 
-    limit: int
+    options: Any  # EstimateOptions
     text: str
-    device: str | None
     estimate: bool
-    gpu: Any = None  # the parsed GPU and allocator settings (estimate's checks)
-    allocator: Any = None
-    world_size: int | None = None
+
+    @property
+    def limit(self) -> int:
+        return self.options.limit
+
+    @property
+    def device(self) -> str | None:
+        return self.options.device
 
     @classmethod
     def of(cls, mark) -> Budget:
-        from .._frontends.estimate import check_device, check_limit
+        from .._frontends.options import EstimateOptions, raised_as
 
         args, kw = mark.args, dict(mark.kwargs)
         if len(args) != 1 and "limit" not in kw:
@@ -55,28 +60,12 @@ class Budget:
         unknown = sorted(set(kw) - known)
         if unknown:
             raise BudgetError(f"memory_limit has no option {', '.join(unknown)}")
-        from .._frontends.estimate import check_allocator, check_gpu
-        from .._producers.fake.dist import check_world_size
-
-        try:
-            nbytes = check_limit(limit)
-            device = check_device(kw.get("device"))
-            gpu = check_gpu(kw.get("gpu"))
-            allocator = check_allocator(kw.get("allocator"))
-            world_size = check_world_size(kw.get("world_size"))
-        except ValueError as err:
-            raise BudgetError(f"memory_limit: {err}") from None
-        if nbytes is None:
+        estimate = bool(kw.pop("estimate", True))
+        with raised_as(BudgetError, "memory_limit: "):
+            options = EstimateOptions.from_kwargs(limit=limit, **kw)
+        if options.limit is None:
             raise BudgetError("memory_limit needs a limit, such as memory_limit('24 GiB')")
-        return cls(
-            limit=nbytes,
-            text=str(limit),
-            device=device,
-            estimate=bool(kw.get("estimate", True)),
-            gpu=gpu,
-            allocator=allocator,
-            world_size=world_size,
-        )
+        return cls(options=options, text=str(limit), estimate=estimate)
 
     def describe(self) -> str:
         where = f", device={self.device!r}" if self.device else ""
@@ -102,18 +91,9 @@ def _estimate(original: Callable, testargs: dict, budget: Budget, label: str):
     from .._frontends.estimate import run_estimate
 
     return run_estimate(
-        lambda kw: original(**kw),
-        (testargs,),
-        {},
-        device=budget.device,
-        limit=budget.limit,
-        names={},
-        label=label,
-        allocator=budget.allocator,
-        gpu=budget.gpu,
-        world_size=budget.world_size,
+        lambda kw: original(**kw), (testargs,), {}, budget.options, names={}, label=label,
         remember=False,
-    )
+    )  # fmt: skip
 
 
 def _check(budget: Budget, prof) -> str | None:

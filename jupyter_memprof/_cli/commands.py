@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .._units import format_bytes, parse_bytes
+from .._units import format_bytes
 from . import report as _report
 from .schema import header
 
@@ -85,15 +85,10 @@ QUIET = Progress(False)
 
 def size(text: Any, what: str = "limit") -> int | None:
     """A size option (``80GiB``, ``24 GB``, bytes) in bytes; CommandError for anything else."""
-    if text is None:
-        return None
-    try:
-        n = parse_bytes(text)
-    except ValueError as err:
-        raise CommandError(f"{what}: {err}") from None
-    if n <= 0:
-        raise CommandError(f"{what} must be more than 0 bytes, not {text!r}")
-    return n
+    from .._frontends.options import check_limit, raised_as
+
+    with raised_as(CommandError):
+        return check_limit(text, what)
 
 
 def open_profile(path: str):
@@ -243,8 +238,9 @@ def estimate(
     device: str | None = "cuda:0",
     limit: Any = None,
     gpu: str | None = None,
-    world_size: int | None = None,
+    world_size: Any = None,
     allocator: str | None = None,
+    context: Any = None,
     batch: int | None = None,
     save: str | None = None,
     html_out: str | None = None,
@@ -253,9 +249,12 @@ def estimate(
     progress: Progress = QUIET,
 ) -> Outcome:
     """Estimate ``target``'s step on ``device``: its report, and the verdict on ``limit``."""
-    nbytes = size(limit)
+    from .._frontends.options import EstimateOptions
+
+    given = dict(device=device, limit=limit, gpu=gpu, world_size=world_size)
+    options = _checked(EstimateOptions.parse, allocator=allocator, context=context, **given)
     fn = _resolve(target, roots, progress)
-    from .. import estimate as _estimate
+    from .._frontends.estimate import estimate_with
     from .target import TargetError, arguments
 
     try:
@@ -265,17 +264,22 @@ def estimate(
     progress(
         f"estimating {target} on {device or 'its devices'} (fake tensors: nothing is allocated)"
     )
-    prof = _estimate(
-        fn,
-        *args,
-        device=device,
-        limit=nbytes,
-        gpu=gpu,
-        world_size=world_size,
-        allocator=allocator,
-        **kwargs,
-    )
+    prof = estimate_with(options, fn, args, kwargs)
     progress(f"estimated in {prof.meta.get('wall_s') or 0:.1f} s")
+    return _estimate_outcome(prof, target, device, rows, save, html_out, progress)
+
+
+def _checked(parse: Callable, **given: Any) -> Any:
+    """``parse(**given)``, a bad option one CommandError line (before the target is
+    imported)."""
+    from .._frontends.options import raised_as
+
+    with raised_as(CommandError):
+        return parse(**given)
+
+
+def _estimate_outcome(prof, target, device, rows, save, html_out, progress) -> Outcome:
+    """The estimate's document and text, after it is saved where asked."""
     doc = _report.report(prof, command="estimate", source=target, device=device, rows=rows)
     saved = []
     if save:
@@ -305,11 +309,13 @@ def fit(
     progress: Progress = QUIET,
 ) -> Outcome:
     """The largest batch size at which ``target``'s step fits ``limit`` on ``device``."""
-    nbytes = size(limit)
-    if nbytes is None:
+    from .._frontends.options import EstimateOptions
+
+    options = _checked(EstimateOptions.parse, device=device, limit=limit)
+    if options.limit is None:
         raise CommandError("fit needs --limit, such as --limit 80GiB")
     fn = _resolve(target, roots, progress)
-    from .. import fit as _fit
+    from .._frontends.fit import fit_with
     from .target import TargetError, with_batch
 
     try:
@@ -322,9 +328,9 @@ def fit(
         return step(batch)
 
     probe.__name__ = step.__name__
-    result = _fit(probe, limit=nbytes, device=device, low=low, high=high)
+    result = fit_with(options, probe, (), low, high)
     doc = _report.fit_document(result, target)
     text = result.text()
     if result.profile is None:
-        text += f"\n(limit {format_bytes(nbytes)})"
+        text += f"\n(limit {format_bytes(options.limit)})"
     return Outcome(doc, text)

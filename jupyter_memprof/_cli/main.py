@@ -75,7 +75,23 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
+    _file_commands(sub)
+    _output_commands(sub)
+    _estimate_commands(sub)
+    sub.add_parser("schema", help="print the JSON schema of every --json document")
+    p = sub.add_parser("mcp", help="a Model Context Protocol server on stdio (needs the mcp extra)")
+    p.add_argument(
+        "--root",
+        action="append",
+        required=True,
+        metavar="DIR",
+        help="a folder the server may read (repeatable)",
+    )
+    return parser
 
+
+def _file_commands(sub) -> None:
+    """The commands that read saved profiles: summary, explain, leaks, diff."""
     p = sub.add_parser("summary", help="peak per device and category of a saved profile")
     p.add_argument("file", metavar="FILE", help="a file jupyter_memprof.load() opens")
     _device_limit(p, "the device the limit is for (default: the highest peak)")
@@ -101,6 +117,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rows", type=int, default=30, help="rows shown (default 30)")
     _common(p)
 
+
+def _output_commands(sub) -> None:
+    """The commands that write a saved profile in another form: html, convert."""
     p = sub.add_parser("html", help="the interactive dashboard as one HTML file")
     p.add_argument("file", metavar="FILE")
     p.add_argument("-o", "--output", required=True, metavar="OUT.html")
@@ -122,6 +141,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true", help="replace whatever is at OUT")
     _common(p, progress=True)
 
+
+def _estimate_commands(sub) -> None:
+    """The commands that run a step on fake tensors: estimate, fit. Their option values are
+    text, checked by the estimate's own validators (:mod:`.._frontends.options`)."""
     p = sub.add_parser(
         "estimate", help="a step's memory on a device, on fake tensors (no GPU needed)"
     )
@@ -129,9 +152,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--gpu", help="the GPU whose kernels to follow: H100 (default), A100, L4, sm80, ..."
     )
-    p.add_argument("--world-size", type=int, help="estimate rank 0 of N ranks (FSDP2, DDP)")
+    p.add_argument("--world-size", metavar="N", help="estimate rank 0 of N ranks (FSDP2, DDP)")
     p.add_argument(
         "--allocator", help="PYTORCH_CUDA_ALLOC_CONF settings, e.g. expandable_segments:True"
+    )
+    p.add_argument(
+        "--context",
+        metavar="SIZE",
+        help="with --limit: memory a CUDA device holds outside PyTorch (default 751MiB)",
     )
     p.add_argument(
         "--batch", type=int, help="the batch size, passed as batch_size=, batch= or first argument"
@@ -146,18 +174,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--low", type=int, default=1, help="smallest batch tried (default 1)")
     p.add_argument("--high", type=int, help="largest batch tried (default: no bound)")
     _common(p, progress=True)
-
-    p = sub.add_parser("schema", help="print the JSON schema of every --json document")
-
-    p = sub.add_parser("mcp", help="a Model Context Protocol server on stdio (needs the mcp extra)")
-    p.add_argument(
-        "--root",
-        action="append",
-        required=True,
-        metavar="DIR",
-        help="a folder the server may read (repeatable)",
-    )
-    return parser
 
 
 def _progress(args: argparse.Namespace) -> C.Progress:
@@ -189,6 +205,7 @@ def dispatch(args: argparse.Namespace) -> C.Outcome:
             gpu=args.gpu,
             world_size=args.world_size,
             allocator=args.allocator,
+            context=args.context,
             batch=args.batch,
             save=args.save,
             html_out=args.html,

@@ -24,12 +24,10 @@ from __future__ import annotations
 import ctypes
 import os
 import threading
-from typing import Any
 
-from .._errors import CaptureError, MemoryBudgetExceeded
-from .._units import parse_bytes, shown
+from .._errors import MemoryBudgetExceeded
 
-__all__ = ["Watchdog", "parse_budget"]
+__all__ = ["Watchdog"]
 
 #: how often the watchdog reads the process's memory (a capture grows up to 2 GB a second)
 POLL_S = 0.05
@@ -65,21 +63,6 @@ def floor(available_at_start: int | None) -> int | None:
     if total is None or available_at_start is None:
         return None
     return min(max(int(total * FLOOR_SHARE), FLOOR_MIN), available_at_start // 2)
-
-
-def parse_budget(value: Any) -> int | bool:
-    """``memory_budget=``: None (the default: only the machine's floor), a size
-    (``"4GiB"``, bytes: the growth allowed), or False (no watchdog); returns the bytes, True
-    for the floor alone, False for none. A bad value is one :class:`CaptureError` line."""
-    if value is None or value is False:
-        return value is None
-    try:
-        n = parse_bytes(value)
-    except ValueError as err:
-        raise CaptureError(f"memory_budget: {err}") from None
-    if n <= 0:
-        raise CaptureError(f"memory_budget must be more than 0 bytes, not {shown(value)}")
-    return n
 
 
 class Watchdog:

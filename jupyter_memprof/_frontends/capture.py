@@ -19,15 +19,15 @@ from collections.abc import Iterable
 
 from .._analysis.allocator.config import AllocatorConfig
 from .._analysis.pipeline import Progress
-from .._devices import resolve_devices
-from .._errors import AllocatorConfigError, CaptureError, MemoryBudgetExceeded
+from .._errors import CaptureError, MemoryBudgetExceeded
 from .._producers.recorder import LATER, Recorder
 from .._results.profile import Profile
 from . import long_run as _long_run
-from .budget import Watchdog, parse_budget
-from .finish import allocator_config, fill, register
+from .budget import Watchdog
+from .finish import fill, register
 from .frames import caller_names
 from .interrupts import held as _interrupts_held
+from .options import CaptureOptions, raised_as
 
 __all__ = ["CaptureError", "build_tables", "profile", "step"]
 
@@ -138,28 +138,50 @@ class profile(contextlib.AbstractContextManager):  # lower case: reads like a fu
         snapshot: bool | str | os.PathLike = False,
         memory_budget: int | str | bool | None = None,
     ) -> None:
-        self.devices = resolve_devices(device)
-        self._history = None
-        self._snapshot_path = None
-        if snapshot is not False and snapshot is not None:
-            from .._producers.cuda_history import History, check_devices
+        with raised_as(CaptureError):
+            options = CaptureOptions.from_kwargs(
+                device=device,
+                allocator=allocator,
+                with_stack=with_stack,
+                steps=steps,
+                keep=keep,
+                snapshot=snapshot,
+                memory_budget=memory_budget,
+            )
+        self._use(options, namespace, label, progress, sys._getframe(1))
 
-            check_devices(list(self.devices))
-            if snapshot is not True:
-                self._snapshot_path = _snapshot_target(snapshot)
+    @classmethod
+    def from_options(
+        cls,
+        options: CaptureOptions,
+        *,
+        namespace: dict | None = None,
+        label: str | None = None,
+        progress: Progress | None = None,
+    ) -> profile:
+        """A capture of options checked already (the magic's, read from its line)."""
+        capture = cls.__new__(cls)
+        capture._use(options, namespace, label, progress, sys._getframe(1))
+        return capture
+
+    def _use(self, options: CaptureOptions, namespace, label, progress, caller) -> None:
+        self.options = options
+        self.devices = list(options.devices)
+        self.allocator = options.allocator
+        self.with_stack = options.with_stack
+        self._snapshot_path = options.snapshot if isinstance(options.snapshot, str) else None
+        self._history = None
+        if options.snapshot is not False:
+            from .._producers.cuda_history import History
+
             self._history = History()
-        try:
-            self.allocator = allocator_config(allocator)
-        except AllocatorConfigError as err:
-            raise CaptureError(str(err)) from None
-        self._long = _long_run.plan(steps, keep, self.allocator, build_tables)
-        self._budget = parse_budget(memory_budget) if self._long is None else False
+        self._long = _long_run.plan(options.steps, options.keep, self.allocator, build_tables)
+        self._budget = options.memory_budget
         self._watchdog: Watchdog | None = None
-        self.with_stack = with_stack
         self.label = label
         self.progress = progress
         self._namespace = namespace
-        self._frame = None if namespace is not None else sys._getframe(1)
+        self._frame = None if namespace is not None else caller
         self._profile: Profile | None = None
         self._recorder: Recorder | None = None
         #: the step of ours that failed in :meth:`finish` (None: none did)
@@ -323,17 +345,6 @@ def _keep_snapshot(prof: Profile, history, path: str | None = None) -> None:
         except (OSError, TypeError) as err:  # a full disk, a file put there meanwhile
             prof.meta["snapshot_error"] = f"not written to {path}: {type(err).__name__}: {err}"
             warnings.warn(f"the snapshot was {prof.meta['snapshot_error']}", stacklevel=3)
-
-
-def _snapshot_target(path) -> str:
-    """``profile(snapshot=PATH)``'s target, checked before anything runs (one
-    :class:`CaptureError` line): its folder exists, and a file there is a snapshot."""
-    from .._results.snapshot_store import check_pickle_target
-
-    try:
-        return check_pickle_target(path)
-    except (OSError, TypeError) as err:
-        raise CaptureError(f"snapshot={os.fspath(path)!r}: {err}") from None
 
 
 def _reason(err: BaseException) -> str:

@@ -32,16 +32,8 @@ def profile_cell(shell, code: Code, opts: Options, label: str, local_ns: dict | 
     name = opts.name
     progress = None if opts.no_display else progress_for(shell)
     try:
-        capture = profile(
-            device=opts.devices,
-            with_stack=not opts.no_stack,
-            namespace=shell.user_ns,
-            label=label,
-            progress=progress,
-            allocator=opts.allocator,
-            steps=opts.steps,
-            keep=opts.keep,
-            snapshot=opts.snapshot,
+        capture = profile.from_options(
+            opts.capture, namespace=shell.user_ns, label=label, progress=progress
         )
         prof = capture.start()
     except CaptureError as err:
@@ -108,18 +100,18 @@ def estimate_cell(shell, code: Code, opts: Options, label: str) -> None:
     from .._errors import CaptureError, EstimateError
     from .estimate import estimate_cell as run_estimate_cell
 
-    est = opts.estimate_options or {}
+    est = opts.estimate
     if opts.label is None:
         label = f"{label} (estimate)"
     try:
-        prof = run_estimate_cell(shell, code, label=label, **est)
+        prof = run_estimate_cell(shell, code, est, label=label)
     except (EstimateError, CaptureError) as err:  # CaptureError: another one is running
         raise UsageError(f"{opts.name} --estimate: {err}") from None
 
     def savings():
         from .whatif import cell_savings
 
-        return cell_savings(shell, code, prof, device=est.get("device"))
+        return cell_savings(shell, code, prof, est)
 
     deliver(shell, prof, opts, savings=savings if opts.explain else None)
 

@@ -15,78 +15,22 @@ from typing import Any
 
 import torch
 
-from .._analysis.allocator.config import AllocatorConfig
 from .._analysis.limit import first_over
-from .._devices import parse_device
-from .._errors import AllocatorConfigError, DeviceError, EstimateError
-from .._producers.cuda_kernels import Gpu, parse_gpu
+from .._errors import EstimateError
 from .._producers.fake.changes import Prepare
 from .._producers.fake.copy import holds_torch
-from .._producers.fake.dist import check_world_size, fake_world
+from .._producers.fake.dist import fake_world
 from .._producers.fake.run import FakeRun, plan
 from .._results.profile import Profile
-from .._units import parse_bytes
 from .estimate_globals import bound, globals_read, names_read, restore_names
-from .finish import allocator_config, fill, register
+from .finish import fill, register
 from .frames import caller_names
+from .options import EstimateOptions, raised_as
 
-__all__ = ["estimate"]
+__all__ = ["estimate", "estimate_with", "run_estimate"]
 
 #: What the x axis of an estimate counts (a fake run has no meaningful duration).
 CLOCK = "op sequence"
-
-
-def check_device(device: Any) -> str | None:
-    """``None``, ``"cpu"``, ``"cuda"`` or ``"cuda:N"`` (any N: no CUDA needed) -> a device
-    name; anything else raises :class:`EstimateError` with one line."""
-    if device is None:
-        return None
-    try:
-        return parse_device(device, need_present=False)
-    except DeviceError as err:
-        raise EstimateError(str(err)) from None
-
-
-def check_gpu(gpu: Any) -> Gpu:
-    """``None`` (an H100), a GPU name (``"A100"``) or a compute capability (``"sm90"``,
-    ``(9, 0)``) -> the GPU whose kernels a CUDA estimate follows; anything else raises
-    :class:`EstimateError` with one line."""
-    try:
-        return parse_gpu(gpu)
-    except ValueError as err:
-        raise EstimateError(str(err)) from None
-
-
-def _bytes(name: str, value: Any) -> int | None:
-    """A size option (``24GiB``, an int) in bytes, None when not given; EstimateError
-    (one line) for anything else."""
-    if value is None:
-        return None
-    try:
-        return parse_bytes(value)
-    except ValueError as err:
-        raise EstimateError(f"{name}: {err}") from None
-
-
-def check_limit(limit: Any) -> int | None:
-    n = _bytes("limit", limit)
-    if n is not None and n <= 0:
-        raise EstimateError(f"limit must be more than 0 bytes, not {limit!r}")
-    return n
-
-
-def check_allocator(allocator: Any) -> AllocatorConfig:
-    """The caching allocator's settings: ``allocator`` (a ``PYTORCH_CUDA_ALLOC_CONF`` text)
-    when given, else the environment's; a bad one raises :class:`EstimateError` (one line)."""
-    try:
-        return allocator_config(allocator)
-    except AllocatorConfigError as err:
-        raise EstimateError(str(err)) from None
-
-
-def check_context(context: Any) -> int | None:
-    """The bytes a CUDA device holds outside PyTorch (None: the documented default)."""
-    return _bytes("context", context)
 
 
 def estimate(
@@ -157,27 +101,26 @@ def estimate(
     """
     if not callable(fn):
         raise EstimateError(f"estimate() needs a function to call first, not {type(fn).__name__}")
-    dev = check_device(device)
-    nbytes = check_limit(limit)
-    config = check_allocator(allocator)
-    ctx = check_context(context)
-    target = check_gpu(gpu)
-    ranks = check_world_size(world_size)
-    caller = caller_names(sys._getframe(1))
-    try:
-        return run_estimate(
-            fn,
-            args,
-            kwargs,
-            device=dev,
-            limit=nbytes,
-            names=caller,
-            label=_label(fn, args, kwargs),
-            allocator=config,
-            context=ctx,
-            gpu=target,
-            world_size=ranks,
+    with raised_as(EstimateError):
+        options = EstimateOptions.from_kwargs(
+            device=device,
+            limit=limit,
+            allocator=allocator,
+            context=context,
+            gpu=gpu,
+            world_size=world_size,
         )
+    return estimate_with(options, fn, args, kwargs, sys._getframe(1))
+
+
+def estimate_with(
+    options: EstimateOptions, fn: Callable, args: tuple, kwargs: dict, frame=None
+) -> Profile:
+    """:func:`estimate` with its options checked already (the command line's): the
+    variables of ``frame`` (None: none) name the fake copies."""
+    caller = caller_names(frame) if frame is not None else {}
+    try:
+        return run_estimate(fn, args, kwargs, options, names=caller, label=_label(fn, args, kwargs))
     finally:
         caller.clear()
 
@@ -213,29 +156,23 @@ def run_estimate(
     fn: Callable,
     args: tuple,
     kwargs: dict,
+    options: EstimateOptions,
     *,
-    device: str | None,
-    limit: int | None,
     names: dict,
     label: str | None,
-    allocator: AllocatorConfig | None = None,
-    context: int | None = None,
     prepare: Prepare | None = None,
     remember: bool = True,
-    gpu: Gpu | None = None,
-    world_size: int | None = None,
     passed: int = 1,
 ) -> Profile:
-    """The work behind :func:`estimate` and ``%%memprofile --estimate``: ``names`` are the
-    variables the real objects are known by (they name the fake copies). ``prepare(copier,
-    args, kwargs)`` changes the fake copies before the step runs and returns the arguments
-    to call it with (:func:`jupyter_memprof.what_if`). ``remember=False`` leaves the profile
-    out of the session's list (the probes of :func:`jupyter_memprof.fit`). Objects other
-    than tensors, modules and optimizers (a scheduler) are copied where they were passed:
-    items of ``args`` (``passed=1``), or items of its containers (``passed=2``: the magic
-    passes the notebook's objects in a dict)."""
-    where = plan(device)
-    gpu = gpu or parse_gpu(None)
+    """The work behind :func:`estimate` and ``%%memprofile --estimate``, with its checked
+    ``options``: ``names`` are the variables the real objects are known by (they name the
+    fake copies). ``prepare(copier, args, kwargs)`` changes the fake copies before the step
+    runs and returns the arguments to call it with (:func:`jupyter_memprof.what_if`).
+    ``remember=False`` leaves the profile out of the session's list (the probes of
+    :func:`jupyter_memprof.fit`). Objects other than tensors, modules and optimizers (a
+    scheduler) are copied where they were passed: items of ``args`` (``passed=1``), or items
+    of its containers (``passed=2``: the magic passes the notebook's objects in a dict)."""
+    where = plan(options.device)
     ns, real_globals = globals_read(fn)
     names = {**real_globals, **names}
 
@@ -244,10 +181,10 @@ def run_estimate(
             k: fakes[id(v)] for k, v in names.items() if id(v) in fakes and not k.startswith("_")
         }
 
-    run = FakeRun(where, namespace, gpu)
+    run = FakeRun(where, namespace, options.gpu)
     t0 = time.perf_counter()
     try:
-        with run.slot(), _world(world_size):  # the slot first: a busy one is said at once
+        with run.slot(), _world(options.world_size):  # the slot first: a busy one is said at once
             fargs = run.convert(args, passed)
             fkwargs = run.convert(kwargs)
             fglobals = run.convert(real_globals)
@@ -258,34 +195,42 @@ def run_estimate(
             del fargs, fkwargs, fglobals
         wall_s = time.perf_counter() - t0
         prof = Profile.empty()
-        capture = fill(prof, lambda _reading: run.capture(), allocator=allocator)
-        not_modelled = dict(sorted(run.recorder.not_modelled.items()))
-        scalars = dict(run.recorder.scalars)
+        capture = fill(prof, lambda _reading: run.capture(), allocator=options.allocator)
     finally:
         run.release()
         real_globals.clear()
         names.clear()
-    devices = list(capture.devices)
-    prof.meta["oom"] = (
-        None
-        if limit is None
-        else first_over(prof.tables, limit, where.device, allocator=allocator, context=context)
+    prof.meta["oom"] = _oom(prof, options, where.device)
+    meta = _run_meta(run, where, options, list(capture.devices), wall_s)
+    return register(prof, remember=remember, label=label, **meta)
+
+
+def _oom(prof: Profile, options: EstimateOptions, device: str | None):
+    """Where the estimate goes over its limit (None: it fits, or there is no limit)."""
+    if options.limit is None:
+        return None
+    return first_over(
+        prof.tables, options.limit, device, allocator=options.allocator, context=options.context
     )
-    return register(
-        prof,
-        remember=remember,
-        label=label,
+
+
+def _run_meta(
+    run: FakeRun, where, options: EstimateOptions, devices: list[str], wall_s: float
+) -> dict:
+    """What an estimate's meta says about its run."""
+    gpu, world_size = options.gpu, options.world_size
+    return dict(
         estimate=True,
         device=where.device,
         simulated_cuda=where.simulated,
         compute_device=None if where.compute is None else str(where.compute),
         gpu=f"{gpu.name} (sm{gpu.sm})" if any(d.startswith("cuda") for d in devices) else None,
-        kernel_memory_not_modelled=not_modelled,
-        data_dependent_scalars=scalars,
+        kernel_memory_not_modelled=dict(sorted(run.recorder.not_modelled.items())),
+        data_dependent_scalars=dict(run.recorder.scalars),
         compiled_as_eager=run.compiled_as_eager,
         clock=CLOCK,
-        limit=limit,
-        **({} if context is None else {"context": context}),
+        limit=options.limit,
+        **({} if options.context is None else {"context": options.context}),
         wall_s=wall_s,
         devices=devices,
         with_stack=True,
@@ -309,11 +254,10 @@ def cell_objects(shell, code) -> dict:
     return {k: ns[k] for k in wanted if holds_torch(ns[k])}
 
 
-def estimate_cell(shell, code, *, label: str, **options: Any) -> Profile:
+def estimate_cell(shell, code, options: EstimateOptions, *, label: str, **more: Any) -> Profile:
     """Run a compiled cell (:class:`.cell.Code`) on fake copies of the tensors, modules and
-    optimizers it reads from the notebook; ``options`` are :func:`run_estimate`'s
-    (``device`` and ``limit`` needed, ``allocator``, ``context``, ``prepare``,
-    ``remember``, ``gpu``, ``world_size``).
+    optimizers it reads from the notebook, with the checked ``options``; ``more`` are
+    :func:`run_estimate`'s ``prepare`` and ``remember``.
 
     While the cell runs, those names are bound to the fake copies in the notebook namespace
     itself, so notebook functions the cell calls see them too. Afterwards every name is bound
@@ -330,13 +274,7 @@ def estimate_cell(shell, code, *, label: str, **options: Any) -> Profile:
 
     try:
         return run_estimate(
-            run_cell,
-            (real,),
-            {},
-            names=real,
-            label=label,
-            passed=2,
-            **options,
+            run_cell, (real,), {}, options, names=real, label=label, passed=2, **more
         )
     finally:
         restore_names(ns, before)

@@ -12,6 +12,7 @@ allocated bytes.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import sys
 from collections.abc import Callable
@@ -25,11 +26,11 @@ from .._errors import EstimateError
 from .._results.fit import Fit
 from .._results.profile import Profile
 from . import session as _session
-from .estimate import check_device, check_limit, run_estimate
-from .finish import allocator_config
+from .estimate import run_estimate
 from .frames import caller_names
+from .options import EstimateOptions, raised_as
 
-__all__ = ["Fit", "fit", "search"]
+__all__ = ["Fit", "fit", "fit_with", "search"]
 
 #: Largest batch tried when ``high`` is not given.
 MAX_BATCH = 2**31
@@ -185,46 +186,61 @@ def fit(
     """
     if not callable(fn):
         raise EstimateError(f"fit() needs a function to call first, not {type(fn).__name__}")
-    dev = check_device(device)
-    nbytes = check_limit(limit)
-    if nbytes is None:
+    with raised_as(EstimateError):  # the allocator: the environment's, as estimate() takes it
+        options = EstimateOptions.from_kwargs(device=device, limit=limit)
+    if options.limit is None:
         raise EstimateError("fit() needs a limit, such as limit='24GiB'")
+    return fit_with(options, fn, args, low, high, sys._getframe(1))
+
+
+def fit_with(
+    options: EstimateOptions, fn: Callable, args: tuple, low: int, high: int | None, frame=None
+) -> Fit:
+    """:func:`fit` with its options checked already (the command line's; a limit given):
+    the variables of ``frame`` (None: none) name the fake copies."""
     _check_bounds(low, high)
-    config = allocator_config(None)  # the environment's, as estimate() takes it
-    caller = caller_names(sys._getframe(1))
-    largest: dict[int, Profile] = {}  # the estimate of the largest batch that fits so far
-    order: list[tuple[int, int, bool]] = []
-    judged: dict[int, bool] = {}
-
-    def peak_of(batch: int) -> int:
-        prof = run_estimate(
-            functools.partial(fn, batch),
-            args,
-            {},
-            device=dev,
-            limit=None,
-            names=caller,
-            label=f"{getattr(fn, '__name__', 'step')}, batch {batch}",
-            remember=False,
-            allocator=config,
-        )
-        fits, peak = judge(prof, nbytes, dev, config)
-        judged[batch] = fits
-        if fits and all(batch > b for b in largest):
-            largest.clear()
-            largest[batch] = prof
-        order.append((batch, peak, fits))
-        return peak
-
+    probes = _Probes(fn, args, options, caller_names(frame) if frame is not None else {})
     try:
-        best = search(peak_of, nbytes, low, high, judged.__getitem__)
+        best = search(probes.peak_of, options.limit, low, high, probes.judged.__getitem__)
     finally:
-        caller.clear()
-    tried = pd.DataFrame(order, columns=["batch", "peak_bytes", "fits"])
-    chosen = largest.get(best) if best is not None else None
+        probes.names.clear()
+    tried = pd.DataFrame(probes.order, columns=["batch", "peak_bytes", "fits"])
+    chosen = probes.largest.get(best) if best is not None else None
     if chosen is not None:
         _session.add(chosen)
-    return Fit(best, tried, nbytes, dev, chosen)
+    return Fit(best, tried, options.limit, options.device, chosen)
+
+
+class _Probes:
+    """The estimates :func:`fit` makes: each batch's peak and verdict, in the order made,
+    and the estimate of the largest batch that fits so far."""
+
+    def __init__(self, fn: Callable, args: tuple, options: EstimateOptions, names: dict):
+        self.fn, self.args, self.names, self.options = fn, args, names, options
+        self.unlimited = dataclasses.replace(options, limit=None)  # judged here instead
+        self.largest: dict[int, Profile] = {}
+        self.order: list[tuple[int, int, bool]] = []
+        self.judged: dict[int, bool] = {}
+
+    def peak_of(self, batch: int) -> int:
+        """Estimate the step at ``batch``; the bytes compared with the limit."""
+        prof = run_estimate(
+            functools.partial(self.fn, batch),
+            self.args,
+            {},
+            self.unlimited,
+            names=self.names,
+            label=f"{getattr(self.fn, '__name__', 'step')}, batch {batch}",
+            remember=False,
+        )
+        opts = self.options
+        fits, peak = judge(prof, opts.limit, opts.device, opts.allocator)
+        self.judged[batch] = fits
+        if fits and all(batch > b for b in self.largest):
+            self.largest.clear()
+            self.largest[batch] = prof
+        self.order.append((batch, peak, fits))
+        return peak
 
 
 def judge(prof: Profile, limit: int, device: str | None, allocator=None) -> tuple[bool, int]:

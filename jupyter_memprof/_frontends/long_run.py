@@ -18,7 +18,7 @@ and ``prof.kept`` maps each kept step to a profile of its window.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
 import pandas as pd
@@ -27,11 +27,9 @@ from .._analysis import schema as S
 from .._analysis import windows as W
 from .._analysis.allocator.model import AllocatorConfig
 from .._analysis.pipeline import Progress, analyse, paused_gc
-from .._errors import CaptureError
 from .._producers.windows import WindowRecorder
 from .._records import Capture
 from .._results.profile import Profile
-from .._units import shown
 from .._vocab import Vocabulary
 from . import interrupts
 
@@ -59,53 +57,6 @@ class MissingWhy(Vocabulary):
 
 #: The largest step number (and steps per window) a long run takes.
 MAX_STEPS = 10**9
-
-
-def _digits(text: str) -> int | None:
-    """``text`` as a step number when it is ASCII digits only (``"²"`` and other digits
-    ``str.isdigit`` accepts are not), else None."""
-    return int(text) if text.isascii() and text.isdigit() and len(text) <= 12 else None
-
-
-def parse_steps(value: Any, name: str = "steps") -> int | None:
-    """``steps=`` (the number of steps per window): an int from 1 to :data:`MAX_STEPS`, or
-    None (no long run). A string of ASCII digits is taken too (the magic's ``--steps``);
-    anything else is one :class:`CaptureError` line, which names the option as ``name``."""
-    if value is None:
-        return None
-    if isinstance(value, str) and _digits(value.strip()) is not None:
-        value = _digits(value.strip())
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_STEPS:
-        raise CaptureError(
-            f"{name} needs the number of steps per window, a whole number from 1 to "
-            f"{MAX_STEPS:,} (got {shown(value)})"
-        )
-    return value
-
-
-def parse_keep(value: Any, name: str = "keep") -> tuple[str | int, ...]:
-    """``keep=``: which steps keep their window's full tables: ``"first"``, ``"peak"``,
-    ``"last"`` and step numbers, as an iterable or one comma-separated string."""
-    if value is None:
-        return DEFAULT_KEEP
-    items = value.split(",") if isinstance(value, str) else value
-    if not isinstance(items, Iterable):
-        raise CaptureError(f"{name} lists steps: first, peak, last or numbers (got {shown(value)})")
-    out: list[str | int] = []
-    for item in items:
-        text = item.strip().lower() if isinstance(item, str) else item
-        if isinstance(text, str) and _digits(text) is not None:
-            text = _digits(text)
-        if isinstance(text, str) and text in KeptStep.values():
-            out.append(text)
-        elif isinstance(text, int) and not isinstance(text, bool) and 0 <= text <= MAX_STEPS:
-            out.append(text)
-        elif text != "":
-            raise CaptureError(
-                f"{name}: {shown(item)} is not a step to keep; use first, peak, last or a step "
-                f"number up to {MAX_STEPS:,}"
-            )
-    return tuple(dict.fromkeys(out))
 
 
 class _Window:
@@ -375,13 +326,10 @@ class LongRun:
         prof.kept = kept
 
 
-def plan(steps: Any, keep: Any, allocator: AllocatorConfig | None, build_last) -> LongRun | None:
-    """The long run ``profile(steps=..., keep=...)`` asks for, or None for a plain capture;
-    bad values are one :class:`CaptureError` line, before anything runs. ``build_last``
-    reads and analyses the last window after the stop (``capture.build_tables``)."""
-    n = parse_steps(steps)
-    if n is None:
-        if keep is not None:
-            raise CaptureError("keep needs steps (it says which windows of a long run to keep)")
-        return None
-    return LongRun(n, parse_keep(keep), allocator, build_last)
+def plan(
+    steps: int | None, keep: tuple, allocator: AllocatorConfig | None, build_last
+) -> LongRun | None:
+    """The long run of a capture's checked options (``steps`` and ``keep`` of
+    :class:`.options.CaptureOptions`), or None for a plain capture. ``build_last`` reads
+    and analyses the last window after the stop (``capture.build_tables``)."""
+    return None if steps is None else LongRun(steps, keep, allocator, build_last)

@@ -91,10 +91,12 @@ class MemprofMagics(Magics):
             opts = read_options(shell, parser, line, name)
             source, header = cell, f"%%{MAGIC} {line}".rstrip()
             local_ns = None
-        code = Code(shell, source, header=header, statement=cell is None, display=not opts.estimate)
+        code = Code(
+            shell, source, header=header, statement=cell is None, display=opts.estimate is None
+        )
         code.check_runnable()
         label = opts.label or opts.output or f"In[{code.number}]"
-        if opts.estimate:
+        if opts.estimate is not None:
             return estimate_cell(shell, code, opts, label)
         return profile_cell(shell, code, opts, label, local_ns)
 

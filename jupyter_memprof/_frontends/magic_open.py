@@ -107,8 +107,5 @@ def open_file(shell, fn, line: str) -> None:
         html=None,
         force=False,
         no_display=args.no_display,
-        no_stack=False,
-        estimate=False,
-        explain=False,
     )
     deliver(shell, prof, opts)

@@ -15,12 +15,13 @@ import os
 import re
 import types
 from dataclasses import dataclass
-from typing import Any
 
 from IPython.core import magic_arguments
 from IPython.core.error import UsageError
 
+from .._devices import split_devices
 from .._units import shown
+from .options import CaptureOptions, EstimateOptions, raised_as
 
 __all__ = ["OPTIONS", "Option", "Options", "decorate", "read_options", "split_statement"]
 
@@ -231,13 +232,11 @@ def split_statement(line: str) -> tuple[str, str]:
 
 
 # -- reading and checking --------------------------------------------------------------------
-@dataclass
+@dataclass(frozen=True)
 class Options:
     """The magic's options, read and checked. ``name`` is how the magic was called
-    (``%%memprofile`` or ``%memprofile``); ``estimate_options`` holds the checked
-    ``device``, ``limit``, ``allocator``, ``context`` and ``gpu`` of an estimate,
-    ``devices`` and ``allocator`` those of a real capture, ``steps`` and ``keep`` those of
-    a long run (None: none)."""
+    (``%%memprofile`` or ``%memprofile``); ``capture`` holds a real run's checked options,
+    ``estimate`` those of ``--estimate`` (the other one is None)."""
 
     name: str
     output: str | None
@@ -245,15 +244,9 @@ class Options:
     html: str | None
     force: bool
     no_display: bool
-    no_stack: bool
-    estimate: bool
-    explain: bool
-    devices: str | list[str] | None = None
-    allocator: Any = None
-    estimate_options: dict | None = None
-    steps: int | None = None
-    keep: tuple | None = None
-    snapshot: bool | str = False  # a str: also written to that (absolute) path
+    explain: bool = False
+    capture: CaptureOptions | None = None
+    estimate: EstimateOptions | None = None
 
 
 def _unquote(value: str | None) -> str | None:
@@ -272,62 +265,93 @@ def _parse(parser, options: str, name: str):
         raise UsageError(f"{name}: cannot read the options {options.strip()!r} ({err})") from None
 
 
+#: the options whose value may come quoted
+_QUOTED = ("label", "html", "limit", "allocator", "context", "gpu", "steps", "keep", "world_size")
+
+#: the options only an estimate takes: (flag, attribute, what it is for)
+_ESTIMATE_ONLY = (
+    ("--limit", "limit", "a limit for an estimated cell"),
+    ("--context", "context", "with --limit"),
+    ("--gpu", "gpu", "the GPU an estimate's kernels follow"),
+    ("--world-size", "world_size", "ranks simulated in an estimate"),
+)
+
+
 def read_options(shell, parser, options: str, name: str) -> Options:
     """``options`` read with ``parser`` (the magic's) and every option checked before the
-    cell runs."""
+    cell runs: one :class:`UsageError` line for whatever is wrong."""
     args = _parse(parser, options, name)
-    for key in (
-        "label",
-        "html",
-        "limit",
-        "allocator",
-        "context",
-        "gpu",
-        "steps",
-        "keep",
-        "world_size",
-    ):
+    for key in _QUOTED:
         setattr(args, key, _unquote(getattr(args, key)))
     _check_output_name(shell, args.output)
-    opts = Options(
+    _check_together(args, name)
+    with raised_as(UsageError):  # a bad value: the line every entry point gives
+        if args.estimate:
+            capture, estimate = None, _estimate_options(args)
+        else:
+            capture, estimate = _capture_options(args), None
+    html = args.html
+    if html is not None:
+        html = _html_path(html)
+        if not args.force:
+            check_html_target(html)
+    elif args.force:
+        raise UsageError("--force needs --html (it lets --html replace a file)")
+    return Options(
         name=name,
         output=args.output,
         label=args.label,
-        html=args.html,
+        html=html,
         force=args.force,
         no_display=args.no_display,
-        no_stack=args.no_stack,
-        estimate=args.estimate,
         explain=args.explain,
+        capture=capture,
+        estimate=estimate,
     )
-    opts.snapshot = args.snapshot is not None
-    if args.estimate and opts.snapshot:
-        raise UsageError("--snapshot records CUDA's allocator in a real run, not --estimate")
-    if isinstance(args.snapshot, str):
-        opts.snapshot = _snapshot_path(args.snapshot)
-    if args.estimate and (args.steps is not None or args.keep is not None):
-        raise UsageError("--steps and --keep need a real run, not --estimate")
-    opts.steps, opts.keep = _long_run_options(args.steps, args.keep)
+
+
+def _check_together(args, name: str) -> None:
+    """Options that do not go together (a real run's with ``--estimate``, an estimate's
+    without it)."""
     if args.estimate:
-        opts.estimate_options = _estimate_options(args, name)
-    elif args.limit is not None:
-        raise UsageError("--limit needs --estimate (a limit for an estimated cell)")
-    elif args.context is not None:
-        raise UsageError("--context needs --estimate (with --limit)")
-    elif args.gpu is not None:
-        raise UsageError("--gpu needs --estimate (the GPU an estimate's kernels follow)")
-    elif args.world_size is not None:
-        raise UsageError("--world-size needs --estimate (ranks simulated in an estimate)")
-    else:
-        opts.devices = _devices(args.device)
-        opts.allocator = _allocator_option(args.allocator)
-    if opts.html is not None:
-        opts.html = _html_path(opts.html)
-        if not opts.force:
-            check_html_target(opts.html)
-    elif opts.force:
-        raise UsageError("--force needs --html (it lets --html replace a file)")
-    return opts
+        if args.snapshot is not None:
+            raise UsageError("--snapshot records CUDA's allocator in a real run, not --estimate")
+        if args.steps is not None or args.keep is not None:
+            raise UsageError("--steps and --keep need a real run, not --estimate")
+        wanted = split_devices(args.device or [])
+        if len(wanted) > 1:
+            raise UsageError(f"{name} --estimate takes one --device, not {', '.join(wanted)}")
+        return
+    if args.keep is not None and args.steps is None:
+        raise UsageError("--keep needs --steps (it says which windows of a long run to keep)")
+    for flag, key, why in _ESTIMATE_ONLY:
+        if getattr(args, key) is not None:
+            raise UsageError(f"{flag} needs --estimate ({why})")
+
+
+def _estimate_options(args) -> EstimateOptions:
+    """``--estimate``'s --device, --limit, --allocator, --context, --gpu and --world-size."""
+    wanted = split_devices(args.device or [])
+    return EstimateOptions.parse(
+        device=wanted[0] if wanted else None,
+        limit=args.limit,
+        allocator=args.allocator,
+        context=args.context,
+        gpu=args.gpu,
+        world_size=args.world_size,
+    )
+
+
+def _capture_options(args) -> CaptureOptions:
+    """A real run's --device, --no-stack, --allocator, --steps, --keep and --snapshot."""
+    return CaptureOptions.from_kwargs(
+        device=split_devices(args.device) if args.device else None,
+        allocator=args.allocator,
+        with_stack=not args.no_stack,
+        steps=args.steps,
+        keep=args.keep,
+        snapshot=False if args.snapshot is None else args.snapshot,
+    )
 
 
 #: names IPython keeps its history and itself under (``_3``, ``_i3``, ``_ii``, ...)
@@ -356,87 +380,6 @@ def _check_output_name(shell, name: str | None) -> None:
         raise UsageError(
             f"-o {name}: {name!r} holds the module {shown(held.__name__)}; choose another name"
         )
-
-
-def _devices(values: list[str] | None) -> str | list[str] | None:
-    if not values:
-        return None
-    from .._devices import split_devices
-
-    out = split_devices(values)
-    if not out:
-        raise UsageError("--device needs a device: 'cpu', 'cuda' or 'cuda:N'")
-    return out[0] if len(out) == 1 else out
-
-
-def _estimate_options(args, name: str) -> dict:
-    """--device, --limit, --allocator, --context and --gpu of an estimate, checked before
-    anything runs."""
-    from .._devices import split_devices
-    from .._errors import EstimateError
-    from .._producers.fake.dist import check_world_size
-    from .estimate import check_allocator, check_context, check_device, check_gpu, check_limit
-
-    wanted = split_devices(args.device or [])
-    if len(wanted) > 1:
-        raise UsageError(f"{name} --estimate takes one --device, not {', '.join(wanted)}")
-    try:
-        return {
-            "device": check_device(wanted[0] if wanted else None),
-            "limit": check_limit(args.limit),
-            "allocator": check_allocator(args.allocator),
-            "context": check_context(args.context),
-            "gpu": check_gpu(args.gpu),
-            "world_size": check_world_size(_whole(args.world_size)),
-        }
-    except EstimateError as err:
-        raise UsageError(f"{name} --estimate: {err}") from None
-
-
-def _long_run_options(steps: str | None, keep: str | None):
-    """``--steps`` and ``--keep``, checked before the cell runs (one UsageError line)."""
-    from .._errors import CaptureError
-    from .long_run import parse_keep, parse_steps
-
-    if keep is not None and steps is None:
-        raise UsageError("--keep needs --steps (it says which windows of a long run to keep)")
-    try:
-        n = parse_steps(steps, "--steps")
-        return n, (None if keep is None else parse_keep(keep, "--keep"))
-    except CaptureError as err:
-        raise UsageError(str(err)) from None
-
-
-def _whole(text: str | None):
-    """--world-size as a number (text that is no whole number is passed on as it is, for
-    :func:`check_world_size` to refuse in its own words)."""
-    if text is None:
-        return None
-    digits = text.strip()
-    return int(digits) if digits.isascii() and digits.isdigit() and len(digits) < 20 else text
-
-
-def _allocator_option(setting):
-    """--allocator of a real capture, checked before anything runs (None: the
-    environment's)."""
-    from .._errors import AllocatorConfigError
-    from .finish import allocator_config
-
-    try:
-        return allocator_config(setting)
-    except AllocatorConfigError as err:
-        raise UsageError(f"--allocator: {err}") from None
-
-
-def _snapshot_path(path: str) -> str:
-    """``--snapshot PATH``, absolute (relative to the folder the cell starts in) and checked
-    before the cell runs: its folder exists, and a file there is a snapshot."""
-    from .._results.snapshot_store import check_pickle_target
-
-    try:
-        return check_pickle_target(path)
-    except (OSError, TypeError) as err:
-        raise UsageError(f"--snapshot: {err}") from None
 
 
 def html_refusal(path: str, exc: Exception | None = None) -> str:

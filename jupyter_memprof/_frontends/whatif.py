@@ -11,6 +11,7 @@ checked against the real objects before anything runs; a bad one is one
 from __future__ import annotations
 
 import ast
+import dataclasses
 import fnmatch
 import functools
 import inspect
@@ -29,8 +30,9 @@ from .._producers.fake.changes import Request, apply
 from .._producers.fake.copy import module_tensors, walk_values
 from .._results.comparison import Comparison
 from .._vocab import Change
-from .estimate import cell_objects, check_device, estimate_cell, run_estimate
+from .estimate import cell_objects, estimate_cell, run_estimate
 from .frames import caller_names
+from .options import EstimateOptions, raised_as
 
 __all__ = ["what_if"]
 
@@ -99,18 +101,18 @@ def what_if(fn: Callable, *args: Any, device: str | None = None, **changes: Any)
     """
     if not callable(fn):
         raise EstimateError(f"what_if() needs a function to call first, not {type(fn).__name__}")
-    dev = check_device(device)
+    with raised_as(EstimateError):
+        options = EstimateOptions.from_kwargs(device=device)
     caller = caller_names(sys._getframe(1))
     try:
-        request = check(changes, args, caller, dev)
+        request = check(changes, args, caller, options.device)
         labels = _label(fn, "as is"), _label(fn, describe(changes))
-        a = run_estimate(fn, args, {}, device=dev, limit=None, names=caller, label=labels[0])
+        a = run_estimate(fn, args, {}, options, names=caller, label=labels[0])
         b = run_estimate(
             fn,
             args,
             {},
-            device=dev,
-            limit=None,
+            options,
             names=caller,
             label=labels[1],
             prepare=functools.partial(prepare_request, request),
@@ -382,24 +384,25 @@ def suggestions(table: pd.DataFrame) -> list[tuple[str, dict]]:
     return list(out.items())
 
 
-def cell_savings(shell, code, prof, *, device: str | None) -> pd.DataFrame:
-    """Each change ``prof.explain()`` suggests, tried alone on the estimated cell ``code``:
+def cell_savings(shell, code, prof, options: EstimateOptions) -> pd.DataFrame:
+    """Each change ``prof.explain()`` suggests, tried alone on the cell ``code`` estimated
+    with ``options`` (its limit left out):
     the peak with it on the device of ``prof``'s peak and the saving, largest first
     (:data:`.schema.SAVINGS`). Changes that do not apply to the cell (a batch that does
     not halve, no optimizer) or that the fake run cannot do are left out."""
     table = prof.explain()
     dev = table.attrs["device"]
     peak = int(table.attrs["peak_bytes"])
+    unlimited = dataclasses.replace(options, limit=None)
     rows = []
     for text, changes in suggestions(table):
         real = cell_objects(shell, code)
         try:
-            request = check(changes, (real,), real, device)
+            request = check(changes, (real,), real, options.device)
             changed = estimate_cell(
                 shell,
                 code,
-                device=device,
-                limit=None,
+                unlimited,
                 label=f"{prof.label}, {text}",
                 prepare=functools.partial(prepare_request, request),
                 remember=False,

@@ -14,10 +14,12 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from .._errors import EstimateError
 from .._results.comparison import Comparison
 from .._units import format_bytes
-from .estimate import check_device, run_estimate
+from .estimate import run_estimate
 from .frames import caller_names
+from .options import EstimateOptions, raised_as
 from .whatif import check, describe, passed_objects, prepare_request
 
 __all__ = ["WhatIf", "what_if_widget"]
@@ -28,10 +30,13 @@ class WhatIf:
     step as it is. ``.comparison``: the comparison shown (None while nothing is ticked);
     ``.boxes``: the checkboxes by change name; ``.widget``: the ipywidgets box."""
 
-    def __init__(self, fn: Callable, args: tuple, device: str | None, changes: dict, names: dict):
+    def __init__(
+        self, fn: Callable, args: tuple, options: EstimateOptions, changes: dict, names: dict
+    ):
         import ipywidgets as widgets
 
-        self._fn, self._args, self._device = fn, args, device
+        device = options.device
+        self._fn, self._args, self._device, self._options = fn, args, device, options
         self._names = names
         self._changes = changes
         for key, value in changes.items():  # every change checked alone, before anything runs
@@ -64,8 +69,7 @@ class WhatIf:
             self._fn,
             self._args,
             {},
-            device=self._device,
-            limit=None,
+            self._options,
             names=self._names,
             label=f"{name}, {describe(chosen) if chosen else 'as is'}",
             prepare=prepare,
@@ -113,11 +117,12 @@ def what_if_widget(fn: Callable, *args: Any, device: str | None = None, **change
         An unknown change or a bad value, before anything runs (the real objects are only
         read).
     """
-    dev = check_device(device)
+    with raised_as(EstimateError):
+        options = EstimateOptions.from_kwargs(device=device)
     caller = caller_names(sys._getframe(1))
     try:
         held = {id(o) for o in passed_objects(args)}
         names = {k: v for k, v in caller.items() if id(v) in held}
     finally:
         caller.clear()
-    return WhatIf(fn, args, dev, changes, names)
+    return WhatIf(fn, args, options, changes, names)

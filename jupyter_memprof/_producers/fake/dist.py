@@ -26,31 +26,10 @@ import torch
 
 from ..._errors import EstimateError
 from ..._records import DDP_BUCKET_MARKER
-from ..._units import shown
 
 #: The most ranks an estimate simulates (torch's fake group costs time and memory per rank;
 #: the largest training runs have about 10**5 GPUs).
 MAX_WORLD_SIZE = 2**20
-
-
-def check_world_size(world_size) -> int | None:
-    """``None`` (no process group) or a whole number of ranks from 1 up to
-    :data:`MAX_WORLD_SIZE`; anything else, or a torch without ``torch.distributed``, raises
-    :class:`EstimateError` with one line."""
-    if world_size is None:
-        return None
-    if (
-        isinstance(world_size, bool)
-        or not isinstance(world_size, int)
-        or not 1 <= world_size <= MAX_WORLD_SIZE
-    ):
-        raise EstimateError(
-            f"world_size must be a whole number of ranks from 1 to {MAX_WORLD_SIZE:,}, not "
-            f"{shown(world_size)}"
-        )
-    if not torch.distributed.is_available():
-        raise EstimateError("world_size needs torch.distributed, which this torch build lacks")
-    return world_size
 
 
 @contextlib.contextmanager
