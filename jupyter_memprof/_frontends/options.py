@@ -1,4 +1,4 @@
-"""Options of every entry point, each checked once into a frozen object.
+"""Every entry point's options, checked once into frozen objects.
 
 ``profile()`` and ``%%memprofile`` read their options into :class:`CaptureOptions`;
 ``estimate()``, ``what_if()``, ``fit()``, ``%%memprofile --estimate``, the command line and
