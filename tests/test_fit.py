@@ -57,6 +57,23 @@ def test_quickstart_on_a_24_gib_gpu_in_at_most_12_estimates(quickstart):
     assert result.text().startswith(f"batch {b} fits 24.0 GiB on cuda:0: peak ")
 
 
+def test_fit_takes_the_estimates_options(quickstart):
+    """fit() takes estimate()'s options for every estimate and its judgement: without the
+    CUDA context the reserved peak may use the whole limit, and the kernels followed are
+    the GPU's asked for."""
+    model, opt = quickstart
+    limit = 2**30
+    usual = fit(lm_step, model, opt, limit=limit, device="cuda:0")
+    bare = fit(lm_step, model, opt, limit=limit, device="cuda:0", context=0, gpu="A100")
+    assert bare.batch > usual.batch
+    peaks = dict(zip(bare.tried["batch"], bare.tried["peak_bytes"]))
+    reserved = bare.profile.meta["reserved_peak_bytes"]["cuda:0"]
+    assert peaks[bare.batch] == footprint(bare.profile, "cuda:0", 0) == reserved <= limit
+    assert bare.profile.meta["gpu"] == "A100 (sm80)" and bare.profile.meta["context"] == 0
+    with pytest.raises(EstimateError, match="^world_size must be a whole number"):
+        fit(lm_step, model, opt, limit=limit, world_size=0)
+
+
 def test_the_batch_found_is_the_largest_estimate_under_the_limit(quickstart):
     model, opt = quickstart
     at_8 = estimate(lm_step, 8, model, opt).peak().attrs["peak_bytes"]

@@ -54,7 +54,7 @@ PYTHON = {
     "what_if()": (EstimateError, {"device"}, lambda **kw: jupyter_memprof.what_if(_step, **kw)),
     "fit()": (
         EstimateError,
-        {"limit", "device"},
+        {"allocator", "limit", "device", "context", "world_size"},
         lambda **kw: jupyter_memprof.fit(lambda batch: _step(), **{"limit": "1GiB", **kw}),
     ),
 }
@@ -64,7 +64,7 @@ MAGIC_REAL = {"allocator", "device", "steps"}
 MAGIC_ESTIMATE = {"allocator", "limit", "device", "context", "world_size"}
 CLI = {
     "estimate": {"allocator", "limit", "device", "context", "world_size"},
-    "fit": {"limit", "device"},
+    "fit": {"allocator", "limit", "device", "context", "world_size"},
     "summary": {"limit"},
 }
 MARK = {"allocator", "limit", "device", "world_size"}

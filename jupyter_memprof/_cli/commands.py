@@ -303,6 +303,10 @@ def fit(
     *,
     limit: Any,
     device: str | None = "cuda:0",
+    gpu: str | None = None,
+    world_size: Any = None,
+    allocator: str | None = None,
+    context: Any = None,
     low: int = 1,
     high: int | None = None,
     roots: Sequence[str] | None = None,
@@ -311,7 +315,8 @@ def fit(
     """The largest batch size at which ``target``'s step fits ``limit`` on ``device``."""
     from .._frontends.options import EstimateOptions
 
-    options = _checked(EstimateOptions.parse, device=device, limit=limit)
+    given = dict(device=device, limit=limit, gpu=gpu, world_size=world_size)
+    options = _checked(EstimateOptions.parse, allocator=allocator, context=context, **given)
     if options.limit is None:
         raise CommandError("fit needs --limit, such as --limit 80GiB")
     fn = _resolve(target, roots, progress)

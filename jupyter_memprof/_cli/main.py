@@ -54,6 +54,7 @@ def _device_limit(p: argparse.ArgumentParser, device_help: str) -> None:
 
 
 def _estimate_options(p: argparse.ArgumentParser) -> None:
+    """The target and the estimate's options (``estimate()``'s), for estimate and fit."""
     p.add_argument(
         "target",
         metavar="MODULE:FUNCTION",
@@ -63,6 +64,18 @@ def _estimate_options(p: argparse.ArgumentParser) -> None:
         "--device", default="cuda:0", help="cpu, cuda or cuda:N (default cuda:0; no GPU needed)"
     )
     p.add_argument("--limit", help="device memory, such as 80GiB")
+    p.add_argument(
+        "--gpu", help="the GPU whose kernels to follow: H100 (default), A100, L4, sm80, ..."
+    )
+    p.add_argument("--world-size", metavar="N", help="estimate rank 0 of N ranks (FSDP2, DDP)")
+    p.add_argument(
+        "--allocator", help="PYTORCH_CUDA_ALLOC_CONF settings, e.g. expandable_segments:True"
+    )
+    p.add_argument(
+        "--context",
+        metavar="SIZE",
+        help="with --limit: memory a CUDA device holds outside PyTorch (default 751MiB)",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -150,18 +163,6 @@ def _estimate_commands(sub) -> None:
     )
     _estimate_options(p)
     p.add_argument(
-        "--gpu", help="the GPU whose kernels to follow: H100 (default), A100, L4, sm80, ..."
-    )
-    p.add_argument("--world-size", metavar="N", help="estimate rank 0 of N ranks (FSDP2, DDP)")
-    p.add_argument(
-        "--allocator", help="PYTORCH_CUDA_ALLOC_CONF settings, e.g. expandable_segments:True"
-    )
-    p.add_argument(
-        "--context",
-        metavar="SIZE",
-        help="with --limit: memory a CUDA device holds outside PyTorch (default 751MiB)",
-    )
-    p.add_argument(
         "--batch", type=int, help="the batch size, passed as batch_size=, batch= or first argument"
     )
     p.add_argument("--rows", type=int, default=8, help="groups of the peak shown (default 8)")
@@ -217,6 +218,10 @@ def dispatch(args: argparse.Namespace) -> C.Outcome:
             args.target,
             limit=args.limit,
             device=args.device,
+            gpu=args.gpu,
+            world_size=args.world_size,
+            allocator=args.allocator,
+            context=args.context,
             low=args.low,
             high=args.high,
             progress=progress,

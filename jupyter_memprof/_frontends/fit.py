@@ -148,6 +148,10 @@ def fit(
     device: str | None = None,
     low: int = 1,
     high: int | None = None,
+    allocator: str | None = None,
+    context: Any = None,
+    gpu: Any = None,
+    world_size: int | None = None,
 ) -> Fit:
     """The largest batch size for which ``fn(batch, *args)`` fits in ``limit`` on
     ``device``, found by estimates (nothing runs for real).
@@ -166,6 +170,8 @@ def fit(
         As in :func:`estimate`; default: the device with the highest peak.
     low, high : int, optional
         Bounds of the sizes tried (``high=None``: no bound).
+    allocator, context, gpu, world_size : optional
+        As in :func:`estimate`, for every estimate (``context`` also in the judgement).
 
     Returns
     -------
@@ -186,8 +192,15 @@ def fit(
     """
     if not callable(fn):
         raise EstimateError(f"fit() needs a function to call first, not {type(fn).__name__}")
-    with raised_as(EstimateError):  # the allocator: the environment's, as estimate() takes it
-        options = EstimateOptions.from_kwargs(device=device, limit=limit)
+    with raised_as(EstimateError):
+        options = EstimateOptions.from_kwargs(
+            device=device,
+            limit=limit,
+            allocator=allocator,
+            context=context,
+            gpu=gpu,
+            world_size=world_size,
+        )
     if options.limit is None:
         raise EstimateError("fit() needs a limit, such as limit='24GiB'")
     return fit_with(options, fn, args, low, high, sys._getframe(1))
@@ -234,7 +247,7 @@ class _Probes:
             remember=False,
         )
         opts = self.options
-        fits, peak = judge(prof, opts.limit, opts.device, opts.allocator)
+        fits, peak = judge(prof, opts.limit, opts.device, opts.allocator, opts.context)
         self.judged[batch] = fits
         if fits and all(batch > b for b in self.largest):
             self.largest.clear()
@@ -243,32 +256,38 @@ class _Probes:
         return peak
 
 
-def judge(prof: Profile, limit: int, device: str | None, allocator=None) -> tuple[bool, int]:
+def judge(
+    prof: Profile, limit: int, device: str | None, allocator=None, context: int | None = None
+) -> tuple[bool, int]:
     """Whether the estimate fits ``limit`` as ``estimate(limit=...)`` judges it
     (:func:`jupyter_memprof._analysis.limit.first_over`), and the bytes compared: on a CUDA
     ``device`` the caching allocator replayed within the limit (it gives back its cached
     segments before it fails), its reserved peak plus the CUDA context when it fits, and
     when it does not the reserved peak with nothing limiting it plus the context
-    (:func:`footprint`); elsewhere (``device=None``: any device) the peak of live bytes."""
+    (:func:`footprint`); elsewhere (``device=None``: any device) the peak of live bytes.
+    ``context``: the CUDA context's bytes (None: the default)."""
     if device is not None and device not in prof.devices:
         return True, 0
     if device is not None and is_cuda(device):
-        within = reserved_within(prof.tables, limit, device, allocator=allocator)
-        return within is not None, footprint(prof, device) if within is None else within
-    fits = first_over(prof.tables, limit, device, allocator=allocator) is None
+        within = reserved_within(prof.tables, limit, device, allocator=allocator, context=context)
+        if within is None:
+            return False, footprint(prof, device, context)
+        return True, within
+    fits = first_over(prof.tables, limit, device, allocator=allocator, context=context) is None
     return fits, max(int(prof.peak(d).attrs["peak_bytes"]) for d in prof.devices)
 
 
-def footprint(prof: Profile, device: str | None) -> int:
-    """The reserved peak plus the CUDA context on a CUDA ``device`` (default: the device with
-    the highest peak) with nothing limiting the cache, else the allocated peak."""
+def footprint(prof: Profile, device: str | None, context: int | None = None) -> int:
+    """The reserved peak plus the CUDA context (``context`` bytes, None: the default) on a
+    CUDA ``device`` (default: the device with the highest peak) with nothing limiting the
+    cache, else the allocated peak."""
     if device is not None and device not in prof.devices:
         return 0
     point = prof.peak(device).attrs
     dev = point["device"]
     reserved = (prof.meta.get("reserved_peak_bytes") or {}).get(dev)
     if dev is not None and dev.startswith("cuda") and reserved is not None:
-        return int(reserved) + context_bytes(dev)
+        return int(reserved) + context_bytes(dev, context)
     return int(point["peak_bytes"])
 
 
