@@ -14,17 +14,32 @@ import contextlib
 import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._analysis.allocator.config import AllocatorConfig
 from .._devices import parse_device, resolve_devices
 from .._errors import AllocatorConfigError, CaptureError, DeviceError
 from .._units import parse_bytes, shown
 
+if TYPE_CHECKING:
+    from .._producers.gpus import Gpu
+
 __all__ = [
     "CaptureOptions",
     "EstimateOptions",
     "OptionError",
+    "check_allocator",
+    "check_context",
+    "check_device",
+    "check_devices",
+    "check_gpu",
+    "check_keep",
+    "check_limit",
+    "check_memory_budget",
+    "check_size",
+    "check_snapshot",
+    "check_steps",
+    "check_world_size",
     "raised_as",
 ]
 
@@ -98,7 +113,7 @@ def check_allocator(value: Any) -> AllocatorConfig:
         raise OptionError(str(err)) from None
 
 
-def check_gpu(value: Any):
+def check_gpu(value: Any) -> Gpu:
     """The GPU whose kernels a CUDA estimate follows: ``None`` (an H100), a name
     (``"A100"``) or a compute capability (``"sm90"``, ``(9, 0)``)."""
     from .._producers.gpus import parse_gpu
@@ -277,7 +292,7 @@ class EstimateOptions:
     limit: int | None
     allocator: AllocatorConfig
     context: int | None
-    gpu: Any
+    gpu: Gpu
     world_size: int | None = None
 
     @classmethod
