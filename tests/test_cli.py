@@ -185,7 +185,9 @@ def test_estimate_and_fit_by_import_path(files):
         ["estimate", str(folder / "cli_steps.py") + ":step", "--device", "cpu", "--batch", "4"],
         ["fit", "cli_steps:step", "--limit", "2GiB", "--high", "100000", "--json"],
         ["fit", "cli_steps:step", "--limit", "100MiB"],  # 5
-    ]
+        ["fit", "cli_steps:step", "--limit", "2GiB", "--high", "100000", "--context", "0",
+         "--gpu", "A100", "--json"],
+    ]  # fmt: skip
     r = run_many(argvs, cwd=folder)
     doc = _doc(r[0])
     assert r[0]["code"] == 0 and doc["estimate"] is True and doc["devices"] == ["cuda:0"]
@@ -205,6 +207,9 @@ def test_estimate_and_fit_by_import_path(files):
     assert fits[doc["batch"]] and not any(ok for b, ok in fits.items() if b > doc["batch"])
     assert doc["report"]["limit"]["fits"] is True
     assert r[5]["code"] == 1 and "no batch fits" in r[5]["stdout"]
+    # estimate()'s options in fit: without the CUDA context more of the limit is the batch's
+    bare = _doc(r[6])
+    assert r[6]["code"] == 0 and bare["batch"] > doc["batch"]
 
 
 # -- the console script and its documentation --------------------------------------------
