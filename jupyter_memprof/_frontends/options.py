@@ -306,12 +306,14 @@ class EstimateOptions:
         gpu: Any = None,
         world_size: Any = None,
     ) -> EstimateOptions:
-        """``estimate()``'s keyword arguments, each checked (:class:`OptionError`)."""
+        """``estimate()``'s keyword arguments, each checked (:class:`OptionError`); the
+        sizes and the allocator first, which need no torch (a command line's bad
+        ``--limit`` is said at once)."""
         return cls(
-            device=check_device(device),
             limit=check_limit(limit),
-            allocator=check_allocator(allocator),
             context=check_context(context),
+            allocator=check_allocator(allocator),
+            device=check_device(device),
             gpu=check_gpu(gpu),
             world_size=check_world_size(world_size),
         )
