@@ -99,9 +99,9 @@ def test_tools_are_listed_with_their_arguments(session):
     tools, _ = session
     by_name = {t.name: t for t in tools}
     assert set(by_name) == TOOLS
-    assert {"target", "device", "limit", "gpu", "world_size", "allocator", "batch"} <= set(
-        by_name["estimate"].input_schema["properties"]
-    )
+    shared = {"target", "device", "limit", "gpu", "world_size", "allocator", "context"}
+    assert shared | {"batch"} <= set(by_name["estimate"].input_schema["properties"])
+    assert shared | {"low", "high"} <= set(by_name["fit"].input_schema["properties"])
     assert by_name["diff"].input_schema["required"] == ["a", "b"]
     assert all(t.description for t in tools)
 

@@ -140,11 +140,13 @@ def _run_tools(server, roots: list[str], answer) -> None:
         gpu: str | None = None,
         world_size: int | None = None,
         allocator: str | None = None,
+        context: str | None = None,
         batch: int | None = None,
     ) -> dict[str, Any]:
         """Estimate the memory of MODULE:FUNCTION (or script.py:FUNCTION, in the allowed
         folders), a function that builds its model and batch and runs one step, on
-        `device` without running it (no GPU needed); `limit` gives the verdict."""
+        `device` without running it (no GPU needed); `limit` gives the verdict, `context`
+        the CUDA context's bytes (e.g. "500MiB"), `allocator` PYTORCH_CUDA_ALLOC_CONF."""
         return answer(
             lambda: (
                 C.estimate(
@@ -154,6 +156,7 @@ def _run_tools(server, roots: list[str], answer) -> None:
                     gpu=gpu,
                     world_size=world_size,
                     allocator=allocator,
+                    context=context,
                     batch=batch,
                     roots=roots,
                 ).document
@@ -162,10 +165,19 @@ def _run_tools(server, roots: list[str], answer) -> None:
 
     @server.tool()
     def fit(
-        target: str, limit: str, device: str = "cuda:0", low: int = 1, high: int | None = None
+        target: str,
+        limit: str,
+        device: str = "cuda:0",
+        low: int = 1,
+        high: int | None = None,
+        gpu: str | None = None,
+        world_size: int | None = None,
+        allocator: str | None = None,
+        context: str | None = None,
     ) -> dict[str, Any]:
         """The largest batch size at which MODULE:FUNCTION's step fits `limit` on `device`
-        (the function takes the batch size), found by estimates."""
+        (the function takes the batch size), found by estimates judged as `estimate`
+        judges them (the same `gpu`, `world_size`, `allocator` and `context`)."""
         return answer(
             lambda: (
                 C.fit(
@@ -174,6 +186,10 @@ def _run_tools(server, roots: list[str], answer) -> None:
                     device=device,
                     low=low,
                     high=high,
+                    gpu=gpu,
+                    world_size=world_size,
+                    allocator=allocator,
+                    context=context,
                     roots=roots,
                 ).document
             )
