@@ -3,8 +3,8 @@
 A whole stream of one device is replayed in one function,
 its steps inline.
 
-:class:`~jupyter_memprof._analysis.allocator.model.DeviceAllocator` states the allocator's rules
-one request (``malloc``) and one free (``free``) at a time. Replaying a million events
+:class:`~jupyter_memprof._analysis.allocator.device.DeviceAllocator` states the allocator's
+rules one request (``malloc``) and one free (``free``) at a time. Replaying a million events
 through those methods spends most of its time on calls and attribute look-ups, so
 :func:`run_fast` runs the same rules over a whole stream with the state in local names:
 

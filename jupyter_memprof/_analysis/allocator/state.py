@@ -1,7 +1,7 @@
 """One device's allocator state, as the replay loops read it.
 
 What the replay loops (``fast.py``, ``repeat.py``) read and write of
-one device's caching allocator: the state of ``allocator.DeviceAllocator``, named here so
+one device's caching allocator: the state of ``device.DeviceAllocator``, named here so
 that the loops need not import the model they are called from."""
 
 from __future__ import annotations
