@@ -6,13 +6,13 @@ from __future__ import annotations
 import numpy as np
 
 from jupyter_memprof._units import format_time
-from jupyter_memprof._views.dashboard.data import LINEAGE_STRINGS
+from jupyter_memprof._views.dashboard.lineage import LINEAGE_STRINGS
 
 
 def decode_lineage(
     cols: dict, pool: list[str], start: int, end: int, *, records: bool = False
 ) -> dict[str, list[str]]:
-    """The display rows of one block from :func:`jupyter_memprof._views.dashboard.data.lineage_columns` (what the page shows);
+    """The display rows of one block from :func:`jupyter_memprof._views.dashboard.lineage.lineage_columns` (what the page shows);
     ``records=True`` for an estimate (times are records of its fake run, not ms)."""
     out = {
         "t_txt": [

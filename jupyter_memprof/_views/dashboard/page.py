@@ -49,7 +49,7 @@ from ..._units import format_bytes
 from . import data as dd
 from . import zoom as dashboard_zoom
 from .kit import OVERVIEW_HEIGHT, ROW_HEIGHT, TABLE_HEIGHT, TIMELINE_HEIGHT, color_key, title_text
-from .panels import LINEAGE_VIEW_COLUMNS, Built, Chart, Shape
+from .panels import LINEAGE_VIEW_COLUMNS
 from .panels import build_layout as _layout
 from .select import (  # noqa: F401 (last_shown: the reused selection's record)
     TINY_BYTES,
@@ -61,6 +61,7 @@ from .select import (  # noqa: F401 (last_shown: the reused selection's record)
     tiny_devices,
 )
 from .select import shown as _shown
+from .shape import Built, Chart, Shape
 from .template import DocTemplate, Slots
 
 __all__ = [

@@ -15,6 +15,7 @@ import numpy as np
 from .. import peaks as _peaks
 from ..memo import LastProfile
 from . import data as dd
+from . import lineage as dl
 
 
 def cds_data(columns: dict) -> dict:
@@ -96,10 +97,10 @@ def shown(prof, device: str | None, cats: list[str] | None) -> Shown:
     peaks = {dev: dd.peak_or_none(prof, dev) for dev in devs}
     sel = dd.select_allocations(prof, device, cats, peaks=peaks)
     alloc_ids = sel.table["alloc_id"].astype("int64").tolist()
-    lin = dd.lineage_rows(prof, alloc_ids)
-    ops = dd.select_ops(prof, win, dd.must_show_ops(prof, sel, lin, dd.OP_BUDGET // 2))
+    lin = dl.lineage_rows(prof, alloc_ids)
+    ops = dd.select_ops(prof, win, dl.must_show_ops(prof, sel, lin, dd.OP_BUDGET // 2))
     acols = dd.allocation_columns(prof, sel, ops, win)
-    lcols, pool, lin0, lin1 = dd.lineage_columns(prof, lin, alloc_ids, ops, win)
+    lcols, pool, lin0, lin1 = dl.lineage_columns(prof, lin, alloc_ids, ops, win)
     acols["lin0"] = np.asarray(lin0 + [0] * len(sel.summarised), dtype=np.int64)
     acols["lin1"] = np.asarray(lin1 + [0] * len(sel.summarised), dtype=np.int64)
     tiny = tiny_devices(peaks)
