@@ -1,4 +1,4 @@
-"""The only module that touches torch's private profiler API.
+"""The reader of torch's profiler event tree (its private API): plain records.
 
 It walks the event tree of a finished ``torch.profiler.profile`` run
 (``kineto_results.experimental_event_tree()``) once, and turns it into plain named
@@ -6,16 +6,14 @@ records: :class:`OpRecord` for ops, :class:`TensorRef` for the tensors an op rea
 and :class:`MemoryRecord` for allocator events. Everything downstream works on these records
 and never sees ``torch._C``.
 
-Differences between torch releases are guarded here (``getattr`` with defaults for fields
-that come and go, such as ``forward_tid``).
+Which arguments an op writes comes from :mod:`.op_schemas`, callsites from
+:mod:`.frame_names`. Differences between torch releases are guarded here (``getattr`` with
+defaults for fields that come and go, such as ``forward_tid``).
 """
 
 from __future__ import annotations
 
 import functools
-import os
-import sys
-import sysconfig
 from collections.abc import Callable
 from typing import Any
 
@@ -32,6 +30,8 @@ from .._records import (
     UntrackedTensor,
 )
 from .._vocab import OpKind
+from .frame_names import FrameNamer
+from .op_schemas import AMBIGUOUS, SCHEMAS, mutable_arguments
 
 try:  # private API: present in every torch this package supports (>= 2.13)
     from torch._C._profiler import (
@@ -58,147 +58,6 @@ _BACKWARD_SCOPE = RecordScope.BACKWARD_FUNCTION
 _OP = OpKind.OP
 # Python functions whose own ops (the seed gradient) belong to the backward pass
 _AUTOGRAD_ENTRY_POINTS = frozenset({"backward", "grad", "_engine_run_backward"})
-
-
-# -- operator schemas ------------------------------------------------------------------
-_AMBIGUOUS = object()
-_schema_cache: dict[tuple[str, int], Any] = {}
-
-
-def _mutable_arguments(name: str, inputs: list) -> tuple[bool, ...] | None:
-    """Which arguments the op ``name`` may write in place, from its registered schemas.
-
-    ``None`` means "not a dispatcher op" (a ``record_function`` label, an autograd node):
-    such names never have ``::`` or have no registered schema. Schema lookup costs ~100 µs
-    in torch, so the answer is cached per (name, number of arguments) and names without
-    ``::`` are rejected before any lookup. Only when overloads with the same arity disagree
-    do we match argument types per call (rare).
-    """
-    key = (name, len(inputs))
-    hit = _schema_cache.get(key, _AMBIGUOUS)
-    if hit is _AMBIGUOUS and key not in _schema_cache:
-        hit = _schema_cache[key] = _lookup(name, len(inputs))
-    if hit is _AMBIGUOUS:
-        return _match_types(name, inputs)
-    return hit
-
-
-def _schemas(name: str) -> list:
-    if "::" not in name:
-        return []
-    try:
-        return list(torch._C._jit_get_schemas_for_operator(name))
-    except RuntimeError:
-        return []
-
-
-def _writes(schema) -> tuple[bool, ...]:
-    return tuple(bool(getattr(a.alias_info, "is_write", False)) for a in schema.arguments)
-
-
-def _lookup(name: str, n_inputs: int):
-    schemas = _schemas(name)
-    if not schemas:
-        return None
-    flags = {_writes(s) for s in schemas if len(s.arguments) == n_inputs}
-    if not flags:
-        # A dispatcher op recorded with an unexpected arity: assume it writes nothing
-        # rather than everything (a spurious version bump would mislabel the tensor).
-        return (False,) * n_inputs
-    if len(flags) == 1:
-        return flags.pop()
-    return _AMBIGUOUS
-
-
-def _match_types(name: str, inputs: list) -> tuple[bool, ...]:
-    """Union of the write flags of the overloads whose argument types fit ``inputs``."""
-    out = [False] * len(inputs)
-    for schema in _schemas(name):
-        if len(schema.arguments) != len(inputs):
-            continue
-        if all(_type_fits(v, a.type) for v, a in zip(inputs, schema.arguments)):
-            for i, w in enumerate(_writes(schema)):
-                out[i] |= w
-    return tuple(out)
-
-
-def _type_fits(value, schema_type) -> bool:
-    if isinstance(schema_type, torch._C.OptionalType):
-        return value is None or _type_fits(value, schema_type.getElementType())
-    if isinstance(schema_type, torch._C.AnyType):
-        return True
-    if isinstance(schema_type, torch._C.TensorType):
-        return isinstance(value, _TensorMetadata)
-    if isinstance(schema_type, torch._C.ListType):
-        return isinstance(value, list)
-    if isinstance(schema_type, torch._C.BoolType):
-        return isinstance(value, bool)
-    if isinstance(schema_type, torch._C.IntType):
-        return isinstance(value, int) and not isinstance(value, bool)
-    if isinstance(schema_type, (torch._C.FloatType, torch._C.NumberType)):
-        return isinstance(value, (int, float, complex))
-    return value is None or not isinstance(value, _TensorMetadata)
-
-
-# -- user frames -----------------------------------------------------------------------
-@functools.cache
-def _library_prefixes() -> tuple[str, ...]:
-    paths = {sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")}
-    paths.add(os.path.dirname(torch.__file__))
-    # this whole package (its front ends run the user's code), wherever it is installed
-    paths.add(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    paths.update(p for p in sys.path if p.endswith(("site-packages", "dist-packages")))
-    return tuple(sorted(p.rstrip(os.sep) + os.sep for p in paths if p))
-
-
-_USER_FILES: dict[str, bool] = {}
-
-
-class FrameNamer:
-    """Formats the innermost user frame as ``file.py:123 in fn``.
-
-    A frame is a user frame when its file is not in the standard library, site-packages,
-    torch or this package (notebook cells are user frames). ``cell_names`` maps IPython's
-    cell file names to labels like ``In[3]``.
-    """
-
-    def __init__(self, cell_names: Callable[[str], str | None] | None = None):
-        self._prefixes = _library_prefixes()
-        self._cell_names = cell_names
-        self._is_user = _USER_FILES  # a file's kind does not change between captures
-        self._labels: dict[tuple[str, int, str], str] = {}
-
-    def is_user(self, filename: str) -> bool:
-        hit = self._is_user.get(filename)
-        if hit is None:
-            hit = self._is_user[filename] = self._classify(filename)
-        return hit
-
-    def _classify(self, filename: str) -> bool:
-        if not filename or filename.startswith(("<frozen", "<string>")):
-            return False
-        if filename.startswith("<"):  # <stdin>, <ipython-input-...>
-            return True
-        if not os.path.isabs(filename):
-            # torch records library frames relative to their sys.path entry
-            # ("torch/nn/modules/linear.py", "enum.py"): find the file to judge it.
-            for base in sys.path:
-                full = os.path.join(base or os.getcwd(), filename)
-                if os.path.exists(full):
-                    filename = os.path.abspath(full)
-                    break
-            else:
-                return False
-        return not filename.startswith(self._prefixes)
-
-    def label(self, filename: str, line: int, function: str) -> str:
-        key = (filename, line, function)
-        hit = self._labels.get(key)
-        if hit is None:
-            cell = self._cell_names(filename) if self._cell_names else None
-            where = cell or os.path.basename(filename)
-            hit = self._labels[key] = f"{where}:{line} in {function}"
-        return hit
 
 
 # -- the walk --------------------------------------------------------------------------
@@ -277,9 +136,8 @@ def read_trace(
     tensors: list[TensorRef] = []
     memory: list[MemoryRecord] = []
     dev_names: dict[Any, str] = {}
-    mutable_arguments = _mutable_arguments
-    known_schemas = _schema_cache.get  # most ops: the cached answer, no call
-    ambiguous = _AMBIGUOUS
+    known_schemas = SCHEMAS.get  # most ops: the cached answer, no call
+    ambiguous = AMBIGUOUS
     # records are built with tuple.__new__ (a C call), not the NamedTuple's Python __new__
     new_op = functools.partial(tuple.__new__, OpRecord)
     new_memory = functools.partial(tuple.__new__, MemoryRecord)
