@@ -127,7 +127,7 @@ def _lists(alloc: AllocatorState, stream: int) -> tuple[list[int], list[int]]:
 
 
 def _run(
-    alloc: AllocatorState,
+    a: AllocatorState,
     keys: Sequence[int],
     sizes: Sequence[int],
     lo: int,
@@ -137,27 +137,23 @@ def _run(
 ) -> None:
     """Events ``lo`` to ``hi`` (excluded), with ``where`` the live blocks (key -> block),
     kept up to date; ``streams``: the CUDA stream of every event, or of each."""
-    a = alloc
     multi = not isinstance(streams, int)
     stream = streams[lo] if multi else streams
     small_l, large_l = _lists(a, stream)
-    free_at, free_end, unmapped = a.free_at, a.free_end, a.unmapped
-    expandable = a.expandable
+    free_at, free_end, unmapped, w_pop = a.free_at, a.free_end, a.unmapped, where.pop
+    expandable, limited = a.expandable, a.split_limit is not None  # max_split_size_mb
     window = rounded(a.config, sizes, lo, hi) if a.rounded else islice(sizes, lo, hi)
     split_large = 0 if expandable else SMALL_SIZE  # the rest a large block keeps
-    limited = a.split_limit is not None  # max_split_size_mb
     limit, every = a.split_limit or 0, limited and expandable  # (every request checked)
-    allocated, top, reserved_then = a.allocated, a.peak_allocated, a.reserved_then
-    reserved, peak, peak_event = a.reserved, a.peak, a.peak_event
+    allocated, reserved = a.allocated, a.reserved
+    top, reserved_then = a.peak_allocated, a.reserved_then
     S, M, SMALL, bisect, ins = KEY_SHIFT, KEY_MASK, SMALL_SIZE, bisect_left, insort
-    w_pop = where.pop
     for i, size in enumerate(window, lo):
         if size > 0:  # a request
             if multi and streams[i] != stream:
                 stream = streams[i]
                 small_l, large_l = _lists(a, stream)
-            if size & 511:
-                size = (size | 511) + 1
+            size = (size + 511) & ~511
             if size <= SMALL:
                 lst, keep = small_l, 0
             else:
@@ -168,20 +164,14 @@ def _run(
             try:
                 found = lst.pop(j)
             except IndexError:  # nothing cached fits: new memory
-                a.event, a.allocated = i, allocated
-                found = a._new_block((stream, lst is small_l), size)
-                allocated, reserved = a.allocated, a.reserved
-                if reserved > peak:
-                    peak, peak_event = reserved, i
-                j = -1
-            addr = found & M
-            block = found >> S
+                found = _new_memory(a, i, allocated, (stream, lst is small_l), size)
+                allocated, reserved, j = a.allocated, a.reserved, -1
+            addr, block = found & M, found >> S
             end = addr + block
             if expandable and j >= 0 and end in unmapped and not limited:  # it can grow
                 ins(lst, found)
                 found = lst.pop(_least_growable(lst, j, unmapped))
-                addr = found & M
-                block = found >> S
+                addr, block = found & M, found >> S
                 end = addr + block
             del free_at[addr]
             rest = block - size
@@ -212,12 +202,21 @@ def _run(
             before = free_end.pop(addr)
             del lst[bisect(lst, free_at[before] << S | before)]
             addr = before
-        block = end - addr
-        free_at[addr] = block
+        free_at[addr] = block = end - addr
         free_end[end] = addr
         ins(lst, block << S | addr)
     a.allocated, a.peak_allocated, a.reserved_then = allocated, top, reserved_then
-    a.peak, a.peak_event = peak, peak_event
+
+
+def _new_memory(a: AllocatorState, event: int, allocated: int, key: tuple, size: int) -> int:
+    """The free-list key of a block from new memory for a request no cached block serves
+    (the model's own rules: a new segment, or the cache emptied at a limit); the peak of
+    reserved bytes noted. ``allocated``: the loop's count, handed to the model."""
+    a.event, a.allocated = event, allocated
+    found = a._new_block(key, size)
+    if a.reserved > a.peak:
+        a.peak, a.peak_event = a.reserved, event
+    return found
 
 
 def _limit(
