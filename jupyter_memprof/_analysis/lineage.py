@@ -112,9 +112,7 @@ def _pair_keys(first: np.ndarray, second: np.ndarray, span: int) -> np.ndarray:
 
 def lineage_steps(tables: dict[str, pd.DataFrame], alloc_ids=None) -> LineageSteps:
     """The lineage rows of many blocks at once (all of them by default), as arrays."""
-    ops, allocs, uses, versions, flows = (
-        tables[k] for k in ("ops", "allocations", "uses", "versions", "flows")
-    )
+    allocs, uses, versions = (tables[k] for k in ("allocations", "uses", "versions"))
     a_id = allocs["alloc_id"].to_numpy(dtype=np.int64)
     u_id = _ints(uses["alloc_id"])
     if alloc_ids is not None:
@@ -149,24 +147,7 @@ def lineage_steps(tables: dict[str, pd.DataFrame], alloc_ids=None) -> LineageSte
         )
     )
     # every read and write of a data-flow op; reads in backward are uses in backward
-    u_id = u_id[keep_u]
-    if len(u_id):
-        node = uses["op_id"].to_numpy(dtype=np.int64)[keep_u]
-        mutated = uses["mutated"].to_numpy(dtype=bool)[keep_u]
-        seen = uses["version"].to_numpy(dtype=np.int64)[keep_u]
-        version = seen + mutated
-        backward = _codes(ops["phase"], Phase.values())[node] == Phase.values().index(
-            Phase.BACKWARD.value
-        )
-        rel = np.where(mutated, _MUTATED, np.where(backward, _USED_IN_BACKWARD, _READ))
-        span = int(max(version.max(), v_ver.max(initial=0))) + 1
-        cats = _lookup(_pair_keys(u_id, version, span), _pair_keys(v_id, v_ver, span), v_cat, _NONE)
-        starts = ops["start_ns"].to_numpy(dtype=np.int64)
-        parts.append((u_id, starts[node], np.ones(len(u_id), bool), node, rel, version, cats))
-        bw = rel == _USED_IN_BACKWARD
-        if bw.any() and not flows.empty:
-            parts.append(_saved_for_backward(ops, flows, allocs, u_id[bw], node[bw],
-                                             seen[bw], cats[bw]))  # fmt: skip
+    parts += _use_steps(tables, u_id[keep_u], keep_u, v_id, v_ver, v_cat)
     # freed (in its last version)
     last = len(v_id) - 1 - np.unique(v_id[::-1], return_index=True)[1]  # last row per block
     last_version = _lookup(a_id[freed], v_id[last], v_ver[last], _NONE)
@@ -194,6 +175,32 @@ def lineage_steps(tables: dict[str, pd.DataFrame], alloc_ids=None) -> LineageSte
         version[order].astype(np.int64),
         category[order].astype(np.int8),
     )
+
+
+def _use_steps(tables, u_id, keep_u, v_id, v_ver, v_cat) -> list[tuple]:
+    """The lineage parts of the kept ``uses`` rows (``keep_u``; their blocks ``u_id``): every
+    read and write of a data-flow op, in the category of the version it made or read (a
+    read in backward is a use in backward), and what backward saved of them."""
+    if not len(u_id):
+        return []
+    ops, uses, flows = tables["ops"], tables["uses"], tables["flows"]
+    node = uses["op_id"].to_numpy(dtype=np.int64)[keep_u]
+    mutated = uses["mutated"].to_numpy(dtype=bool)[keep_u]
+    seen = uses["version"].to_numpy(dtype=np.int64)[keep_u]
+    version = seen + mutated
+    backward = _codes(ops["phase"], Phase.values())[node] == Phase.values().index(
+        Phase.BACKWARD.value
+    )
+    rel = np.where(mutated, _MUTATED, np.where(backward, _USED_IN_BACKWARD, _READ))
+    span = int(max(version.max(), v_ver.max(initial=0))) + 1
+    cats = _lookup(_pair_keys(u_id, version, span), _pair_keys(v_id, v_ver, span), v_cat, _NONE)
+    starts = ops["start_ns"].to_numpy(dtype=np.int64)
+    parts = [(u_id, starts[node], np.ones(len(u_id), bool), node, rel, version, cats)]
+    bw = rel == _USED_IN_BACKWARD
+    if bw.any() and not flows.empty:
+        parts.append(_saved_for_backward(ops, flows, tables["allocations"], u_id[bw], node[bw],
+                                         seen[bw], cats[bw]))  # fmt: skip
+    return parts
 
 
 def _saved_for_backward(ops, flows, allocs, alloc_id, node, version, cats) -> tuple:

@@ -39,6 +39,8 @@ def _first_last(keys: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
 def build_events(
     allocations: pd.DataFrame, versions: pd.DataFrame, ops: pd.DataFrame, start_ns: int
 ) -> pd.DataFrame:
+    """The events table: each block's creation (or its presence when the capture started,
+    at ``start_ns``), each version an op made of it, its free."""
     a = allocations
     if a.empty:
         return S.empty(S.EVENTS)
@@ -70,50 +72,57 @@ def build_events(
     def cat(*parts) -> np.ndarray:
         return np.concatenate(parts)
 
-    time = cat(
+    c = {}  # the columns, as arrays; ``*_na``: where a value is missing
+    c["time"] = cat(
         np.where(pre, start_ns, a["alloc_ns"].to_numpy(dtype=np.int64, na_value=0)),
         v["start_ns"].to_numpy(dtype=np.int64, na_value=0)[bumps],
         a["free_ns"].to_numpy(dtype=np.int64, na_value=0)[freed],
     ).astype(np.int64)
-    action = cat(
+    c["action"] = cat(
         np.where(pre, PREEXISTING, CREATE),
         np.full(nb, INCREMENT_VERSION),
         np.full(nf, DESTROY),
     ).astype(np.int8)
-    alloc_id = cat(ids, v["alloc_id"].to_numpy()[bumps], ids[freed]).astype(np.int64)
-    tensor = cat(tid, v["tensor_id"].to_numpy()[bumps], tid[freed])
-    tensor_na = cat(tid_na, np.zeros(nb, dtype=bool), tid_na[freed])
+    c["alloc_id"] = cat(ids, v["alloc_id"].to_numpy()[bumps], ids[freed]).astype(np.int64)
+    c["tensor"] = cat(tid, v["tensor_id"].to_numpy()[bumps], tid[freed])
+    c["tensor_na"] = cat(tid_na, np.zeros(nb, dtype=bool), tid_na[freed])
     last_version = (
         np.where(last_v >= 0, v_version[np.maximum(last_v, 0)], 0)
         if len(v)
         else np.zeros(n, dtype=np.int64)
     )
-    version = cat(np.zeros(n, dtype=np.int64), v_version[bumps], last_version[freed])
-    version_na = cat(tid_na, np.zeros(nb, dtype=bool), (last_v < 0)[freed])
-    device = cat(dev, dev[b_pos], dev[freed])
-    sizes = cat(size, size[b_pos], size[freed]).astype(np.int64)
-    category = cat(create_cat, v_cat[bumps], block_cat[freed])
-    op = cat(
+    c["version"] = cat(np.zeros(n, dtype=np.int64), v_version[bumps], last_version[freed])
+    c["version_na"] = cat(tid_na, np.zeros(nb, dtype=bool), (last_v < 0)[freed])
+    c["device"] = cat(dev, dev[b_pos], dev[freed])
+    c["size"] = cat(size, size[b_pos], size[freed]).astype(np.int64)
+    c["category"] = cat(create_cat, v_cat[bumps], block_cat[freed])
+    c["op"] = cat(
         alloc_op.to_numpy(dtype=np.int64, na_value=0),
         v_op.to_numpy(dtype=np.int64, na_value=0)[bumps],
         free_op.to_numpy(dtype=np.int64, na_value=0)[freed],
     )
-    op_na = cat(
+    c["op_na"] = cat(
         alloc_op.isna().to_numpy(), v_op.isna().to_numpy()[bumps], free_op.isna().to_numpy()[freed]
     )
-    # by time; at one time, in the order of the actions, then by block
-    order = np.lexsort((alloc_id, _ACTION_ORDER[action], time))
+    return _sorted_events(c, a["device"].cat.categories)
+
+
+def _sorted_events(c: dict[str, np.ndarray], devices: pd.Index) -> pd.DataFrame:
+    """The events table from its columns as arrays (``*_na``: where a value is missing):
+    by time; at one time, in the order of the actions, then by block."""
+    order = np.lexsort((c["alloc_id"], _ACTION_ORDER[c["action"]], c["time"]))
+    c = {k: col[order] for k, col in c.items()}
     return pd.DataFrame(
         {
-            "time_ns": time[order],
-            "action": pd.Categorical.from_codes(action[order], dtype=S.ACTION_DTYPE),
-            "alloc_id": alloc_id[order],
-            "tensor_id": S.integers(tensor[order], tensor_na[order]),
-            "version": S.integers(version[order], version_na[order]),
-            "device": S.open_categorical_codes(device[order], a["device"].cat.categories),
-            "size_bytes": sizes[order],
-            "category": pd.Categorical.from_codes(category[order], dtype=S.CATEGORY_DTYPE),
-            "op_id": S.integers(op[order], op_na[order]),
+            "time_ns": c["time"],
+            "action": pd.Categorical.from_codes(c["action"], dtype=S.ACTION_DTYPE),
+            "alloc_id": c["alloc_id"],
+            "tensor_id": S.integers(c["tensor"], c["tensor_na"]),
+            "version": S.integers(c["version"], c["version_na"]),
+            "device": S.open_categorical_codes(c["device"], devices),
+            "size_bytes": c["size"],
+            "category": pd.Categorical.from_codes(c["category"], dtype=S.CATEGORY_DTYPE),
+            "op_id": S.integers(c["op"], c["op_na"]),
             "reserved_bytes": S.integers(np.zeros(len(order)), np.ones(len(order), dtype=bool)),
         }
     )
