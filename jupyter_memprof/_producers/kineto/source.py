@@ -290,14 +290,9 @@ def _rank(doc: dict) -> tuple[int | None, int | None]:
     return ok[0], ok[1]
 
 
-def read_file(path: str) -> TraceFile:
-    """The spans and memory events of the trace at ``path`` (see the module docstring)."""
-    where = _shown(path)
-    doc = _decode(_read_bytes(path, where), where)
-    events, top = _events(doc, where)
-    base = top.get("baseTimeNanoseconds", 0)
-    if type(base) is not int or not 0 <= base < 1 << 62:
-        raise ProfileFileError(f"{where}: baseTimeNanoseconds is {_brief(base)}, not a time")
+def _read_events(events: list, base: int, where: str) -> tuple[list[Span], list[Mem], int]:
+    """The spans and memory events among ``events`` (times from ``base``), and how many
+    memory events name no device (skipped); a malformed event raises ProfileFileError."""
     spans: list[Span] = []
     mems: list[Mem] = []
     skipped = 0
@@ -355,6 +350,18 @@ def read_file(path: str) -> TraceFile:
                     mems.append(m)
         except _Bad as exc:
             raise ProfileFileError(f"{where}: event {i} ({_brief(e.get('name'))}): {exc}") from None
+    return spans, mems, skipped
+
+
+def read_file(path: str) -> TraceFile:
+    """The spans and memory events of the trace at ``path`` (see the module docstring)."""
+    where = _shown(path)
+    doc = _decode(_read_bytes(path, where), where)
+    events, top = _events(doc, where)
+    base = top.get("baseTimeNanoseconds", 0)
+    if type(base) is not int or not 0 <= base < 1 << 62:
+        raise ProfileFileError(f"{where}: baseTimeNanoseconds is {_brief(base)}, not a time")
+    spans, mems, skipped = _read_events(events, base, where)
     other = top.get("otherData")
     if not mems and isinstance(other, dict) and other.get("generator") == "jupyter_memprof":
         raise ProfileFileError(
