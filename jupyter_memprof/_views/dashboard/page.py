@@ -160,55 +160,66 @@ def _spec(prof, shown: Shown, *, header: bool) -> tuple[Shape, dict]:
     if oom_at is not None:
         v["oom_x"] = oom_at[1]
         v.update(_beside("oom_text", f"out of memory at #{oom_at[1]:.0f}", oom_at[1], end_ms))
-    notes = []
-    limit_device = meta.get("device") if estimate else None
-    charts = []
+    notes, charts = [], []
     for k, (tl, visible) in enumerate(zip(shown.timelines, shown.visible)):
         points = len(tl.columns["t"])
         drawn = f", {points:,} drawn" if points < tl.points_in else ""
         notes.append(f"{tl.device} {tl.points_in:,} points{drawn}")
-        # short: a plot's title is one line, cut at the plot's edge in a narrow panel
-        v[f"chart_title{k}"] = f"{tl.device}: live memory by category"
-        outline = points <= OUTLINE_POINTS
-        chart = Chart(tl.device, tuple(tl.categories), tuple(visible), outline=outline)
-        if tl.peak_ms is not None:
-            v[f"peak_x{k}"], v[f"peak_y{k}"] = tl.peak_ms, tl.peak_bytes
-            v[f"peak_text{k}"] = f"\u25bc peak {format_bytes(tl.peak_bytes)} at " + (
-                f"#{tl.peak_ms:.0f}" if estimate else f"{tl.peak_ms:.3f} ms"
-            )
-            v[f"peak{k}"] = {"x": [tl.peak_ms], "y": [tl.peak_bytes]}
-            chart = replace(chart, peak=True)
-        reserved = dd.reserved_line(prof, tl.device, win)
-        if reserved is not None:
-            v[f"reserved{k}"] = reserved
-            source = "recorded" if tl.device in (meta.get("reserved_model_error") or {}) else ""
-            v[f"reserved_label{k}"] = f"reserved ({source or 'modelled'})"
-            chart = replace(chart, reserved=True)
-        boundaries = step_boundaries(prof.steps, tl.device, (prof.start_ns, prof.end_ns))
-        if len(boundaries):
-            v[f"steps{k}"] = {"x": win.ms(boundaries)}
-            chart = replace(chart, steps=True)
-        if limit is not None and limit_device in (None, tl.device):  # the limit's device only
-            # the axis fits the data: a limit far above it is said at the top, not drawn
-            data_top = max([tl.peak_bytes, *(reserved or {}).get("y", [])], default=0)
-            near = limit <= LIMIT_IN_VIEW * max(data_top, 1)
-            top = max(data_top, limit) if near else data_top
-            v[f"y_end{k}"] = top * (1.15 if near else 1.25)  # room for the label above
-            v["limit_label_y"] = float(limit if near else top * 1.04)
-            if not near:
-                v["limit_text"] = f"\u2191 limit {format_bytes(limit)} (above this scale)"
-            here = oom_at is not None and oom_at[0] == tl.device
-            chart = replace(chart, limit=True, oom=here)
-        if tl.levels is not None:
-            lv = tl.level_info
-            v[f"op_pool{k}"], v[f"module_pool{k}"] = tl.pools["op"], tl.pools["module"]
-            v[f"lv_columns{k}"], v[f"lv_finest{k}"], v[f"lv_end{k}"] = lv.columns, lv.finest, lv.end
-            chart = replace(chart, zoom=True)
+        chart, values = _chart_spec(prof, win, k, tl, visible, oom_at)
         charts.append(chart)
+        v.update(values)
     notes.append(_tiny_note(shown.tiny))
     v["timeline_title"] = title_text("Memory over time", "; ".join(n for n in notes if n))
     v["lifetime_key"] = color_key("colour: category", shown.acols["category"], dd.CATEGORY_COLORS)
     return Shape(estimate, tuple(charts)), v
+
+
+def _chart_spec(prof, win, k: int, tl, visible, oom_at) -> tuple[Chart, dict]:
+    """Device ``k``'s chart (``tl``: its timeline, ``visible``: its categories shown) and the
+    values it shows, by name; ``oom_at``: (device, ms) where an estimate ran out, or None."""
+    meta = prof.meta
+    estimate = bool(meta.get("estimate"))
+    limit = meta.get("limit") if estimate else None
+    limit_device = meta.get("device") if estimate else None
+    points = len(tl.columns["t"])
+    # short: a plot's title is one line, cut at the plot's edge in a narrow panel
+    v = {f"chart_title{k}": f"{tl.device}: live memory by category"}
+    outline = points <= OUTLINE_POINTS
+    chart = Chart(tl.device, tuple(tl.categories), tuple(visible), outline=outline)
+    if tl.peak_ms is not None:
+        v[f"peak_x{k}"], v[f"peak_y{k}"] = tl.peak_ms, tl.peak_bytes
+        v[f"peak_text{k}"] = f"\u25bc peak {format_bytes(tl.peak_bytes)} at " + (
+            f"#{tl.peak_ms:.0f}" if estimate else f"{tl.peak_ms:.3f} ms"
+        )
+        v[f"peak{k}"] = {"x": [tl.peak_ms], "y": [tl.peak_bytes]}
+        chart = replace(chart, peak=True)
+    reserved = dd.reserved_line(prof, tl.device, win)
+    if reserved is not None:
+        v[f"reserved{k}"] = reserved
+        source = "recorded" if tl.device in (meta.get("reserved_model_error") or {}) else ""
+        v[f"reserved_label{k}"] = f"reserved ({source or 'modelled'})"
+        chart = replace(chart, reserved=True)
+    boundaries = step_boundaries(prof.steps, tl.device, (prof.start_ns, prof.end_ns))
+    if len(boundaries):
+        v[f"steps{k}"] = {"x": win.ms(boundaries)}
+        chart = replace(chart, steps=True)
+    if limit is not None and limit_device in (None, tl.device):  # the limit's device only
+        # the axis fits the data: a limit far above it is said at the top, not drawn
+        data_top = max([tl.peak_bytes, *(reserved or {}).get("y", [])], default=0)
+        near = limit <= LIMIT_IN_VIEW * max(data_top, 1)
+        top = max(data_top, limit) if near else data_top
+        v[f"y_end{k}"] = top * (1.15 if near else 1.25)  # room for the label above
+        v["limit_label_y"] = float(limit if near else top * 1.04)
+        if not near:
+            v["limit_text"] = f"\u2191 limit {format_bytes(limit)} (above this scale)"
+        here = oom_at is not None and oom_at[0] == tl.device
+        chart = replace(chart, limit=True, oom=here)
+    if tl.levels is not None:
+        lv = tl.level_info
+        v[f"op_pool{k}"], v[f"module_pool{k}"] = tl.pools["op"], tl.pools["module"]
+        v[f"lv_columns{k}"], v[f"lv_finest{k}"], v[f"lv_end{k}"] = lv.columns, lv.finest, lv.end
+        chart = replace(chart, zoom=True)
+    return chart, v
 
 
 #: A limit up to this many times the chart's highest point is drawn in the chart; above it,
