@@ -227,21 +227,31 @@ def test_no_javascript_in_python_strings():
     assert offenders == []
 
 
-#: The event reader's hot loop: one function on purpose (a call per event costs more there).
-LONG_FUNCTIONS_ALLOWED = {f"{NAME}._producers.torch_profiler.read_trace"}
+#: Modules and functions being split elsewhere now, still over the limits below (the list
+#: goes when they are within them).
+WAITING_FOR_SPLIT = {
+    f"{NAME}._results.profile",
+    f"{NAME}._producers.snapshot.read",
+    f"{NAME}._producers.snapshot.read.read_snapshot",
+    f"{NAME}._producers.fake.recorder",
+    f"{NAME}._frontends.estimate.estimate",
+    f"{NAME}._frontends.estimate.run_estimate",
+    f"{NAME}._frontends.fit.fit",
+    f"{NAME}._cli.main.build_parser",
+}
 
 
 def test_modules_and_functions_stay_small():
-    """No module over 700 lines and no function over 100, so each reads as one idea."""
+    """No module over 600 lines and no function over 80, so each reads as one idea."""
     big, long = [], []
     for name, path in _modules().items():
         text = path.read_text()
-        if text.count("\n") > 700:
+        if text.count("\n") > 600 and name not in WAITING_FOR_SPLIT:
             big.append(f"{name}: {text.count(chr(10))} lines")
         for node in ast.walk(ast.parse(text)):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 lines = node.end_lineno - node.lineno + 1
-                if lines > 100 and f"{name}.{node.name}" not in LONG_FUNCTIONS_ALLOWED:
+                if lines > 80 and f"{name}.{node.name}" not in WAITING_FOR_SPLIT:
                     long.append(f"{name}.{node.name}: {lines} lines")
     assert big == [] and long == []
 
