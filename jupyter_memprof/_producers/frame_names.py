@@ -1,4 +1,4 @@
-"""The innermost user frame of an event, named ``file.py:123 in fn`` (callsites).
+"""Callsites: the innermost user frame, as ``file:line in function``.
 
 A user frame is one whose file is not in the standard library, site-packages, torch or
 this package; notebook cells are user frames, named by the capture (``In[3]``).

@@ -1,4 +1,4 @@
-"""Which arguments a dispatcher op writes in place, from torch's registered schemas.
+"""The arguments an op writes in place, from torch's schemas.
 
 A write is a new version of the tensor written. Looking a schema up costs ~100 µs in torch,
 so each answer is kept per (op name, number of arguments) in :data:`SCHEMAS`; the event

@@ -1,4 +1,4 @@
-"""The reader of torch's profiler event tree (its private API): plain records.
+"""torch's profiler event tree, read once into plain records.
 
 It walks the event tree of a finished ``torch.profiler.profile`` run
 (``kineto_results.experimental_event_tree()``) once, and turns it into plain named

@@ -1,6 +1,8 @@
-"""The summary's warnings: an estimate out of memory, memory growing each step.
+"""The summary's warnings: out of memory, growth per step.
 
-Each phrase reads the dict :func:`.summary.summary` made and computes nothing.
+Where an estimate runs out of its memory limit (or that it fits), and what memory grows with
+every step of a loop. Each phrase reads the dict :func:`.summary.summary` made and computes
+nothing.
 """
 
 from __future__ import annotations

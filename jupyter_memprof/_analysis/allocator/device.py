@@ -1,4 +1,4 @@
-"""One device's CUDA caching allocator, replayed request by request.
+"""One device's CUDA caching allocator, request by request.
 
 PyTorch does not hand each tensor to ``cudaMalloc``: its caching allocator
 (``c10/cuda/CUDACachingAllocator.cpp``) takes *segments* from CUDA and carves them into

@@ -1,4 +1,4 @@
-"""The dashboard's lineage columns: every shown block's story as one flat table.
+"""The dashboard's lineage columns: each shown block's story.
 
 Rows come from :func:`jupyter_memprof._analysis.lineage.lineage_steps` (what
 :meth:`Profile.lineage` lists); this only orders them by block, converts times and op ids

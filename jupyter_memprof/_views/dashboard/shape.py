@@ -1,4 +1,4 @@
-"""The dashboard's shape: its charts, and the models its panels share.
+"""The dashboard's shape: its charts, the models panels share.
 
 A dashboard is a :class:`Shape` (what its models are: the charts, each chart's marks) and
 values (texts, numbers, the data sources' columns, by name: see ``page._spec``);

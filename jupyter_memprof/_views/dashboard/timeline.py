@@ -1,4 +1,4 @@
-"""The dashboard's timeline panel: each device's chart, the overview, the time filter.
+"""The dashboard's timeline panel: charts, overview, filter.
 
 Each device's chart stacks its categories' bytes, draws the total, the peak, the reserved
 bytes, an estimate's limit and the steps as its :class:`.shape.Chart` says; a zoomable chart
