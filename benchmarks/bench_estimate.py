@@ -8,7 +8,7 @@ Accuracy: for every scenario in ``scenarios.py`` and the quickstart model, one w
 step is estimated with ``estimate(device="cpu")`` and captured for real; the table gives
 both peaks, the error, and the bytes per category at each peak where they differ.
 Parameters, gradients and optimizer state (from the ``names`` table) must be equal. The
-table also gives the error with the size rules off (``fake_recorder.SIZE_RULES``: blocks
+table also gives the error with the size rules off (``fake_sizes.SIZE_RULES``: blocks
 kernels allocate that a fake run cannot see, docs/estimate.md) and names the ops inside which
 the real kernel allocated and freed more than the estimate has (at least 0.5% of the real
 peak), with the bytes, summed over the step. An LSTM scenario is added here (oneDNN RNN kernels).
@@ -34,7 +34,7 @@ from torch import nn
 
 import jupyter_memprof
 from jupyter_memprof import estimate
-from jupyter_memprof._producers.fake import recorder as fake_recorder
+from jupyter_memprof._producers.fake import sizes as fake_sizes
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
 from scenarios import SCENARIOS
@@ -134,11 +134,11 @@ def lstm_adam():
 
 # -- accuracy --------------------------------------------------------------------------------
 def _estimate_without_size_rules(step):
-    fake_recorder.SIZE_RULES = False
+    fake_sizes.SIZE_RULES = False
     try:
         return estimate_closure(step)
     finally:
-        fake_recorder.SIZE_RULES = True
+        fake_sizes.SIZE_RULES = True
 
 
 _ALLOC = frozenset({"aten::empty", "aten::empty_strided", "aten::empty_like", "aten::resize_"})

@@ -826,23 +826,24 @@ def test_lstm_estimate_matches_the_real_peak_with_size_rules(lstm_pair):
 
 
 def test_lstm_without_size_rules_misses_most_of_the_peak(lstm_pair):
-    from jupyter_memprof._producers.fake import recorder as fake_recorder
+    from jupyter_memprof._producers.fake import sizes
 
     m, o, x, y, _, real = lstm_pair
-    fake_recorder.SIZE_RULES = False
+    sizes.SIZE_RULES = False
     try:
         before = estimate(_lstm_step, m, o, x, y).peak().attrs["peak_bytes"]
     finally:
-        fake_recorder.SIZE_RULES = True
+        sizes.SIZE_RULES = True
     assert before < 0.6 * real.peak().attrs["peak_bytes"]
 
 
 def test_lstm_size_rules_fit_the_real_kernel_sizes():
     """The rules' byte counts against a real capture of one layer, at shapes where oneDNN pads
     leading dimensions (H 100, C 300 > H, batch first, bidirectional)."""
-    from jupyter_memprof._producers.fake.recorder import CPU_SIZE_RULES
+    from jupyter_memprof._producers.cpu_kernels import CPU_SIZE_RULES
 
-    fwd_rule, bwd_rule = CPU_SIZE_RULES.values()
+    fwd_rule = CPU_SIZE_RULES[torch.ops.aten.mkldnn_rnn_layer.default]
+    bwd_rule = CPU_SIZE_RULES[torch.ops.aten.mkldnn_rnn_layer_backward.default]
     lstm = nn.LSTM(300, 100, 1, batch_first=True, bidirectional=True)
     x = torch.randn(5, 9, 300)
     with jupyter_memprof.profile() as real:
