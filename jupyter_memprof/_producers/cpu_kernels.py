@@ -75,11 +75,124 @@ def _mkldnn_rnn_layer_backward(a: dict):
     return {}, temps
 
 
+def _isa() -> dict:
+    """The CPU's features as torch reads them (cpuinfo), once."""
+    global _ISA
+    if _ISA is None:
+        try:
+            _ISA = dict(torch._C._cpu._get_cpu_capability())
+        except (AttributeError, RuntimeError):
+            _ISA = {}
+    return _ISA
+
+
+_ISA: dict | None = None
+#: torch hands a bf16 matmul to oneDNN only above this many multiply-adds (M·K·N; ``checksize``
+#: in aten/src/ATen/native/mkldnn/Matmul.cpp)
+_ONEDNN_MIN_WORK = 16 * 16 * 16
+_M_BLOCK, _N_BLOCK = 256, 64
+
+
+def _fullest(m: int, low: int, fits=lambda blocks: True) -> int | None:
+    """The block of ``low`` to 256 rows (at most M) whose blocks waste the fewest of M's rows,
+    the larger of equals, among those whose count of blocks ``fits``; None if none does."""
+    best = None
+    for b in range(low, min(m, _M_BLOCK) + 1):
+        blocks = -(-m // b)
+        if fits(blocks):
+            key = (-(blocks * b - m), b)
+            best = max(best or key, key)
+    return None if best is None else best[1]
+
+
+def _m_block(m: int, n: int, threads: int, a_transposed: bool, batch: int = 1) -> int:
+    """oneDNN's rows per block (brgemm matmul, AVX-512 bf16): all of M up to 256, else the
+    fullest block of 32 to 256 rows (a divisor of M where there is one); then, where the
+    blocks (batch x blocks of M x blocks of N of 64 columns) do not share out evenly among
+    the threads, the fullest block of at least 16 rows (one block of N) or 32 whose count
+    does, if it uses 3/4 of its rows or no fewer than the threads' share used; an A read
+    transposed also where the blocks of M alone do not (M halved down to 256 rows, >= 32)."""
+    mb = m if m <= _M_BLOCK else _fullest(m, 32)
+    n_blocks = -(-n // _N_BLOCK) * batch
+    if (-(-m // mb) * n_blocks) % threads:
+        low = 16 if n_blocks == 1 else 32
+        even = _fullest(m, low, lambda blocks: (blocks * n_blocks) % threads == 0)
+        even = min(m, low) if even is None else even
+        work = -(-m // mb) * n_blocks
+        rows_used = m / (-(-m // even) * even)  # cut only where it wastes no more than
+        if rows_used >= min(0.75, work / (threads * -(-work // threads))):  # idle threads
+            return even
+        return mb
+    if a_transposed and (-(-m // mb)) % threads and _halved(m, threads) >= 32:
+        return _halved(m, threads)
+    return mb
+
+
+def _halved(m: int, parts: int) -> int:
+    """Rows per block when ``m`` rows are cut into ``parts``, then halved until at most 256."""
+    while -(-m // parts) > _M_BLOCK:
+        parts *= 2
+    return -(-m // parts)
+
+
+def _k_chunk(k: int, m: int) -> int:
+    """The rows of B one thread copies at a time: K rounded up to 32, at most 512, 1024
+    for K over 1024 (M > 1)."""
+    if k <= 512:
+        return -(-k // 32) * 32
+    return 512 if k <= 1024 or m == 1 else 1024
+
+
+def onednn_bf16_matmul_scratch(
+    m: int, k: int, n: int, threads: int, a_transposed: bool = False, batch: int = 1
+) -> int | None:
+    """Bytes of the one scratch block oneDNN's bf16 matmul (brgemm, AVX-512 bf16 without AMX)
+    takes inside ``aten::mm``/``addmm``/``bmm`` for A (M x K) @ B (K x N) with ``threads``
+    threads: per thread an f32 accumulator of one block (rows by 64 columns) and B's rows
+    copied in pairs (64 columns), plus 384 + 640 per thread; an A read transposed is copied
+    too (2 bytes per row and K padded, once per thread, + 128). 0 where torch does not call
+    oneDNN (M·K·N <= 4096), None outside the measured shapes."""
+    if batch * m * k * n <= _ONEDNN_MIN_WORK:
+        return 0
+    a_copy = a_transposed and m > 1
+    if k > 3072 or (a_copy and k > 512):
+        return None
+    mb = _m_block(m, n, threads, a_copy, batch)
+    size = threads * (4 * mb * min(n, _N_BLOCK) + 128 * _k_chunk(k, m)) + 384 + 640 * threads
+    if a_copy:
+        lda = _k_chunk(k, m) + (32 if _k_chunk(k, m) % 512 == 0 else 0)
+        size += threads * 2 * mb * lda + 128
+    return size
+
+
+def _bf16_matmul(a: dict):
+    """oneDNN's scratch block inside a bf16 ``mm``/``addmm``/``bmm`` on the CPU, for
+    ``torch.get_num_threads()`` threads (read when the estimate runs the op)."""
+    x, y = (a["self"], a["mat2"]) if "mat2" in a and "mat1" not in a else (a["mat1"], a["mat2"])
+    if x.dtype != torch.bfloat16 or y.dtype != torch.bfloat16:
+        return {}, []  # f32: MKL's sgemm, nothing allocated inside (measured)
+    isa = _isa()
+    if not isa.get("avx512_bf16") or isa.get("amx_bf16"):
+        return None  # measured on AVX-512 bf16 without AMX only
+    m, k, n = int(x.shape[-2]), int(x.shape[-1]), int(y.shape[-1])
+    batch = int(x.shape[0]) if x.dim() == 3 else 1
+    if batch * m * k * n <= _ONEDNN_MIN_WORK:
+        return {}, []
+    transposed = x.stride(-2) == 1 and x.stride(-1) != 1
+    if x.stride(-1) != 1 and not transposed:
+        return None
+    size = onednn_bf16_matmul_scratch(m, k, n, torch.get_num_threads(), transposed, batch)
+    return None if size is None else ({}, [size] if size else [])
+
+
 #: op -> rule(arguments by name) -> ({output index: real bytes}, [bytes allocated and freed
-#: inside the op]) or None. Measured with torch 2.13 (oneDNN) on x86-64; docs/estimate.md.
+#: inside the op]) or None. Measured with torch 2.13 (oneDNN 3.12) on x86-64; docs/estimate.md.
 CPU_SIZE_RULES = {
     torch.ops.aten.mkldnn_rnn_layer.default: _mkldnn_rnn_layer,
     torch.ops.aten.mkldnn_rnn_layer_backward.default: _mkldnn_rnn_layer_backward,
+    torch.ops.aten.mm.default: _bf16_matmul,
+    torch.ops.aten.addmm.default: _bf16_matmul,
+    torch.ops.aten.bmm.default: _bf16_matmul,
 }
 
 
@@ -91,10 +204,16 @@ _ONEDNN_LOW = (torch.bfloat16, torch.float16)
 
 def not_modelled(func, args: tuple) -> str | None:
     """What a CPU kernel allocates for itself that no rule covers, for ops known to: oneDNN's
-    bf16/f16 matmuls take a scratch block inside (seen in backward ``aten::mm`` under CPU
-    autocast: ViT -3.7% without it), whose size was not measured."""
-    if func in _MATMULS and any(
-        isinstance(a, torch.Tensor) and a.dtype in _ONEDNN_LOW for a in args
-    ):
-        return "oneDNN's bf16/f16 matmul scratch memory (not measured)"
+    bf16 matmul scratch outside the measured shapes and CPUs, and f16 matmuls on CPUs where
+    torch gives them to oneDNN (AVX-512 FP16, AMX)."""
+    if func not in _MATMULS:
+        return None
+    low = {a.dtype for a in args if isinstance(a, torch.Tensor) and a.dtype in _ONEDNN_LOW}
+    if torch.bfloat16 in low:
+        return (
+            "oneDNN's bf16 matmul scratch: measured on AVX-512 bf16 CPUs without AMX, "
+            "K up to 3072 (an A read transposed: up to 512), not for these shapes or this CPU"
+        )
+    if torch.float16 in low and (_isa().get("avx512_fp16") or _isa().get("amx_fp16")):
+        return "oneDNN's f16 matmul scratch memory (not measured)"
     return None

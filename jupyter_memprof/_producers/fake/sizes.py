@@ -35,7 +35,7 @@ class SizedOutputs:
         if device == "cpu":
             rule = CPU_SIZE_RULES.get(func) if SIZE_RULES else None
             sizes = rule(_bind(func, args, kwargs)) if rule is not None else None
-            missing = cpu_not_modelled(func, args) if rule is None else None
+            missing = cpu_not_modelled(func, args) if sizes is None else None
             if missing is not None:
                 self.not_modelled.setdefault(func._schema.name, missing)
         elif device is not None and self.gpu is not None:
