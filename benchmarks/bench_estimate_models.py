@@ -4,6 +4,7 @@
     python benchmarks/bench_estimate_models.py llama    # the models whose name has "llama"
     python benchmarks/bench_estimate_models.py compile  # the compiled model (slow: inductor)
     python benchmarks/bench_estimate_models.py gqa      # Llama 1B/7B/13B with GQA for cuda:0
+    python benchmarks/bench_estimate_models.py whatif   # what_if(): bf16 autocast, checkpoint
 
 Each model is a ``transformers`` model built from a tiny config (random weights, nothing
 downloaded) with the optimizer, schedule and tricks its users pair it with. One step is run
@@ -24,6 +25,9 @@ import torch.nn.functional as F
 from torch import nn
 
 import jupyter_memprof
+
+sys.path.insert(0, __file__.rsplit("/", 1)[0])
+from changed_by_hand import autocast_by_hand, checkpoint_by_hand
 
 try:
     import transformers
@@ -274,6 +278,33 @@ def compare(make) -> dict:
     }
 
 
+# -- what_if(): the predicted change against the step changed by hand ----------------------------
+#: (model, change, value, the same change by hand)
+WHAT_IF = [
+    ("ViT, SGD Nesterov", "autocast", torch.bfloat16,
+     lambda m: autocast_by_hand(m, torch.bfloat16)),
+    ("ViT, bf16 autocast", "checkpoint", ["vit.layers.*"],
+     lambda m: checkpoint_by_hand(m, ["vit.layers.0", "vit.layers.1"])),
+    ("GPT-2, gradient checkpointing", "autocast", torch.bfloat16,
+     lambda m: autocast_by_hand(m, torch.bfloat16)),
+]  # fmt: skip
+
+
+def what_if_row(name: str, change: str, value, by_hand) -> dict:
+    """One warm-up step, ``what_if()`` of the next with the change, then the step changed by
+    hand, warmed up again and captured."""
+    step, objs = MODELS[name]()
+    step(*objs)
+    cmp = jupyter_memprof.what_if(step, *objs, device="cpu", **{change: value})
+    by_hand(objs[0])
+    step(*objs)
+    gc.collect()
+    with jupyter_memprof.profile() as real:
+        step(*objs)
+    pe, pr = int(cmp.b.peak().attrs["peak_bytes"]), int(real.peak().attrs["peak_bytes"])
+    return {"estimate": pe, "real": pr, "error": (pe - pr) / pr}
+
+
 #: Llama sizes with grouped-query attention (8 key/value heads), estimated for cuda:0.
 LLAMA_SIZES = {
     "1B": dict(hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
@@ -316,6 +347,13 @@ def main(argv: list[str]) -> int:
             print(
                 f"Llama {size:>3} (GQA, bf16) for cuda:0: {peak / 2**30:6.1f} GiB in {seconds:.1f} s"
             )
+        return 0
+    if argv == ["whatif"]:
+        print(f"{'model':31} {'what_if':28} {'predicted':>12} {'real':>12} {'error':>8}")
+        for name, change, value, by_hand in WHAT_IF:
+            r = what_if_row(name, change, value, by_hand)
+            what = f"{change}={value}"
+            print(f"{name:31} {what:28} {r['estimate']:>12,} {r['real']:>12,} {r['error']:>+8.2%}")
         return 0
     wanted = [a.lower() for a in argv]
     print(f"{'model':34} {'estimate':>12} {'real':>12} {'error':>8} {'s':>5} changed")

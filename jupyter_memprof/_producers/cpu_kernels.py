@@ -87,6 +87,14 @@ def _isa() -> dict:
 
 
 _ISA: dict | None = None
+
+
+def measured_cpu() -> bool:
+    """Whether this CPU is of the kind the bf16 matmul rule was measured on: AVX-512 bf16
+    without AMX (oneDNN picks other kernels, with other scratch, elsewhere)."""
+    return bool(_isa().get("avx512_bf16")) and not _isa().get("amx_bf16")
+
+
 #: torch hands a bf16 matmul to oneDNN only above this many multiply-adds (M·K·N; ``checksize``
 #: in aten/src/ATen/native/mkldnn/Matmul.cpp)
 _ONEDNN_MIN_WORK = 16 * 16 * 16
@@ -171,9 +179,8 @@ def _bf16_matmul(a: dict):
     x, y = (a["self"], a["mat2"]) if "mat2" in a and "mat1" not in a else (a["mat1"], a["mat2"])
     if x.dtype != torch.bfloat16 or y.dtype != torch.bfloat16:
         return {}, []  # f32: MKL's sgemm, nothing allocated inside (measured)
-    isa = _isa()
-    if not isa.get("avx512_bf16") or isa.get("amx_bf16"):
-        return None  # measured on AVX-512 bf16 without AMX only
+    if not measured_cpu():
+        return None
     m, k, n = int(x.shape[-2]), int(x.shape[-1]), int(y.shape[-1])
     batch = int(x.shape[0]) if x.dim() == 3 else 1
     if batch * m * k * n <= _ONEDNN_MIN_WORK:
