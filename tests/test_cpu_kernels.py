@@ -42,7 +42,7 @@ def _inside(prof, op_name: str) -> list[list[int]]:
 
 
 # (M, K, N, A read transposed): the ViT step's matmuls (272 tokens), a padded K (200),
-# K over 512, more rows than one block (300, 544, 768), few rows (17) and columns (16)
+# K over 512, more rows than one block (300, 375, 544, 768), few rows (17) and columns (16)
 SHAPES = [
     (272, 64, 128, False),
     (272, 128, 64, False),
@@ -54,6 +54,8 @@ SHAPES = [
     (768, 1536, 64, False),
     (256, 512, 1024, True),
     (48, 96, 192, True),
+    (177, 64, 128, True),
+    (375, 17, 2174, False),
 ]
 
 

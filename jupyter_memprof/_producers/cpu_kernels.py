@@ -119,7 +119,8 @@ def _m_block(m: int, n: int, threads: int, a_transposed: bool, batch: int = 1) -
     blocks (batch x blocks of M x blocks of N of 64 columns) do not share out evenly among
     the threads, the fullest block of at least 16 rows (one block of N) or 32 whose count
     does, if it uses 3/4 of its rows or no fewer than the threads' share used; an A read
-    transposed also where the blocks of M alone do not (M halved down to 256 rows, >= 32)."""
+    transposed also where the blocks of M alone do not, if a block of 32 rows or more
+    divides M into a count that does."""
     mb = m if m <= _M_BLOCK else _fullest(m, 32)
     n_blocks = -(-n // _N_BLOCK) * batch
     if (-(-m // mb) * n_blocks) % threads:
@@ -131,16 +132,11 @@ def _m_block(m: int, n: int, threads: int, a_transposed: bool, batch: int = 1) -
         if rows_used >= min(0.75, work / (threads * -(-work // threads))):  # idle threads
             return even
         return mb
-    if a_transposed and (-(-m // mb)) % threads and _halved(m, threads) >= 32:
-        return _halved(m, threads)
+    if a_transposed and (-(-m // mb)) % threads:
+        even = _fullest(m, 32, lambda blocks: blocks % threads == 0)
+        if even is not None and m % even == 0:
+            return even
     return mb
-
-
-def _halved(m: int, parts: int) -> int:
-    """Rows per block when ``m`` rows are cut into ``parts``, then halved until at most 256."""
-    while -(-m // parts) > _M_BLOCK:
-        parts *= 2
-    return -(-m // parts)
 
 
 def _k_chunk(k: int, m: int) -> int:
@@ -186,9 +182,12 @@ def _bf16_matmul(a: dict):
     if batch * m * k * n <= _ONEDNN_MIN_WORK:
         return {}, []
     transposed = x.stride(-2) == 1 and x.stride(-1) != 1
-    if x.stride(-1) != 1 and not transposed:
-        return None
-    size = onednn_bf16_matmul_scratch(m, k, n, torch.get_num_threads(), transposed, batch)
+    if (x.stride(-1) != 1 and not transposed) or n == 1:
+        return None  # A copied by torch first; a matrix-vector product: not measured
+    threads = torch.get_num_threads()
+    if transposed and batch > 1 and threads > 1:
+        return None  # a batch of A read transposed on several threads: not matched
+    size = onednn_bf16_matmul_scratch(m, k, n, threads, transposed, batch)
     return None if size is None else ({}, [size] if size else [])
 
 
