@@ -1,4 +1,4 @@
-"""The CPU's kernels' own memory in an estimate (oneDNN's LSTM).
+"""oneDNN's own memory in a CPU estimate: LSTM, bf16 matmul.
 
 Size rules for ops whose real kernel
 (oneDNN) allocates blocks a fake (meta) kernel does not make, and the ops whose kernel

@@ -1,4 +1,4 @@
-"""Size rules applied to a fake op's outputs: real sizes, the kernel's own blocks.
+"""Size rules on a fake op: real output sizes, kernel blocks.
 
 A fake (meta) kernel makes only an op's outputs, some of them empty where the real kernel's
 are not, and none of the blocks the real kernel allocates and frees inside. Where a size rule
