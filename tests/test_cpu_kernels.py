@@ -154,3 +154,14 @@ def test_shapes_outside_the_measured_ones_are_named():
     prof = jupyter_memprof.estimate(lambda a, b: a.mm(b), a, b)
     assert "oneDNN's bf16 matmul scratch" in prof.meta["kernel_memory_not_modelled"]["aten::mm"]
     assert "kernel memory not modelled in" in prof.summary()["note"]
+
+
+@needs_measured_cpu
+def test_no_scratch_where_onednn_is_switched_off():
+    a, b = torch.randn(256, 64, dtype=bf16), torch.randn(64, 64, dtype=bf16)
+    with torch.backends.mkldnn.flags(enabled=False):
+        with jupyter_memprof.profile() as real:
+            a.mm(b)
+        prof = jupyter_memprof.estimate(lambda a, b: a.mm(b), a, b)
+    assert _inside(real, "aten::mm") == [[]] == _inside(prof, "aten::mm")
+    assert prof.meta["kernel_memory_not_modelled"] == {}

@@ -175,6 +175,8 @@ def _bf16_matmul(a: dict):
     x, y = (a["self"], a["mat2"]) if "mat2" in a and "mat1" not in a else (a["mat1"], a["mat2"])
     if x.dtype != torch.bfloat16 or y.dtype != torch.bfloat16:
         return {}, []  # f32: MKL's sgemm, nothing allocated inside (measured)
+    if not torch.backends.mkldnn.is_available() or not torch._C._get_mkldnn_enabled():
+        return {}, []  # torch.backends.mkldnn.flags(enabled=False): no oneDNN, no scratch
     if not measured_cpu():
         return None
     m, k, n = int(x.shape[-2]), int(x.shape[-1]), int(y.shape[-1])
