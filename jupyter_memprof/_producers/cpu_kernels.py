@@ -183,8 +183,8 @@ def _bf16_matmul(a: dict):
     batch = int(x.shape[0]) if x.dim() == 3 else 1
     if batch * m * k * n <= _ONEDNN_MIN_WORK:
         return {}, []
-    transposed = x.stride(-2) == 1 and x.stride(-1) != 1
-    if (x.stride(-1) != 1 and not transposed) or n == 1:
+    transposed = k > 1 and x.stride(-2) == 1 and x.stride(-1) != 1  # one column: as is
+    if (k > 1 and x.stride(-1) != 1 and not transposed) or n == 1:
         return None  # A copied by torch first; a matrix-vector product: not measured
     threads = torch.get_num_threads()
     if transposed and batch > 1 and threads > 1:
