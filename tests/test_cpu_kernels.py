@@ -165,3 +165,12 @@ def test_no_scratch_where_onednn_is_switched_off():
         prof = jupyter_memprof.estimate(lambda a, b: a.mm(b), a, b)
     assert _inside(real, "aten::mm") == [[]] == _inside(prof, "aten::mm")
     assert prof.meta["kernel_memory_not_modelled"] == {}
+
+
+@needs_measured_cpu
+def test_onednn_held_below_avx512_bf16_is_named(monkeypatch):
+    """ONEDNN_MAX_CPU_ISA=AVX2 (or AVX512_CORE) makes oneDNN run other kernels: named."""
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "avx2")
+    a, b = torch.randn(256, 64, dtype=bf16), torch.randn(64, 64, dtype=bf16)
+    prof = jupyter_memprof.estimate(lambda a, b: a.mm(b), a, b)
+    assert "not for these shapes or this CPU" in prof.meta["kernel_memory_not_modelled"]["aten::mm"]
