@@ -11,6 +11,7 @@ Measured with torch 2.13 (oneDNN) on x86-64; docs/estimate.md.
 
 from __future__ import annotations
 
+import functools
 import os
 
 import torch
@@ -162,6 +163,7 @@ def _k_chunk(k: int, m: int) -> int:
     return 512 if k <= 1024 or m == 1 else 1024
 
 
+@functools.lru_cache(maxsize=4096)  # a model repeats its shapes
 def onednn_bf16_matmul_scratch(
     m: int, k: int, n: int, threads: int, a_transposed: bool = False, batch: int = 1
 ) -> int | None:
