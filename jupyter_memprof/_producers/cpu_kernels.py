@@ -148,8 +148,8 @@ def _m_block(m: int, n: int, threads: int, a_transposed: bool, batch: int = 1) -
         if rows_used >= min(0.75, work / (threads * -(-work // threads))):  # idle threads
             return even
         return mb
-    if a_transposed and (-(-m // mb)) % threads:
-        even = _fullest(m, 32, lambda blocks: blocks % threads == 0)
+    if a_transposed and (batch * -(-m // mb)) % threads:
+        even = _fullest(m, 32, lambda blocks: (batch * blocks) % threads == 0)
         if even is not None and m % even == 0:
             return even
     return mb
@@ -200,12 +200,10 @@ def _bf16_matmul(a: dict):
     batch = int(x.shape[0]) if x.dim() == 3 else 1
     if batch * m * k * n <= _ONEDNN_MIN_WORK:
         return {}, []
-    transposed = k > 1 and x.stride(-2) == 1 and x.stride(-1) != 1  # one column: as is
-    if (k > 1 and x.stride(-1) != 1 and not transposed) or n == 1:
-        return None  # A copied by torch first; a matrix-vector product: not measured
+    transposed = x.stride(-2) == 1 and x.stride(-1) != 1
+    if (x.stride(-1) != 1 and not transposed) or n == 1 or k == 1:
+        return None  # A copied by torch first; matrix-vector, outer products: not measured
     threads = torch.get_num_threads()
-    if transposed and batch > 1 and threads > 1:
-        return None  # a batch of A read transposed on several threads: not matched
     size = onednn_bf16_matmul_scratch(m, k, n, threads, transposed, batch)
     return None if size is None else ({}, [size] if size else [])
 
