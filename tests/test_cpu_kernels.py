@@ -174,3 +174,15 @@ def test_onednn_held_below_avx512_bf16_is_named(monkeypatch):
     a, b = torch.randn(256, 64, dtype=bf16), torch.randn(64, 64, dtype=bf16)
     prof = jupyter_memprof.estimate(lambda a, b: a.mm(b), a, b)
     assert "not for these shapes or this CPU" in prof.meta["kernel_memory_not_modelled"]["aten::mm"]
+
+
+@needs_measured_cpu
+def test_bmm_with_a_transposed_shares_the_batch_out_among_threads(threads):
+    """A batch of 4 is work for 2 threads already: M is not cut further (94 rows, not 47)."""
+    x = torch.randn(4, 18, 94, dtype=bf16).transpose(1, 2)
+    y = torch.randn(4, 18, 15, dtype=bf16)
+    with jupyter_memprof.profile() as real:
+        torch.bmm(x, y)
+    rule = CPU_SIZE_RULES[torch.ops.aten.bmm.default]
+    assert _inside(real, "aten::bmm") == [rule({"self": x, "mat2": y})[1]]
+    assert _inside(real, "aten::bmm") == [[{1: 16_904, 2: 33_296}[threads]]]
