@@ -233,7 +233,6 @@ WAITING_FOR_SPLIT = {
     f"{NAME}._results.profile",
     f"{NAME}._producers.snapshot.read",
     f"{NAME}._producers.snapshot.read.read_snapshot",
-    f"{NAME}._producers.fake.recorder",
     f"{NAME}._frontends.estimate.estimate",
     f"{NAME}._frontends.estimate.run_estimate",
     f"{NAME}._frontends.fit.fit",
