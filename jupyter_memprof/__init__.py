@@ -23,12 +23,12 @@ _LAZY: dict[str, tuple[str, str]] = {
     "load_many": ("._frontends.ranks", "load_many"),
     "release": ("._frontends.session", "release_profile"),
     "compare": ("._results.comparison", "compare"),
-    "diff": ("._results.profile", "diff"),
+    "diff": ("._results.diff", "diff"),
     # what they return
     "Profile": ("._results.profile", "Profile"),
     "ProfileSet": ("._results.profile_set", "ProfileSet"),
     "Comparison": ("._results.comparison", "Comparison"),
-    "Diff": ("._results.profile", "Diff"),
+    "Diff": ("._results.diff", "Diff"),
     "Fit": ("._results.fit", "Fit"),
     # the errors users meet
     "CaptureError": ("._errors", "CaptureError"),

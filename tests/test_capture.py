@@ -28,14 +28,14 @@ def test_empty_block_gives_empty_typed_tables():
     with jupyter_memprof.profile() as prof:
         pass
     for name, schema in S.TABLES.items():
-        df = getattr(prof, name)
+        df = prof.tables[name]
         assert df.empty, name
         assert list(df.columns) == list(schema), name
         assert {c: str(df[c].dtype) for c in df.columns} == _dtypes(schema), name
     # and the types are the documented ones, rows or not
     sections = _doc_sections()
     for name in ("ops", "allocations"):
-        df = getattr(prof, name)
+        df = prof.tables[name]
         assert {c: str(df[c].dtype) for c in df.columns} == _doc_dtypes(sections[name]), name
 
 
@@ -276,9 +276,7 @@ def test_save_and_load_round_trip(tmp_path, mlp_adam_profile):
     path = prof.save(tmp_path / "step.memprof")
     back = jupyter_memprof.load(path)
     for name in S.TABLES:
-        pd.testing.assert_frame_equal(
-            getattr(back, name), getattr(prof, name), check_categorical=True
-        )
+        pd.testing.assert_frame_equal(back.tables[name], prof.tables[name], check_categorical=True)
     # every piece of meta survives, with its value and type
     assert back.meta == prof.meta
 
@@ -364,13 +362,13 @@ def test_dtypes_of_a_real_profile_are_the_documented_ones(mlp_adam_profile):
     assert set(sections) == set(S.TABLES), sorted(sections)
     documented = {name: _doc_dtypes(sections[name]) for name in ("ops", "allocations")}
     for name, dtypes in documented.items():
-        df = getattr(prof, name)
+        df = prof.tables[name]
         assert len(df) > 10, name
         assert list(df.columns) == list(dtypes), name  # every column, in the documented order
         got = {c: str(df[c].dtype) for c in df.columns}
         assert got == dtypes, name
     for name in ("events", "timeline", "flows", "uses", "names"):
-        df = getattr(prof, name)
+        df = prof.tables[name]
         assert len(df) > 0, name
         assert list(df.columns) == _doc_column_list(sections[name]), name
         for c in df.columns:
@@ -386,7 +384,7 @@ def test_dtypes_of_a_real_profile_are_the_documented_ones(mlp_adam_profile):
     vocabulary = re.findall(r"^\| `(\w+)` \| ", table, flags=re.MULTILINE)
     assert len(vocabulary) == 8
     for name in ("allocations", "versions", "events", "timeline"):
-        dtype = getattr(prof, name)["category"].dtype
+        dtype = prof.tables[name]["category"].dtype
         assert list(dtype.categories) == vocabulary and dtype.ordered, name
 
 
@@ -434,8 +432,8 @@ def test_empty_profile_round_trips(tmp_path):
         pass
     back = jupyter_memprof.load(prof.save(tmp_path / "empty.memprof"))
     for name, schema in S.TABLES.items():
-        assert list(getattr(back, name).columns) == list(schema)
-        assert getattr(back, name).empty
+        assert list(back.tables[name].columns) == list(schema)
+        assert back.tables[name].empty
     assert back.meta["label"] == "nothing"
     assert back.peak().attrs["peak_bytes"] == 0
 

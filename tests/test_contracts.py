@@ -1,7 +1,7 @@
 """Lists written in more than one place are tied together here, so that none can drift.
 
 - the tables: ``schema.TABLES`` (declared once), ``Profile``'s fields and the views'
-  ``ProfileLike`` protocol;
+  ``ProfileLike`` protocol (``leaks`` is the field ``leaks_table``: ``leaks()`` reads it);
 - the panel's requests: ``comm.REQUESTS`` (the kernel's check) and the ``PanelRequest`` union
   that the JupyterLab extension sends (``labextension/src/link.ts``).
 """
@@ -15,7 +15,7 @@ from pathlib import Path
 
 from jupyter_memprof._analysis import schema
 from jupyter_memprof._frontends import comm
-from jupyter_memprof._results.profile import Profile
+from jupyter_memprof._results.profile import TABLE_FIELDS, Profile
 from jupyter_memprof._views.protocols import ProfileLike
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -26,7 +26,7 @@ PROFILE_EXTRAS = {"meta", "kept", "session_id", "snapshot"}
 def test_profile_has_a_field_for_every_declared_table_and_no_other():
     fields = [f.name for f in dataclasses.fields(Profile)]
     tables = [name for name in fields if name not in PROFILE_EXTRAS]
-    assert tables == list(schema.TABLES)
+    assert tables == [TABLE_FIELDS.get(name, name) for name in schema.TABLES]
     for name in tables:
         assert typing.get_type_hints(Profile)[name].__name__ == "DataFrame", name
 
@@ -34,7 +34,7 @@ def test_profile_has_a_field_for_every_declared_table_and_no_other():
 def test_the_views_protocol_reads_every_declared_table():
     hints = typing.get_type_hints(ProfileLike)
     tables = [name for name, hint in hints.items() if getattr(hint, "__name__", "") == "DataFrame"]
-    assert tables == list(schema.TABLES)
+    assert tables == [TABLE_FIELDS.get(name, name) for name in schema.TABLES]
     assert "meta" in hints
 
 

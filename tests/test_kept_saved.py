@@ -2,7 +2,8 @@
 
 Each distinct window is stored once under ``kept/<i>/`` (zip members or Parquet
 subfolders); the window whose tables are the profile's own stores only its ``steps`` and
-shares the profile's other tables on load. A damaged or crafted ``kept_windows`` entry, or a
+``leaks`` and shares the profile's other tables on load. A long run saved before ``leaks``
+was a table (its rows in ``meta["leaks"]``) loads with the same leaks. A damaged or crafted ``kept_windows`` entry, or a
 window's member missing or wrong, is one ``ProfileFileError`` line, as for the rest of a file.
 """
 
@@ -96,10 +97,49 @@ def test_the_zip_stores_each_window_once_and_the_shared_one_as_its_steps(run, sa
     for i, w in enumerate(windows):
         own = sorted(n for n in saved if n.startswith(f"kept/{i}/"))
         if w["shares_tables"]:
-            assert own == [f"kept/{i}/meta.json", f"kept/{i}/steps.json"]
+            assert own == [f"kept/{i}/leaks.json", f"kept/{i}/meta.json", f"kept/{i}/steps.json"]
         else:
             assert len(own) == len(S.TABLES) + 1
     assert sum(w["shares_tables"] for w in windows) == 1
+
+
+def _as_saved_before_the_leaks_table(run, path: str, fmt: str) -> None:
+    """Make the saved ``path`` as files were before ``leaks`` was a table: no ``leaks``
+    member anywhere, the run's rows in ``meta["leaks"]`` (as plain JSON values)."""
+    rows = json.loads(run.leaks().to_json(orient="records"))
+    if fmt == "parquet":
+        for folder, _, files in os.walk(path):
+            if "leaks.parquet" in files:
+                os.remove(os.path.join(folder, "leaks.parquet"))
+        with open(os.path.join(path, "meta.json"), encoding="utf-8") as fh:
+            doc = json.load(fh)
+        doc["meta"]["leaks"] = rows
+        with open(os.path.join(path, "meta.json"), "w", encoding="utf-8") as fh:
+            json.dump(doc, fh)
+        return
+    with zipfile.ZipFile(path) as z:
+        members = {n: z.read(n) for n in z.namelist() if not n.endswith("leaks.json")}
+    doc = json.loads(members["meta.json"])
+    doc["meta"]["leaks"] = rows
+    members["meta.json"] = json.dumps(doc).encode()
+    with zipfile.ZipFile(path, "w") as z:
+        for name, data in members.items():
+            z.writestr(name, data)
+
+
+@pytest.mark.parametrize("fmt", ["zip", "parquet"])
+def test_a_long_run_saved_with_its_leaks_in_meta_loads_with_the_same_leaks(run, tmp_path, fmt):
+    assert run.leaks()["holder"].tolist() == ["cache"] and "leaks" not in run.meta
+    path = run.save(tmp_path / f"old.{fmt}", format=fmt)
+    _as_saved_before_the_leaks_table(run, path, fmt)
+    back = jupyter_memprof.load(path)
+    assert back.leaks().equals(run.leaks())
+    assert list(back.leaks().dtypes) == list(run.leaks().dtypes)
+    assert "leaks" not in back.meta  # moved into the table: saved again, saved as one
+    for what, p in run.kept.items():  # each window finds its own again from its tables
+        assert back.kept[what].leaks().equals(p.leaks()), what
+    again = jupyter_memprof.load(back.save(tmp_path / f"again.{fmt}", format=fmt))
+    assert again.leaks().equals(run.leaks())
 
 
 def test_a_profile_without_kept_windows_saves_as_before(tmp_path):

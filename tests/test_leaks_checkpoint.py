@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import jupyter_memprof
-from jupyter_memprof._analysis.steps import adopt_unheld
+from jupyter_memprof._analysis.leaks import adopt_unheld
 
 transformers = pytest.importorskip("transformers")
 

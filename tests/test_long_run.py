@@ -15,7 +15,9 @@ from IPython.core.error import UsageError
 import jupyter_memprof
 from jupyter_memprof._analysis import schema as S
 from jupyter_memprof._analysis import windows as W
+from jupyter_memprof._analysis.allocator.config import parse_config
 from jupyter_memprof._analysis.steps import step_boundaries
+from jupyter_memprof._frontends.finish import FinishOptions
 from jupyter_memprof._producers import live
 from jupyter_memprof._producers.torch_profiler import profiler_running
 
@@ -279,6 +281,25 @@ def test_a_window_whose_analysis_fails_is_noted_and_the_loop_goes_on(monkeypatch
 
 
 # -- options -----------------------------------------------------------------------------
+def test_every_window_and_the_tail_end_with_the_runs_one_set_of_options():
+    """The allocator setting and the progress bar are given once: the windows analysed in
+    the loop and the tail after it end with them (the progress only for the tail, the one
+    wait after the loop)."""
+    stages = []
+    setting = "expandable_segments:True"
+    prof, _ = _train(5, steps=2, allocator=setting, progress=lambda *a: stages.append(a[0]))
+    assert prof.meta["long_run"]["windows"] == 3
+    assert prof.meta["allocator"] == setting
+    assert {p.meta["allocator"] for p in prof.kept.values()} == {setting}
+    assert stages[0] == "stopping torch's profiler"
+    assert stages.count("segments") == 1  # the tail's analysis only: none inside the loop
+    options = FinishOptions(allocator=parse_config(setting), reading=print, analysing=print)
+    inside, tail = options.part(False, False), options.part(False, True)
+    assert inside.window == (False, False) and inside.reading is inside.analysing is None
+    assert tail.window == (False, True) and tail.analysing is print
+    assert inside.allocator is tail.allocator is options.allocator
+
+
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [

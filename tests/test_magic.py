@@ -348,7 +348,7 @@ def test_cell_without_torch_activity(shell, run):
     prof = shell.user_ns["p_empty"]
     assert NO_ACTIVITY in out
     for name, schema in _schema.TABLES.items():
-        assert list(getattr(prof, name).columns) == list(schema)
+        assert list(prof.tables[name].columns) == list(schema)
     # only what earlier cells left in the namespace, live before this one and untouched
     a, ev = prof.allocations, prof.events
     assert a["alloc_ns"].isna().all() and (ev["action"] == "preexisting").all()

@@ -16,7 +16,7 @@ from jupyter_memprof._results.profile import Profile
 
 def _assert_same(a: Profile, b: Profile) -> None:
     for name in S.TABLES:
-        pd.testing.assert_frame_equal(getattr(a, name), getattr(b, name), check_exact=True)
+        pd.testing.assert_frame_equal(a.tables[name], b.tables[name], check_exact=True)
     assert json.loads(json.dumps(a.meta, default=str)) == b.meta
 
 

@@ -38,7 +38,7 @@ def test_load_many_concatenates_by_rank(ddp_run):
         table = getattr(ps, name)
         assert list(table.columns) == ["rank", *schema]
         assert table["rank"].dtype == "int64"
-        parts = [getattr(ps[r], name) for r in ps.ranks]
+        parts = [ps[r].tables[name] for r in ps.ranks]
         assert len(table) == sum(map(len, parts))
         for col, dtype in schema.items():
             if not (isinstance(dtype, str) and dtype in ("category", "object")):

@@ -217,6 +217,32 @@ def test_losses_append_loss_is_found_with_its_list():
     assert "losses" in leak["why"]
 
 
+def test_leaks_are_a_table_found_once_and_saved_with_the_others(tmp_path):
+    import zipfile
+
+    model, x, y = _mlp()
+    losses = []
+    prof = _train(model, x, y, lambda i, out, loss: losses.append(loss), locals())
+    table = prof.tables["leaks"]
+    assert table is prof.leaks_table and table["holder"].tolist() == ["losses"]
+    assert prof.leaks().equals(table) and prof.leaks() is not table  # a copy to change freely
+    assert "leaks" not in prof.meta
+    for fmt in ("zip", "parquet"):
+        path = prof.save(tmp_path / f"p.{fmt}", format=fmt)
+        back = jupyter_memprof.load(path)
+        pd.testing.assert_frame_equal(back.leaks(), prof.leaks())
+        assert back.leaks()["alloc_ids"].tolist() == [sorted(table["alloc_ids"].iloc[0])]
+    # a file saved before leaks were a table has none: found again from its other tables
+    old = tmp_path / "old.zip"
+    with zipfile.ZipFile(tmp_path / "p.zip") as src, zipfile.ZipFile(old, "w") as dst:
+        for item in src.infolist():
+            if item.filename != "leaks.json":
+                dst.writestr(item, src.read(item))
+    pd.testing.assert_frame_equal(jupyter_memprof.load(old).leaks(), prof.leaks())
+    (tmp_path / "p.parquet" / "leaks.parquet").unlink()
+    pd.testing.assert_frame_equal(jupyter_memprof.load(tmp_path / "p.parquet").leaks(), table)
+
+
 def test_total_plus_equals_loss_outside_no_grad_keeps_every_graph():
     model, x, y = _mlp()
     total = 0

@@ -120,7 +120,7 @@ def test_empty_capture_says_so():
     assert NO_ACTIVITY in summary_text(prof)
     assert NO_ACTIVITY in summary_html(prof)
     for name, schema in _schema.TABLES.items():
-        table = getattr(prof, name)
+        table = prof.tables[name]
         if name in ("allocations", "events", "timeline"):
             assert len(table) == 0
         assert list(table.columns) == list(schema)

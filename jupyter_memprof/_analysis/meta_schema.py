@@ -299,7 +299,10 @@ META: dict[str, Key] = {
     "unreachable_bytes": Key(by_device(nonneg_int), "of those, reached by no name (CUDA)"),
     "cuda_start": Key(CUDA_TOTALS, "CUDA's totals when the capture started"),
     "cuda_end": Key(CUDA_TOTALS, "and when it ended"),
-    "leaks": Key(list_of(LEAK), "a long run's leaks, found over all its windows"),
+    "leaks": Key(
+        list_of(LEAK),
+        "a long run's leaks in files saved before the leaks table (read into it on load)",
+    ),
     "long_run": Key(LONG_RUN, "a long run's windows and steps"),
     "what_if": Key(dict_of(json_value), "the changes what_if() made (empty: as is)"),
     "tensor_ids": Key(is_bool, "False: the producer gave no tensor ids (a Kineto trace)"),

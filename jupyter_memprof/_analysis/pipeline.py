@@ -22,6 +22,7 @@ from .allocator.model import model_profile
 from .categories import categorise
 from .distributed import end_unseen_frees
 from .frame_rules import categorise_by_frames
+from .leaks import leaks
 from .recorded_segments import recorded_segments
 from .steps import build_steps
 from .timeline import build_events, build_timeline, with_reserved
@@ -103,6 +104,7 @@ def analyse(
     stages.done(3)
     start_ns = _start_ns(capture.start_ns, tables["ops"], mem)
     end_ns = _time_tables(tables, mem, capture, start_ns, window)
+    tables["leaks"] = leaks(tables)
     stages.done(4)
     segments, allocator_meta = model_profile(tables, allocator)
     if capture.segments is not None:  # the allocator's own record
@@ -118,7 +120,7 @@ def analyse(
         **baseline.get("reserved_peak_bytes", {}),
     }
     order = ("ops", "allocations", "versions", "events", "timeline", "flows", "uses", "names")
-    ordered = {k: tables[k] for k in (*order, "steps", "segments")}
+    ordered = {k: tables[k] for k in (*order, "steps", "segments", "leaks")}
     return ordered, {
         "start_ns": start_ns,
         "end_ns": end_ns,

@@ -171,7 +171,8 @@ STEPS = {
     "complete": "bool",
 }
 
-# Profile.leaks(): groups of blocks made step after step and never freed
+# groups of blocks made step after step and never freed (_analysis/leaks.py), found once
+# when a run is analysed; a profile's ``leaks`` table, read with Profile.leaks()
 LEAKS = {
     "holder": STRING,
     "callsite": STRING,
@@ -242,11 +243,12 @@ TABLES: dict[str, dict] = {
     "names": NAMES,
     "segments": SEGMENTS,
     "steps": STEPS,
+    "leaks": LEAKS,
 }
 
 #: Tables added after files of format 1 were first written: a saved profile without one
-#: loads with it empty (``steps``: rebuilt from the other tables by ``load``).
-ADDED_TABLES: tuple[str, ...] = ("segments", "steps")
+#: loads with it empty (``steps`` and ``leaks``: made from the other tables by ``load``).
+ADDED_TABLES: tuple[str, ...] = ("segments", "steps", "leaks")
 
 
 #: Columns added after files of format 1 were first written: a saved table without them

@@ -5,8 +5,8 @@ tables. What joins them is small and does not grow with the number of steps unle
 loop itself keeps memory: the ``steps`` rows of every window, and the *carried* blocks
 (:data:`~.schema.CARRIED`), those alive at the end of a window, kept with their size,
 callsite, category and the step that made them until a later window frees them. From those
-:func:`leaks_across` finds what grows step after step over the whole run, with the same
-rules as :func:`.steps.leaks` on one capture.
+:func:`.leaks.over_run` finds what grows step after step over the whole run, with the same
+analysis as a single capture's.
 
 A window sees the blocks from before it only when its code uses or frees them, so its live
 bytes lack the carried blocks it never touches: :func:`live_offset` adds them back, and the
@@ -21,14 +21,13 @@ import numpy as np
 import pandas as pd
 
 from . import schema as S
-from .steps import build_steps, leaks
 
 #: the byte columns of ``steps`` that count live memory (moved by a window's offset)
 _LIVE_COLUMNS = ("peak_bytes", "live_start_bytes", "live_end_bytes")
 
 
-def _keys(device, ptr) -> pd.MultiIndex:
-    """(device, ptr) pairs, to find the same block in two windows."""
+def block_keys(device, ptr) -> pd.MultiIndex:
+    """(device, ptr) pairs, to find the same block in two windows (or a name's block)."""
     return pd.MultiIndex.from_arrays(
         [np.asarray(device, dtype=object).astype(str), np.asarray(ptr, dtype=np.int64)]
     )
@@ -45,8 +44,8 @@ def live_offset(carried: pd.DataFrame, tables: dict[str, pd.DataFrame]) -> dict[
     if carried.empty:
         return {}
     seen = _before_window(tables["allocations"])
-    known = _keys(seen["device"], seen["ptr"])
-    unseen = ~_keys(carried["device"], carried["ptr"]).isin(known)
+    known = block_keys(seen["device"], seen["ptr"])
+    unseen = ~block_keys(carried["device"], carried["ptr"]).isin(known)
     sizes = carried["size_bytes"].to_numpy()[unseen]
     devices = carried["device"].astype(object).to_numpy()[unseen]
     out: dict[str, int] = {}
@@ -66,19 +65,6 @@ def window_steps(
     for col in _LIVE_COLUMNS:
         steps[col] = steps[col].to_numpy() + extra.astype(np.int64)
     return S.conform(steps, S.STEPS, name="steps")
-
-
-def tail_steps(tables: dict[str, pd.DataFrame], meta: dict) -> pd.DataFrame:
-    """The ``steps`` of a long run's last window, which starts at a step's end (the stretch
-    before its first split is a step of its own)."""
-    return build_steps(
-        tables["ops"],
-        tables["events"],
-        tables["timeline"],
-        meta["start_ns"],
-        meta["end_ns"],
-        first=False,
-    )
 
 
 def fold_tail(steps: pd.DataFrame, tail: pd.DataFrame) -> pd.DataFrame:
@@ -190,60 +176,3 @@ def join(parts: list[pd.DataFrame], schema: dict, name: str) -> pd.DataFrame:
     if not parts:
         return S.empty(schema)
     return S.conform(pd.concat(parts, ignore_index=True), schema, name=name)
-
-
-def leaks_across(steps: pd.DataFrame, carried: pd.DataFrame, names: pd.DataFrame) -> pd.DataFrame:
-    """:func:`.steps.leaks` over a whole long run: ``steps`` of every window, the blocks
-    carried to its end, and the ``names`` of the last window (the held tensors, matched to
-    the carried blocks by device and address)."""
-    made = carried[carried["alloc_ns"].notna().to_numpy()].reset_index(drop=True)
-    n = len(made)
-    allocations = pd.DataFrame(
-        {
-            "alloc_id": made["alloc_id"].to_numpy(),
-            "device": made["device"],
-            "size_bytes": made["size_bytes"].to_numpy(),
-            "alloc_ns": made["alloc_ns"],
-            "free_ns": pd.array([None] * n, dtype="Int64"),
-            "alloc_op_id": pd.array(np.arange(n), dtype="Int64"),
-            "category": made["category"],
-            "callsite": made["callsite"],
-        }
-    )
-    ops = pd.DataFrame({"op_id": np.arange(n), "callsite": made["callsite"]})
-    by_key = pd.Series(made["alloc_id"].to_numpy(), index=_keys(made["device"], made["ptr"]))
-    held = names.copy()
-    matched = by_key.reindex(_keys(held["device"], held["ptr"]))
-    held["alloc_id"] = pd.array(matched.to_numpy(), dtype="Int64")
-    tables = {"steps": steps, "allocations": allocations, "ops": ops, "names": held}
-    return leaks(tables)
-
-
-def leaks_to_meta(df: pd.DataFrame) -> list[dict]:
-    """The ``leaks`` rows as plain JSON values (kept in a long run's meta)."""
-    out = []
-    for row in df.to_dict("records"):
-        out.append(
-            {
-                k: (
-                    None
-                    if not isinstance(v, list) and pd.isna(v)
-                    else [int(i) for i in v]
-                    if isinstance(v, list)
-                    else int(v)
-                    if isinstance(v, (int, np.integer))
-                    else str(v)
-                )
-                for k, v in row.items()
-            }
-        )
-    return out
-
-
-def leaks_from_meta(rows: list[dict]) -> pd.DataFrame:
-    """The ``leaks`` table back from :func:`leaks_to_meta`'s rows."""
-    if not rows:
-        return S.empty(S.LEAKS)
-    df = pd.DataFrame(rows, columns=list(S.LEAKS))
-    df["category"] = pd.Categorical(df["category"], dtype=S.CATEGORY_DTYPE)
-    return S.conform(df, S.LEAKS, name="leaks")

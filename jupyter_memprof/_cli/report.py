@@ -198,7 +198,7 @@ def leaks_text(leaks: list[dict[str, Any]]) -> str:
 
 
 def diff_document(d, a: str, b: str) -> dict[str, Any]:
-    """:data:`.schema.DIFF` of a :class:`~jupyter_memprof._results.profile.Diff`."""
+    """:data:`.schema.DIFF` of a :class:`~jupyter_memprof._results.diff.Diff`."""
     attrs = d.attrs
     rows = [
         {

@@ -24,7 +24,7 @@ from .._producers.recorder import LATER, Recorder
 from .._results.profile import Profile
 from . import long_run as _long_run
 from .budget import Watchdog
-from .finish import fill, register
+from .finish import FinishOptions, fill, register
 from .frames import caller_names
 from .interrupts import held as _interrupts_held
 from .options import CaptureOptions, raised_as
@@ -175,7 +175,9 @@ class profile(contextlib.AbstractContextManager):  # lower case: reads like a fu
             from .._producers.cuda_history import History
 
             self._history = History()
-        self._long = _long_run.plan(options.steps, options.keep, self.allocator, build_tables)
+        #: how the run ends (:func:`.finish.fill`), made once: a long run's windows too
+        self._finishing = finish_options(self.allocator, progress)
+        self._long = _long_run.plan(options.steps, options.keep, self._finishing)
         self._budget = options.memory_budget
         self._watchdog: Watchdog | None = None
         self.label = label
@@ -266,8 +268,10 @@ class profile(contextlib.AbstractContextManager):  # lower case: reads like a fu
                 prof.meta["stop_error"] = _reason(stop_error)
             if isinstance(failure, (Exception, type(None))):  # not when interrupted stopping
                 try:
-                    fill_profile = _fill if self._long is None else self._long.fill
-                    fill_profile(prof, recorder, self.progress, self.allocator)
+                    if self._long is None:
+                        _fill(prof, recorder, self._finishing)
+                    else:  # its windows, then its tail, with the options it was planned with
+                        self._long.fill(prof, recorder)
                 except BaseException as build_error:  # Ctrl-C included: keep the profile
                     if failure is None:
                         failure, self.failed_step = build_error, "building its memory tables"
@@ -365,8 +369,13 @@ _STEPS = 1000
 _READING_SHARE = 0.75
 
 
-def _one_bar(progress: Progress):
-    """Reading and the analysis stages as ``progress(stage, done, _STEPS)`` on one bar."""
+def finish_options(
+    allocator: AllocatorConfig | None, progress: Progress | None = None
+) -> FinishOptions:
+    """How a capture ends (:func:`.finish.fill`): the allocator's settings, and reading and
+    the analysis stages as ``progress(stage, done, _STEPS)`` on one bar."""
+    if progress is None:
+        return FinishOptions(allocator=allocator)
 
     def reading(fraction: float) -> None:
         progress("reading events", int(fraction * _READING_SHARE * _STEPS), _STEPS)
@@ -375,20 +384,12 @@ def _one_bar(progress: Progress):
         share = _READING_SHARE + (1 - _READING_SHARE) * done / max(total, 1)
         progress(stage, int(share * _STEPS), _STEPS)
 
-    return reading, analysing
+    return FinishOptions(allocator=allocator, reading=reading, analysing=analysing)
 
 
-def _fill(
-    prof: Profile,
-    recorder: Recorder,
-    progress: Progress | None = None,
-    allocator: AllocatorConfig | None = None,
-) -> None:
+def _fill(prof: Profile, recorder: Recorder, options: FinishOptions) -> None:
     """Everything that happens after the profiled code: records, then tables and analysis."""
-    reading, analysing = _one_bar(progress) if progress is not None else (None, None)
-    capture = fill(
-        prof, recorder.capture, allocator=allocator, reading=reading, analysing=analysing
-    )
+    capture = fill(prof, recorder.capture, options)
     # millions of small records on a long capture: freeing them takes as long as a tenth of
     # the analysis, so in a notebook it waits for the cell's end like torch's raw result
     LATER.hand_over(capture)
@@ -402,5 +403,5 @@ def build_tables(
     """The tables and meta of a stopped recorder (what :meth:`profile.finish` puts in its
     profile), for scripts that drive a :class:`Recorder` themselves."""
     prof = Profile.empty()
-    _fill(prof, recorder, progress, allocator)
+    _fill(prof, recorder, finish_options(allocator, progress))
     return prof.tables, prof.meta

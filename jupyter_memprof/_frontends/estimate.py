@@ -15,7 +15,6 @@ from typing import Any
 
 import torch
 
-from .._analysis.limit import first_over
 from .._errors import EstimateError
 from .._producers.fake.changes import Prepare
 from .._producers.fake.copy import holds_torch
@@ -23,7 +22,7 @@ from .._producers.fake.dist import fake_world
 from .._producers.fake.run import FakeRun, plan
 from .._results.profile import Profile
 from .estimate_globals import bound, globals_read, names_read, restore_names
-from .finish import fill, register
+from .finish import FinishOptions, fill, register
 from .frames import caller_names
 from .options import EstimateOptions, raised_as
 
@@ -195,22 +194,21 @@ def run_estimate(
             del fargs, fkwargs, fglobals
         wall_s = time.perf_counter() - t0
         prof = Profile.empty()
-        capture = fill(prof, lambda _reading: run.capture(), allocator=options.allocator)
+        capture = fill(prof, lambda _reading: run.capture(), _ending(options, where.device))
     finally:
         run.release()
         real_globals.clear()
         names.clear()
-    prof.meta["oom"] = _oom(prof, options, where.device)
+    prof.meta.setdefault("oom", None)  # no limit: none checked
     meta = _run_meta(run, where, options, list(capture.devices), wall_s)
     return register(prof, remember=remember, label=label, **meta)
 
 
-def _oom(prof: Profile, options: EstimateOptions, device: str | None):
-    """Where the estimate goes over its limit (None: it fits, or there is no limit)."""
-    if options.limit is None:
-        return None
-    return first_over(
-        prof.tables, options.limit, device, allocator=options.allocator, context=options.context
+def _ending(options: EstimateOptions, device: str | None) -> FinishOptions:
+    """How an estimate ends (:func:`.finish.fill`): modelled with its allocator settings,
+    its limit (with the CUDA context) checked on ``device`` into ``meta["oom"]``."""
+    return FinishOptions(
+        allocator=options.allocator, limit=options.limit, context=options.context, device=device
     )
 
 

@@ -1,14 +1,18 @@
 """How every run ends: records -> tables -> profile -> session.
 
-Both producers end here: a capture (:mod:`.capture`, torch's profiler) and an estimate
-(:mod:`.estimate`, a run on fake tensors), and so do the magic's cells, which drive them.
-:func:`fill` reads the producer's records and analyses them into the profile's tables and
-meta, with the collector paused and the timings noted; :func:`register` adds what every
+A capture (:mod:`.capture`, torch's profiler), each window of a long run and its tail
+(:mod:`.long_run`), an estimate (:mod:`.estimate`, a run on fake tensors), a memory snapshot
+or a trace read from a file (:mod:`.snapshot`, :mod:`.traces`), and the magic's cells, which
+drive them, all end here. :func:`fill` reads the producer's records and analyses them
+into the profile's tables and meta, with the collector paused and the timings noted, as one
+:class:`FinishOptions` says (made once per run, by its entry point: the allocator's
+settings, the progress callbacks, a memory limit to check); :func:`register` adds what every
 profile's meta says about its run and puts the profile in the session's list (the panel's).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 import time
@@ -21,10 +25,40 @@ from .._records import Capture
 from .._results.profile import Profile
 from . import session as _session
 
-__all__ = ["allocator_config", "distributed_meta", "fill", "register"]
+__all__ = ["FinishOptions", "allocator_config", "distributed_meta", "fill", "register"]
 
 #: reads the producer's records; given a ``reading(fraction)`` callback, or None
 Produce = Callable[[Callable[[float], None] | None], Capture]
+
+
+@dataclasses.dataclass(frozen=True)
+class FinishOptions:
+    """How a run ends: what :func:`fill` needs besides the records, made once per run by its
+    entry point and handed on unchanged (a long run's windows and tail end with the same
+    one, :meth:`part` saying which part of the run each is)."""
+
+    #: the caching allocator's settings the CUDA blocks are modelled with (None: torch's)
+    allocator: AllocatorConfig | None = None
+    #: ``reading(fraction)`` while the records are read, or None
+    reading: Callable[[float], None] | None = None
+    #: ``analysing(stage, done, total)`` after each stage of the analysis, or None
+    analysing: Progress | None = None
+    #: a memory limit in bytes: ``meta["oom"]`` says when the run first goes over it
+    #: (:func:`jupyter_memprof._analysis.limit.first_over`); None: not checked
+    limit: int | None = None
+    #: with ``limit``: the CUDA context's bytes counted beside the allocator's, or None
+    context: int | None = None
+    #: with ``limit``: the device it applies to (None: the one with the highest peak)
+    device: str | None = None
+    #: whether the records are the run's first and its last part (a long run's windows are
+    #: parts: how their ends split steps, :func:`jupyter_memprof._analysis.steps.step_bounds`)
+    window: tuple[bool, bool] = (True, True)
+
+    def part(self, first: bool, last: bool) -> FinishOptions:
+        """These options for one part of a long run: ``first``, ``last`` as in
+        :attr:`window`; progress only for the last (the wait after the loop)."""
+        quiet = {} if last else {"reading": None, "analysing": None}
+        return dataclasses.replace(self, window=(first, last), **quiet)
 
 
 def allocator_config(setting: str | AllocatorConfig | None) -> AllocatorConfig:
@@ -34,28 +68,34 @@ def allocator_config(setting: str | AllocatorConfig | None) -> AllocatorConfig:
     return config_from_env(os.environ) if setting is None else parse_config(setting)
 
 
-def fill(
-    prof: Profile,
-    produce: Produce,
-    *,
-    allocator: AllocatorConfig | None = None,
-    reading: Callable[[float], None] | None = None,
-    analysing: Progress | None = None,
-) -> Capture:
-    """Read the producer's records and analyse them into ``prof`` (its tables, and meta:
-    the analysis' own keys plus ``capture_s``, ``analysis_s`` and ``event_count``).
-    Returns the records, which the caller frees when it suits (they can be millions of
-    small objects). Raises what reading or the analysis raised; ``prof`` is then as it was."""
+def fill(prof: Profile, produce: Produce, options: FinishOptions | None = None) -> Capture:
+    """Read the producer's records and analyse them into ``prof`` as ``options`` say (its
+    tables, and meta: the analysis' own keys plus ``capture_s``, ``analysis_s`` and
+    ``event_count``; ``oom`` with a ``limit``). Returns the records, which the caller frees
+    when it suits (they can be millions of small objects). Raises what reading or the
+    analysis raised; ``prof`` is then as it was."""
+    options = FinishOptions() if options is None else options
     with paused_gc():
         t0 = time.perf_counter()
-        capture = produce(reading)
+        capture = produce(options.reading)
         t1 = time.perf_counter()
-        tables, meta = analyse(capture, progress=analysing, allocator=allocator)
+        tables, meta = analyse(
+            capture, progress=options.analysing, allocator=options.allocator, window=options.window
+        )
     meta["capture_s"] = t1 - t0
     meta["analysis_s"] = time.perf_counter() - t1  # tables and analyses, after reading
     meta["event_count"] = capture.trace.event_count
-    for key, df in tables.items():
-        setattr(prof, key, df)
+    if options.limit is not None:
+        from .._analysis.limit import first_over
+
+        meta["oom"] = first_over(
+            tables,
+            options.limit,
+            options.device,
+            allocator=options.allocator,
+            context=options.context,
+        )
+    prof.set_tables(tables)
     prof.meta.update(meta)
     return capture
 

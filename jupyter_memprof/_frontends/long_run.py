@@ -6,7 +6,8 @@ soon as it ends, while the loop waits at that step's end; then only this is kept
 
 - its ``steps`` rows (every step of the run keeps its row in ``prof.steps``);
 - the blocks alive at its end (:data:`~jupyter_memprof._analysis.schema.CARRIED`), until a
-  later window frees them: from those, ``prof.leaks()`` finds what grows over the whole run;
+  later window frees them: from those, the run's ``leaks`` table is what grows over the
+  whole run (``prof.leaks()``);
 - its full tables, only while it holds a step that matters (``keep``: the first step, the
   one with the highest peak, the last, or step numbers).
 
@@ -25,13 +26,14 @@ import pandas as pd
 
 from .._analysis import schema as S
 from .._analysis import windows as W
-from .._analysis.allocator.model import AllocatorConfig
-from .._analysis.pipeline import Progress, analyse, paused_gc
+from .._analysis.leaks import over_run
+from .._producers.recorder import LATER
 from .._producers.windows import WindowRecorder
 from .._records import Capture
 from .._results.profile import Profile
 from .._vocab import Vocabulary
 from . import interrupts
+from .finish import FinishOptions, fill
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +57,10 @@ class MissingWhy(Vocabulary):
     NOT_ANALYSED = "not analysed: interrupted (Ctrl-C) before its analysis"
 
 
+#: what :func:`.finish.fill` notes of the wait after the code: a window analysed inside the
+#: loop is no wait (the run's are the tail's, :meth:`LongRun._joined`)
+_WAIT_KEYS = ("capture_s", "analysis_s", "event_count")
+
 #: The largest step number (and steps per window) a long run takes.
 MAX_STEPS = 10**9
 
@@ -70,13 +76,11 @@ class _Window:
 class LongRun:
     """A long run's state between its windows, and the profile it makes at the end."""
 
-    def __init__(
-        self, steps: int, keep: tuple, allocator: AllocatorConfig | None, build_last
-    ) -> None:
+    def __init__(self, steps: int, keep: tuple, options: FinishOptions) -> None:
         self.steps_per_window = steps
-        self._build_last = build_last  # capture.build_tables: the last window, with progress
         self.keep = keep
-        self.allocator = allocator
+        #: how the run ends (:func:`.finish.fill`): each window and the tail, as one part
+        self.options = options
         self._steps: list[pd.DataFrame] = []
         self.carried = S.empty(S.CARRIED)
         self._next_step = 0
@@ -106,24 +110,34 @@ class LongRun:
         loop. An interrupt (Ctrl-C) is passed on to the loop, and the window's records, once
         read, wait for the end of the run to be analysed (:meth:`build`): nothing recorded
         is lost."""
-        capture, windows = None, self._windows
+        held: list[Capture] = []
+        windows = self._windows
         try:
-            with paused_gc():
-                capture = read()
-                self._analyse(capture)
+            self._analyse(read, held)
         except Exception as err:  # the window is lost, the run and the user's loop go on
             log.warning("analysing a window of a long run failed", exc_info=True)
             self.window_errors.append(f"{type(err).__name__}: {err}")
             self._lose(self.steps_per_window, f"its analysis failed ({type(err).__name__})")
         except BaseException:  # Ctrl-C: the loop stops, what was recorded stays
-            if self._windows == windows and capture is not None:  # read, not absorbed
-                self._pending = capture  # (not read: the recorder keeps it, ``unread``)
+            if self._windows == windows and held:  # read, not absorbed
+                self._pending = held[0]  # (not read: the recorder keeps it, ``unread``)
             raise
 
-    def _analyse(self, capture: Capture) -> None:
-        window = (self._windows == 0, False)
-        tables, meta = analyse(capture, allocator=self.allocator, window=window)
-        self.absorb(tables, meta, capture.trace.event_count)
+    def _analyse(self, read: Callable[[], Capture], held: list | None = None) -> None:
+        """Read one window inside the loop and end it as every run ends (:func:`.finish.fill`,
+        a part of the run that is not its last), then keep what the run needs of it;
+        ``held`` gets the records once read."""
+
+        def produce(_reading) -> Capture:
+            capture = read()
+            if held is not None:
+                held.append(capture)
+            return capture
+
+        part = Profile.empty()
+        capture = fill(part, produce, self.options.part(self._windows == 0, False))
+        meta = {k: v for k, v in part.meta.items() if k not in _WAIT_KEYS}
+        self.absorb(part.tables, meta, capture.trace.event_count)
 
     def _lose(self, steps: int, why: str) -> None:
         """``steps`` steps from the next one are missing (their numbers are kept); none when
@@ -188,12 +202,7 @@ class LongRun:
         self._peak = max(self._peak, window.peak)
 
     # -- the end --------------------------------------------------------------------------
-    def build(
-        self,
-        recorder: WindowRecorder,
-        progress: Progress | None,
-        allocator: AllocatorConfig | None,
-    ) -> tuple[dict, dict]:
+    def build(self, recorder: WindowRecorder) -> tuple[dict, dict]:
         """The run's tables and meta once the recorder has stopped: a window whose analysis
         an interrupt stopped inside the loop, then the last window (if one was recorded),
         analysed and joined to the others. An interrupt (or a failure) while analysing them
@@ -203,15 +212,15 @@ class LongRun:
         self.window_errors += recorder.failures
         pending, self._pending = self._pending, None
         if pending is not None:
-            self._guarded(lambda: self._analyse(pending), self.steps_per_window)
+            self._guarded(lambda: self._analyse(lambda: pending), self.steps_per_window)
         elif recorder.unread is not None:
-            self._guarded(lambda: self._analyse(recorder.read_unread()), self.steps_per_window)
+            self._guarded(lambda: self._analyse(recorder.read_unread), self.steps_per_window)
         if recorder.has_last_window:
             ended = recorder.steps_in_window  # the last window's complete steps
             if self.interrupt is not None:
                 self._lose(ended, MissingWhy.NOT_ANALYSED.value)
             else:
-                names = self._guarded(lambda: self._last(recorder, progress, allocator), ended)
+                names = self._guarded(lambda: self._last(recorder), ended)
         out: tuple[dict, dict] = ({}, {})
         try:
             with interrupts.held():  # joining what was done: Ctrl-C waits for it
@@ -220,11 +229,14 @@ class LongRun:
             self.interrupt = self.interrupt or err
         return out
 
-    def _last(self, recorder: WindowRecorder, progress, allocator) -> pd.DataFrame:
-        """Analyse the run's last window into the run; returns its names."""
-        tables, meta = self._build_last(recorder, progress, allocator)
-        if self._windows:  # its start is a step's end
-            tables = {**tables, "steps": W.tail_steps(tables, meta)}
+    def _last(self, recorder: WindowRecorder) -> pd.DataFrame:
+        """End the run's last window as every run ends (:func:`.finish.fill`: the last part,
+        with progress; its start is a step's end unless it is the only one), into the run;
+        returns its names."""
+        part = Profile.empty()
+        capture = fill(part, recorder.capture, self.options.part(self._windows == 0, True))
+        LATER.hand_over(capture)  # freed when the user no longer waits, as a capture's
+        tables, meta = part.tables, part.meta
         self.absorb(tables, meta, meta.get("event_count", 0), tail=True)
         return tables["names"]
 
@@ -247,33 +259,25 @@ class LongRun:
 
     def _joined(self, names: pd.DataFrame) -> tuple[dict, dict]:
         steps = W.join(self._steps, S.STEPS, "steps")
-        leaks = W.leaks_across(steps, self.carried, names)
         main = self._main()
         out_tables = dict(main.tables) if main is not None else {}
         out_tables["steps"] = steps
+        out_tables["leaks"] = over_run(steps, self.carried, names)
         out_meta = dict(main.meta) if main is not None else {}
         for key in ("capture_s", "analysis_s", "event_count", "stage_s"):  # the wait
             if key in self._last_meta:
                 out_meta[key] = self._last_meta[key]
-        out_meta["leaks"] = W.leaks_to_meta(leaks)
         complete = int(steps.drop_duplicates("step")["complete"].sum())
         out_meta["long_run"] = self.run_meta(complete)
         return out_tables, out_meta
 
-    def fill(
-        self,
-        prof: Profile,
-        recorder: WindowRecorder,
-        progress: Progress | None,
-        allocator: AllocatorConfig | None,
-    ) -> None:
+    def fill(self, prof: Profile, recorder: WindowRecorder) -> None:
         """:meth:`build` into ``prof``: its tables, meta and :attr:`Profile.kept`; then an
         interrupt that stopped the analysis is raised again (the profile keeps what was
         done)."""
-        tables, meta = self.build(recorder, progress, allocator)
+        tables, meta = self.build(recorder)
         with interrupts.held():
-            for key, df in tables.items():
-                setattr(prof, key, df)
+            prof.set_tables(tables)
             prof.meta.update(meta)
             self.attach(prof)
         interrupt, self.interrupt = self.interrupt, None
@@ -288,7 +292,7 @@ class LongRun:
         interrupt on)."""
         self.interrupt = interrupt
         try:
-            self.fill(prof, recorder, None, self.allocator)
+            self.fill(prof, recorder)
         except BaseException:  # the same interrupt, or another Ctrl-C: the caller raises
             log.debug("a long run's end was interrupted", exc_info=True)
 
@@ -326,10 +330,8 @@ class LongRun:
         prof.kept = kept
 
 
-def plan(
-    steps: int | None, keep: tuple, allocator: AllocatorConfig | None, build_last
-) -> LongRun | None:
+def plan(steps: int | None, keep: tuple, options: FinishOptions) -> LongRun | None:
     """The long run of a capture's checked options (``steps`` and ``keep`` of
-    :class:`.options.CaptureOptions`), or None for a plain capture. ``build_last`` reads
-    and analyses the last window after the stop (``capture.build_tables``)."""
-    return None if steps is None else LongRun(steps, keep, allocator, build_last)
+    :class:`.options.CaptureOptions`), or None for a plain capture. ``options``: how its
+    windows and its tail end (:func:`.finish.fill`), given once."""
+    return None if steps is None else LongRun(steps, keep, options)

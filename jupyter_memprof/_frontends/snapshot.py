@@ -176,7 +176,7 @@ def _analysed(held: list, name: str, index: int | None, bar, own: bool = False):
 
     prof = Profile.empty()
     try:  # read with the collector paused, as every producer's records are
-        finish.fill(prof, produce, allocator=allocator, analysing=analysing)
+        finish.fill(prof, produce, finish.FinishOptions(allocator=allocator, analysing=analysing))
     except Bad as e:
         raise ProfileFileError(f"{name}: {e}") from None
     except RecursionError:

@@ -242,7 +242,7 @@ _OP_REFS = {
     "uses": ("op_id",),
 }
 #: columns holding device strings
-_DEVICE_COLUMNS = ("allocations", "events", "timeline", "names", "steps")
+_DEVICE_COLUMNS = ("allocations", "events", "timeline", "names", "steps", "leaks")
 
 
 def check_tables(tables: dict[str, pd.DataFrame], path: str) -> dict[str, pd.DataFrame]:

@@ -12,7 +12,8 @@ import os
 
 from .._analysis.diff import diff as diff_tables
 from .._views import compare as view
-from .profile import Diff, Profile, as_profile
+from .diff import Diff
+from .profile import Profile, as_profile
 
 __all__ = ["Comparison", "compare"]
 

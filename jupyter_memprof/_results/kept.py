@@ -10,8 +10,9 @@ subfolders), and lists them in its main document::
                      {"keep": ["last"], "shares_tables": false}]
 
 A window that ``shares_tables`` is the one whose tables are the profile's own (the peak's,
-usually): only its ``steps`` (its own steps, not the run's) and its metadata are stored,
-and on load it shares the profile's other tables. Files saved before kept windows were
+usually): only its ``steps`` and ``leaks`` (its own, not the run's) and its metadata are
+stored, and on load it shares the profile's other tables (a window saved before ``leaks``
+was a table finds its own from them). Files saved before kept windows were
 saved, and profiles that are not long runs, have no ``kept_windows``: ``prof.kept`` is
 empty. Readers that do not know the key ignore it.
 """
@@ -30,8 +31,8 @@ from .checks import Bad, describe
 KEY = "kept_windows"
 #: the kept windows a saved profile may hold (each up to a member per table and its meta)
 MAX_WINDOWS = 64
-#: the table a window that shares the profile's tables stores
-OWN_TABLES = ("steps",)
+#: the tables a window that shares the profile's tables stores (its own steps and leaks)
+OWN_TABLES = ("steps", "leaks")
 #: what ``keep=`` names besides step numbers (``long_run.KeptStep``)
 _NAMED = ("first", "peak", "last")
 

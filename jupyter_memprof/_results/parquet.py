@@ -4,8 +4,8 @@ The folder is what columnar tools read directly (DuckDB, Polars, Spark, pandas):
 ``read_parquet('run/rank*/allocations.parquet')`` is a query over every rank's blocks. Each
 table keeps its declared dtypes: ``category`` columns are Parquet dictionaries (the ordered
 vocabularies keep their order and every value), ``Int64`` and ``string`` columns are nullable
-Parquet columns, ``bool`` stays boolean. The one object column, ``ops.input_shapes`` (nested
-lists of any depth), is stored as JSON text and decoded on load. Loading never runs code:
+Parquet columns, ``bool`` stays boolean. The object columns, ``ops.input_shapes`` (nested
+lists of any depth) and ``leaks.alloc_ids``, are stored as JSON text and decoded on load. Loading never runs code:
 Parquet and JSON only, and every table is coerced back to its schema.
 
 ``meta.json`` is ``{"format": "jupyter_memprof.parquet", "format_version": 1, "meta": {...}}``;
@@ -49,7 +49,7 @@ FORMAT = "jupyter_memprof.parquet"
 FORMAT_VERSION = 1
 META = "meta.json"
 #: object columns stored as JSON text
-JSON_COLUMNS = {"ops": ("input_shapes",)}
+JSON_COLUMNS = {"ops": ("input_shapes",), "leaks": ("alloc_ids",)}
 
 
 def is_profile_folder(path: str | os.PathLike) -> bool:

@@ -11,6 +11,12 @@ import pandas as pd
 from .._analysis import schema as _schema
 from .._devices import device_sort_key
 
+#: the table whose field has another name: ``leaks`` (``Profile.leaks()`` reads it)
+TABLE_FIELDS = {"leaks": "leaks_table"}
+_TABLE_OF = {v: k for k, v in TABLE_FIELDS.items()}
+#: tables a profile may be made without (empty; ``leaks`` found from the others)
+_OPTIONAL = ("segments", "steps", "leaks")
+
 # the columns of the tables that hold times on the profiler's clock
 _TIME_COLUMNS = {
     "ops": ("start_ns", "end_ns"),
@@ -19,7 +25,7 @@ _TIME_COLUMNS = {
 }
 
 
-@dataclass
+@dataclass(init=False)
 class Profile:
     """One captured profile: pandas tables plus the analyses and views built on them.
 
@@ -40,7 +46,9 @@ class Profile:
     - ``segments``: the CUDA caching allocator's segments, modelled from the blocks (or
       recorded), with ``meta["reserved_peak_bytes"]``.
     - ``steps``: one row per (step, device): live bytes at its start and end, its peak and
-      growth (a step ends at each ``optimizer.step()`` or :func:`jupyter_memprof.step`).
+      growth (a step ends at each ``optimizer.step()`` or :func:`jupyter_memprof.step`);
+    - ``leaks`` (read with :meth:`leaks`; held as ``leaks_table``): memory that grows with
+      every step, one row per group.
 
     ``meta`` holds what the capture knew (devices, label, timings, ``estimate``, ``oom``,
     ``rank``, the reserved peaks); ``kept`` a long run's kept windows, each a Profile.
@@ -63,6 +71,8 @@ class Profile:
     names: pd.DataFrame
     segments: pd.DataFrame = field(default_factory=lambda: _schema.empty(_schema.SEGMENTS))
     steps: pd.DataFrame = field(default_factory=lambda: _schema.empty(_schema.STEPS))
+    #: the ``leaks`` table (:meth:`leaks` reads it): found when the run was analysed
+    leaks_table: pd.DataFrame = field(default_factory=lambda: _schema.empty(_schema.LEAKS))
     meta: dict[str, Any] = field(default_factory=dict)
     #: a long run's kept steps ("first", "peak", "last", step numbers) -> their window's
     #: profile (``profile(steps=N)``), saved with it (:mod:`.kept`); empty otherwise
@@ -73,6 +83,41 @@ class Profile:
     session_id: int | None = field(default=None, compare=False)
 
     # -- construction -------------------------------------------------------------------
+    def __init__(
+        self,
+        *,
+        meta: dict[str, Any] | None = None,
+        kept: dict[Any, Profile] | None = None,
+        snapshot: dict | None = None,
+        session_id: int | None = None,
+        **tables: pd.DataFrame,
+    ) -> None:
+        """A profile of ``tables`` (by name, as :attr:`tables` gives them). ``segments`` and
+        ``steps`` may be left out (empty); ``leaks`` left out or None is found from the
+        others (:func:`jupyter_memprof._analysis.leaks.leaks`)."""
+        self.meta = {} if meta is None else meta
+        self.kept = {} if kept is None else kept
+        self.snapshot, self.session_id = snapshot, session_id
+        given = {_TABLE_OF.get(k, k): v for k, v in tables.items()}
+        unknown = sorted(set(given) - set(_schema.TABLES))
+        if unknown:
+            raise TypeError(f"Profile() got tables it does not hold: {', '.join(unknown)}")
+        missing = [n for n in _schema.TABLES if n not in given and n not in _OPTIONAL]
+        if missing:
+            raise TypeError(f"Profile() needs the tables {', '.join(missing)}")
+        for name in ("segments", "steps"):
+            given.setdefault(name, _schema.empty(_schema.TABLES[name]))
+        if given.get("leaks") is None:
+            from .._analysis.leaks import leaks
+
+            given["leaks"] = leaks(given)
+        self.set_tables(given)
+
+    def set_tables(self, tables: dict[str, pd.DataFrame]) -> None:
+        """Replace the tables named in ``tables`` (by name, as :attr:`tables` gives them)."""
+        for name, df in tables.items():
+            setattr(self, TABLE_FIELDS.get(name, name), df)
+
     @classmethod
     def empty(cls, **meta: Any) -> Profile:
         """A profile with every table empty (typed) and ``meta``: what a capture of nothing
@@ -82,7 +127,7 @@ class Profile:
     @property
     def tables(self) -> dict[str, pd.DataFrame]:
         """Every table by name (``ops``, ``allocations``, ... ``steps``), in schema order."""
-        return {name: getattr(self, name) for name in _schema.TABLES}
+        return {name: getattr(self, TABLE_FIELDS.get(name, name)) for name in _schema.TABLES}
 
     @property
     def label(self) -> str:
@@ -275,13 +320,7 @@ class Profile:
             made them, ``bytes_per_step``, ``steps``, ``alloc_ids`` and a short ``why``.
             Empty for a clean loop.
         """
-        if "leaks" in self.meta:  # a long run: found over all its windows
-            from .._analysis.windows import leaks_from_meta
-
-            return leaks_from_meta(self.meta["leaks"])
-        from .._analysis.steps import leaks
-
-        return leaks(self.tables)
+        return self.leaks_table.copy()
 
     def summary(self) -> dict[str, Any]:
         """Headline numbers: peak per device, top categories at the peak, counts, timings.
@@ -438,23 +477,9 @@ class Profile:
         FileExistsError
             The target exists and is not a saved profile (without ``overwrite``).
         """
-        path = self._expand(path)
-        if format not in ("zip", "parquet"):
-            raise ValueError(f"unknown format {format!r}: use 'zip' or 'parquet'")
-        from .kept import windows_of
+        from .saved import save
 
-        kept = windows_of(self.tables, self.kept)
-        if format == "parquet":
-            from .parquet import write_folder
-
-            return write_folder(
-                self.tables, self.meta, path, overwrite=overwrite, kept=kept, snapshot=self.snapshot
-            )
-        from .storage import write
-
-        return write(
-            self.tables, self.meta, path, overwrite=overwrite, kept=kept, snapshot=self.snapshot
-        )
+        return save(self, self._expand(path), format, overwrite=overwrite)
 
     def _expand(self, path: str | bytes | os.PathLike) -> str:
         path = os.path.expanduser(fs_path(path))
@@ -504,35 +529,15 @@ def load(path: str | os.PathLike) -> Profile:
     >>> prof.save("step.memprof")  # doctest: +SKIP
     >>> jupyter_memprof.load("step.memprof").peak_by("category")  # doctest: +SKIP
     """
-    path = fs_path(path)
-    if "{rank}" in path:
-        path = path.replace("{rank}", str(_this_rank()))
-    if os.path.isdir(path):
-        from .parquet import read_folder
+    from .saved import read
 
-        tables, meta, kept, snapshot = read_folder(path)
-    else:
-        from .storage import read
-
-        tables, meta, kept, snapshot = read(path)
-    if tables["steps"].empty and not tables["timeline"].empty:  # saved before steps existed
-        tables["steps"] = _rebuilt_steps(tables, meta)
+    tables, meta, windows, snapshot = read(fs_path(path))
     prof = Profile(**tables, meta=meta, snapshot=snapshot)
-    for window in kept:  # a long run's kept windows; a shared one takes the profile's tables
-        own = {**prof.tables, **window.tables} if window.shares_tables else window.tables
-        p = Profile(**own, meta=window.meta)
-        for what in window.keep:
+    for keep, own, own_meta in windows:  # a long run's kept windows
+        p = Profile(**own, meta=own_meta)
+        for what in keep:
             prof.kept[what] = p
     return prof
-
-
-def _this_rank() -> int:
-    """This process's ``torch.distributed`` rank, 0 outside it (what ``save`` writes for a
-    profile captured here)."""
-    import torch
-
-    dist = torch.distributed
-    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
 
 
 def fs_path(path: str | bytes | os.PathLike) -> str:
@@ -546,113 +551,11 @@ def fs_path(path: str | bytes | os.PathLike) -> str:
         ) from None
 
 
-def _rebuilt_steps(tables: dict[str, pd.DataFrame], meta: dict) -> pd.DataFrame:
-    """The ``steps`` table of a profile saved without one, from its other tables."""
-    from .._analysis.steps import build_steps
-
-    timeline = tables["timeline"]
-    start = meta.get("start_ns")
-    start = int(timeline["time_ns"].min()) if start is None else int(start)
-    end = meta.get("end_ns")
-    return build_steps(
-        tables["ops"], tables["events"], timeline, start, start if end is None else int(end)
-    )
-
-
 def as_profile(p: Profile | str | os.PathLike, which: str) -> Profile:
+    """``p`` as a Profile: itself, or the saved one at its path (``which`` names it in the
+    TypeError for anything else)."""
     if isinstance(p, Profile):
         return p
     if isinstance(p, (str, bytes, os.PathLike)):
         return load(p)
     raise TypeError(f"{which} must be a Profile or the path of a saved one, not {type(p).__name__}")
-
-
-def diff(
-    a: Profile | str | os.PathLike,
-    b: Profile | str | os.PathLike,
-    by: str = "category",
-    *,
-    device: str | None = None,
-    untouched: bool = False,
-):
-    """Bytes live at the peak of ``a`` and of ``b``, side by side, per group.
-
-    Parameters
-    ----------
-    a, b : Profile or str or os.PathLike
-        Two profiles (from any producer) or the paths of saved ones.
-    by : {"category", "module", "op", "name"}
-        The grouping. Module paths start with the model's variable name: give both models
-        the same name for their modules to line up.
-    device : str, optional
-        The device whose peak is compared; default: each profile's highest.
-    untouched : bool, default False
-        Include memory neither step touched (blocks from before the capture that no op
-        read or wrote, alive at its end); left out by default, so the headline is the
-        step's own change (``.attrs["untouched_a"]``, ``["untouched_b"]``: the bytes left
-        out).
-
-    Returns
-    -------
-    Diff
-        A DataFrame indexed by the key with ``a``, ``b`` (bytes), ``delta`` (b - a) and
-        ``ratio`` (b / a; ``inf`` for keys only ``b`` has), largest change first;
-        ``.attrs`` holds both peaks, devices, labels and the one-line ``summary``.
-
-    Raises
-    ------
-    ValueError
-        An unknown ``by``.
-    TypeError
-        ``a`` or ``b`` is neither a Profile nor a path.
-    ProfileFileError
-        A saved file that does not load.
-
-    Examples
-    --------
-    >>> d = jupyter_memprof.diff(plain, checkpointed, by="module")  # doctest: +SKIP
-    >>> d.attrs["summary"]  # doctest: +SKIP
-    'peak -5.5 MiB (-17%): activation -5.5 MiB, mostly model.blocks.layers.*'
-    """
-    from .._analysis.diff import diff as _diff
-
-    pa, pb = as_profile(a, "a"), as_profile(b, "b")
-    labels = (pa.label, pb.label)
-    return Diff.of(
-        _diff(pa.tables, pb.tables, by, device=device, labels=labels, untouched=untouched)
-    )
-
-
-class Diff(pd.DataFrame):
-    """The result of :func:`diff`: a DataFrame indexed by the key, with integer columns
-    ``a``, ``b``, ``delta`` and a float ``ratio``. ``.attrs``: ``by``, ``peak_a``,
-    ``peak_b``, ``device_a``, ``device_b``, ``label_a``, ``label_b``, ``summary``.
-
-    It prints sizes with units (:mod:`jupyter_memprof._views.text`); derived frames (``d.head()``,
-    ``d.loc[...]``) are plain DataFrames with the same numbers.
-    """
-
-    @property
-    def _constructor(self):
-        return pd.DataFrame
-
-    @classmethod
-    def of(cls, table: pd.DataFrame) -> Diff:
-        """The table :func:`jupyter_memprof._analysis.diff.diff` gives, with its attrs."""
-        out = cls(table)
-        out.attrs.update(table.attrs)
-        return out
-
-    def text(self, rows: int | None = 30) -> str:
-        """The table for a terminal: the headline, then one line per key."""
-        from .._views.text import diff_text
-
-        return diff_text(self, rows)
-
-    def __repr__(self) -> str:
-        return self.text()
-
-    def _repr_html_(self) -> str:
-        from .._views.text import diff_html
-
-        return diff_html(self)

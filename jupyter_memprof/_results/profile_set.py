@@ -149,7 +149,7 @@ class ProfileSet:
         if name not in S.TABLES:
             raise KeyError(f"no table {name!r}; tables: {', '.join(S.TABLES)}")
         if name not in self._tables:
-            frames = [getattr(p, name) for p in self.profiles]
+            frames = [p.tables[name] for p in self.profiles]
             self._tables[name] = _concat(frames, self.ranks, S.TABLES[name])
         return self._tables[name]
 

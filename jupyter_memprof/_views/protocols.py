@@ -29,6 +29,7 @@ class ProfileLike(Protocol):
     names: pd.DataFrame
     segments: pd.DataFrame
     steps: pd.DataFrame
+    leaks_table: pd.DataFrame  # the ``leaks`` table, read with leaks()
     meta: dict[str, Any]
 
     @property
