@@ -230,7 +230,6 @@ def test_no_javascript_in_python_strings():
 #: Modules and functions being split elsewhere now, still over the limits below (the list
 #: goes when they are within them).
 WAITING_FOR_SPLIT = {
-    f"{NAME}._results.profile",
     f"{NAME}._producers.snapshot.read",
     f"{NAME}._producers.snapshot.read.read_snapshot",
     f"{NAME}._frontends.estimate.estimate",
