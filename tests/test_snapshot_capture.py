@@ -119,3 +119,21 @@ def test_magic_snapshot_at_an_oom(shell, run, fake_allocator):
     assert isinstance(result.error_in_exec, torch.OutOfMemoryError)
     prof = shell.user_ns["p_oom"]
     assert prof.snapshot is OOM_SNAPSHOT and prof.meta["snapshot_oom"]["requested"] == 2 << 30
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+def test_a_cuda_capture_takes_its_reserved_memory_from_the_recorded_segments():
+    """On a GPU: the segments come from the allocator's own history (recorded, not
+    modelled), and the reserved peak is what torch says it was."""
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    model = torch.nn.Sequential(torch.nn.Linear(1024, 4096), torch.nn.ReLU()).cuda()
+    x = torch.randn(512, 1024, device="cuda:0")
+    with jupyter_memprof.profile(device="cuda:0", snapshot=True) as prof:
+        model(x).sum().backward()
+        torch.cuda.synchronize()
+    assert "snapshot_segments_error" not in prof.meta
+    assert prof.meta["snapshot_segments"]["cuda:0"] > 0
+    assert set(prof.segments["source"].astype(str)) == {"recorded"}
+    reserved = prof.meta["reserved_peak_bytes"]["cuda:0"]
+    assert reserved == torch.cuda.max_memory_reserved(0)

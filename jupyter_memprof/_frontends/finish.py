@@ -21,6 +21,7 @@ from typing import Any
 
 from .._analysis.allocator.config import AllocatorConfig, config_from_env, parse_config
 from .._analysis.pipeline import Progress, analyse, paused_gc
+from .._producers.snapshot.align import with_recorded_segments
 from .._records import Capture
 from .._results.profile import Profile
 from . import session as _session
@@ -71,13 +72,18 @@ def allocator_config(setting: str | AllocatorConfig | None) -> AllocatorConfig:
 def fill(prof: Profile, produce: Produce, options: FinishOptions | None = None) -> Capture:
     """Read the producer's records and analyse them into ``prof`` as ``options`` say (its
     tables, and meta: the analysis' own keys plus ``capture_s``, ``analysis_s`` and
-    ``event_count``; ``oom`` with a ``limit``). Returns the records, which the caller frees
-    when it suits (they can be millions of small objects). Raises what reading or the
-    analysis raised; ``prof`` is then as it was."""
+    ``event_count``; ``oom`` with a ``limit``; with a snapshot recorded beside a capture,
+    ``prof.snapshot``, the segments it recorded when they match the records:
+    :func:`~jupyter_memprof._producers.snapshot.align.with_recorded_segments`). Returns the
+    records, which the caller frees when it suits (they can be millions of small objects).
+    Raises what reading or the analysis raised; ``prof`` is then as it was."""
     options = FinishOptions() if options is None else options
     with paused_gc():
         t0 = time.perf_counter()
         capture = produce(options.reading)
+        recorded: dict[str, Any] = {}
+        if isinstance(prof.snapshot, dict):  # snapshot=True: the allocator's own segments
+            capture, recorded = with_recorded_segments(capture, prof.snapshot)
         t1 = time.perf_counter()
         tables, meta = analyse(
             capture, progress=options.analysing, allocator=options.allocator, window=options.window
@@ -85,6 +91,7 @@ def fill(prof: Profile, produce: Produce, options: FinishOptions | None = None) 
     meta["capture_s"] = t1 - t0
     meta["analysis_s"] = time.perf_counter() - t1  # tables and analyses, after reading
     meta["event_count"] = capture.trace.event_count
+    meta.update(recorded)
     if options.limit is not None:
         from .._analysis.limit import first_over
 
