@@ -232,10 +232,6 @@ def test_no_javascript_in_python_strings():
 WAITING_FOR_SPLIT = {
     f"{NAME}._producers.snapshot.read",
     f"{NAME}._producers.snapshot.read.read_snapshot",
-    f"{NAME}._frontends.estimate.estimate",
-    f"{NAME}._frontends.estimate.run_estimate",
-    f"{NAME}._frontends.fit.fit",
-    f"{NAME}._cli.main.build_parser",
 }
 
 
