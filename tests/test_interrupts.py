@@ -134,3 +134,35 @@ def test_an_interrupt_in_the_wait_after_the_loop_keeps_the_windows(work, at):
         assert f"step 6 missing: {why}" in str(prof)
     assert "first" in prof.kept and "peak" in prof.kept
     assert len(prof.kept["first"].steps) == 2
+
+
+def test_an_interrupt_while_the_next_window_starts_leaves_no_profiler_running(work, monkeypatch):
+    """Ctrl-C inside torch's start of the next window's profiler (after torch turned it on):
+    the run ends with what it has, nothing of torch's stays on, and the next capture works."""
+    from jupyter_memprof._producers import windows
+
+    made = windows._new_profiler
+    starts = []
+
+    def interrupted_start(*args, **kwargs):
+        tp = made(*args, **kwargs)
+        enter = tp.__enter__
+
+        def enter_then_interrupt():
+            enter()
+            starts.append(torch.autograd._profiler_enabled())
+            raise KeyboardInterrupt
+
+        tp.__enter__ = enter_then_interrupt
+        return tp
+
+    monkeypatch.setattr(windows, "_new_profiler", interrupted_start)
+    prof, done, interrupted = _run(work)
+    assert interrupted and starts == [True] and done >= 1
+    _check(prof, done)
+    assert not torch.autograd._profiler_enabled()
+    monkeypatch.setattr(windows, "_new_profiler", made)
+    model, _, x = work
+    with jupyter_memprof.profile(namespace={"model": model}) as after:
+        model(x).sum().backward()
+    assert len(after.allocations) > 0 and not torch.autograd._profiler_enabled()

@@ -243,9 +243,15 @@ class WindowRecorder(Recorder):
         self._burner_ptr, self.watched_frees = None, []
         self.totals_start = cuda_totals(self.devices)
         tp = _new_profiler(self.devices, self.with_stack)
-        with quiet_stderr(), self._starting():
-            tp.__enter__()
-        self._torch_profiler = tp
+        try:
+            with quiet_stderr(), self._starting():
+                tp.__enter__()
+            self._torch_profiler = tp
+        except BaseException:  # a failed start, or Ctrl-C inside it: nothing stays on
+            if self._torch_profiler is not tp:
+                with contextlib.suppress(Exception):
+                    force_stop(tp)
+            raise
         self.start_ns = time.time_ns()
 
     def _starting(self):
