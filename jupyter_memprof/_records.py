@@ -39,6 +39,8 @@ import enum
 from collections.abc import Sequence
 from typing import NamedTuple
 
+import numpy as np
+
 from ._vocab import OpKind, Role
 
 #: Names of the annotations the capture's module hooks emit: ``MODULE_MARKER + index``.
@@ -111,12 +113,37 @@ class MemoryRecord(NamedTuple):
     total_reserved: int = NO_ID
 
 
+class MemoryColumns:
+    """``Trace.memory`` as columns: what a producer of millions of records (a memory
+    snapshot) hands over instead of :class:`MemoryRecord`\\ s. One int64 array per field of
+    :class:`MemoryRecord`, position i being record i; ``device`` holds indexes into
+    ``device_names``. The analysis reads both forms alike
+    (:func:`jupyter_memprof._analysis.tables.memory_table`)."""
+
+    FIELDS = MemoryRecord._fields
+
+    def __init__(self, device_names: Sequence[str], **fields: np.ndarray) -> None:
+        if set(fields) != set(self.FIELDS):
+            raise TypeError(f"MemoryColumns needs exactly the fields {self.FIELDS}")
+        self.device_names = list(device_names)
+        self.fields = {k: np.asarray(fields[k], dtype=np.int64) for k in self.FIELDS}
+        if len({len(a) for a in self.fields.values()}) > 1:
+            raise ValueError("MemoryColumns: columns of different lengths")
+
+    def __len__(self) -> int:
+        return len(self.fields["time_ns"])
+
+    def clear(self) -> None:
+        """Let the columns go (as ``list.clear`` lets records go)."""
+        self.fields = {k: np.zeros(0, np.int64) for k in self.FIELDS}
+
+
 class Trace(NamedTuple):
     """The records of one run, in the order the rules above describe."""
 
     ops: list[OpRecord]
     tensors: list[TensorRef]
-    memory: list[MemoryRecord]
+    memory: list[MemoryRecord] | MemoryColumns
     untracked: list[UntrackedTensor]
     event_count: int  # nodes in torch's event tree (for benchmarks and progress)
     #: modules seen by torch's Python tracer as ``(id(module), class name)``, by
@@ -193,7 +220,7 @@ class Stacks(NamedTuple):
     frames: list[tuple[Frame, ...]]
     context: list[str]
     callsite: list[str | None]
-    of_memory: list[int]
+    of_memory: Sequence[int]
     of_older: list[int]
     #: by memory record: the category the file itself gives the block it allocates (torch's
     #: ``profile_plot`` and :meth:`Profile.to_snapshot` write one), else None; None when no

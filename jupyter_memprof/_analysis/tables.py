@@ -15,7 +15,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from .._records import CLOSURE_MARKER, MemoryRecord, OpRecord, TensorRef, Trace
+from .._records import CLOSURE_MARKER, MemoryColumns, MemoryRecord, OpRecord, TensorRef, Trace
 from . import schema as S
 from .arrays import BACKWARD, FORWARD, KIND, OPTIMIZER, OTHER, find, levels, runs
 from .schema import OpKind
@@ -315,9 +315,9 @@ def build_flows(ops: pd.DataFrame) -> pd.DataFrame:
 def memory_table(trace: Trace, devices: list[str]) -> pd.DataFrame:
     """The allocator events, one row each; ``total_allocated`` and ``total_reserved`` are
     the allocator's own totals after the event (-1 where none were recorded)."""
-    if not trace.memory:
+    if not len(trace.memory):
         return S.empty(_MEMORY)
-    r = _read(trace.memory, _MEMORY_RECORD)
+    r = memory_columns(trace.memory)
     df = pd.DataFrame(
         {
             "time_ns": r["time_ns"],
@@ -334,6 +334,18 @@ def memory_table(trace: Trace, devices: list[str]) -> pd.DataFrame:
     if set(pd.unique(r["device"]).tolist()) <= set(devices):
         return df
     return df[df["device"].isin(devices)].reset_index(drop=True)
+
+
+def memory_columns(memory: list[MemoryRecord] | MemoryColumns) -> dict[str, np.ndarray]:
+    """A trace's allocator events, records or columns (:class:`MemoryColumns`), as one
+    array per field of :class:`MemoryRecord` (``device``: its names, objects)."""
+    if not isinstance(memory, MemoryColumns):
+        return _read(memory, _MEMORY_RECORD)
+    r = dict(memory.fields)
+    names = np.empty(len(memory.device_names), dtype=object)
+    names[:] = memory.device_names
+    r["device"] = names[r["device"]]
+    return r
 
 
 #: The columns of the record tables (the analysis's own: not part of a profile).

@@ -19,13 +19,84 @@ import numpy as np
 from ..._records import NO_ID
 from .frames import StackReader
 
-__all__ = ["Rows", "entries"]
+__all__ = ["ACTIONS", "Entries", "entries"]
 
 #: as in :mod:`.read`: the largest int an address, size or stream may be; a time in µs
 #: below 2**53 (its ns fit in int64)
 _INT64 = 2**62
 _TIME_US = 2**53
 _FIELDS = ("addr", "size", "stream")
+
+#: The actions the replay tells apart, by code (:attr:`Entries.act`): any other action an
+#: entry names gets a code after these (:attr:`Entries.names`), counted and not replayed.
+ACTIONS = (
+    "alloc", "free_completed", "free", "free_requested",
+    "segment_alloc", "segment_map", "segment_free", "segment_unmap", "oom",
+)  # fmt: skip
+ALLOC, FREE_COMPLETED, FREE, FREE_REQUESTED = range(4)
+SEGMENT_ALLOC, SEGMENT_MAP, SEGMENT_FREE, SEGMENT_UNMAP, OOM = range(4, 9)
+
+
+class Entries:
+    """Trace entries as columns, in time order (then in the file's order): one int64 array
+    per field (``t``: the time in ns, or the entry's position where no time was recorded;
+    ``order``: its position in the file; ``dev``; ``act``, the action's code, ``names[act]``
+    its name; ``addr``; ``size``; ``stream``; ``stack``: the index of its frames in the
+    :class:`.frames.StackReader`, or NO_ID) and ``cat``: the category the file itself
+    gives each entry (a list), or None when no entry has one."""
+
+    __slots__ = ("t", "order", "dev", "act", "names", "addr", "size", "stream", "stack", "cat")
+
+    def __init__(self, t, order, dev, act, names, addr, size, stream, stack, cat) -> None:
+        self.t, self.order, self.dev, self.act = t, order, dev, act
+        self.names, self.addr, self.size, self.stream = names, addr, size, stream
+        self.stack, self.cat = stack, cat
+
+    @classmethod
+    def of(cls, rows: list[tuple]) -> Entries:
+        """The entries ``rows``, tuples ``(t, order, dev, action, addr, size, stream, stack,
+        category)`` already in order (the entry-by-entry reader's)."""
+        cols = [list(c) for c in zip(*rows)] if rows else [[] for _ in range(9)]
+        codes, names = _codes(cols[3])
+        ints = [np.array(cols[k], dtype=np.int64) for k in (0, 1, 2, 4, 5, 6, 7)]
+        t, order, dev, addr, size, stream, stack = ints
+        cat = cols[8] if any(c is not None for c in cols[8]) else None
+        return cls(t, order, dev, codes, names, addr, size, stream, stack, cat)
+
+    def __len__(self) -> int:
+        return len(self.t)
+
+    def __iter__(self):
+        """The entries as tuples ``(t, order, dev, action, addr, size, stream, stack,
+        category)``, one at a time."""
+        names = [self.names[a] for a in self.act.tolist()]
+        cat = self.cat if self.cat is not None else repeat(None, len(self))
+        ints = (c.tolist() for c in (self.addr, self.size, self.stream, self.stack))
+        return zip(self.t.tolist(), self.order.tolist(), self.dev.tolist(), names, *ints, cat)
+
+    def counts(self) -> Counter:
+        """How many entries of each action."""
+        n = np.bincount(self.act, minlength=len(self.names)).tolist()
+        return Counter({name: c for name, c in zip(self.names, n) if c})
+
+    def reordered(self, order: np.ndarray) -> Entries:
+        """The entries at ``order`` (positions), in that order."""
+        cat = None if self.cat is None else list(map(self.cat.__getitem__, order.tolist()))
+        cols = (self.t, self.order, self.dev, self.act)
+        t, o, dev, act = (c[order] for c in cols)
+        addr, size, stream, stack = (
+            c[order] for c in (self.addr, self.size, self.stream, self.stack)
+        )
+        return Entries(t, o, dev, act, self.names, addr, size, stream, stack, cat)
+
+
+def _codes(actions: list) -> tuple[np.ndarray, list[str]]:
+    """Each action's code (:data:`ACTIONS` first, then the others in the order met)."""
+    code = {a: i for i, a in enumerate(ACTIONS)}
+    for a in dict.fromkeys(actions):
+        code.setdefault(a, len(code))
+    codes = np.fromiter(map(code.__getitem__, actions), dtype=np.int64, count=len(actions))
+    return codes, list(code)
 
 
 def _ints(values: list, high: int) -> np.ndarray | None:
@@ -63,19 +134,21 @@ def _trace(trace: object, stacks: StackReader):
     del frames
     index = dict(stacks.by_id)
     index[id(None)] = NO_ID
-    stack = list(map(index.__getitem__, ids))
+    stack = np.fromiter(map(index.__getitem__, ids), dtype=np.int64, count=len(ids))
     del ids
     cats = list(map(dict.get, trace, repeat("category")))
-    if set(map(type, cats)) - {type(None)}:
+    if not set(map(type, cats)) - {type(None)}:
+        cats = None
+    else:
         cats = [c if type(c) is str and len(c) <= 64 else None for c in cats]
     return times * 1000, actions, *ints, stack, cats
 
 
 def entries(snap: dict, stacks: StackReader, wanted, consume: bool = False):
-    """``(rows, timed, actions)`` as :func:`.read._entries` makes them, or None where an
+    """``(entries, timed, actions)`` as :func:`.read._entries` makes them, or None where an
     entry is not plain (the caller then reads entry by entry). With ``consume`` (the
     snapshot is the reader's own, read from a file), every trace is emptied once all are
-    read, so their entries are freed before the rows are made."""
+    read, so their entries are freed before the columns are joined."""
     traces = snap.get("device_traces", [])
     if type(traces) is not list:
         return None
@@ -92,59 +165,30 @@ def entries(snap: dict, stacks: StackReader, wanted, consume: bool = False):
     if consume:
         for trace in traces:
             trace.clear()
-    n = sum(len(c[1]) for _, c in cols)
-    t = np.concatenate([c[0] for _, c in cols]) if cols else np.zeros(0, np.int64)
-    devs = list(chain.from_iterable(repeat(d, len(c[1])) for d, c in cols))
-    fields = [_joined(cols, k) for k in range(1, 7)]
+    got = _joined(cols)
     del cols
-    actions = Counter(fields[0])
-    columns: list = [t.tolist(), range(n), devs, *fields]
-    del fields, devs
-    if n > 1 and not bool((t[1:] >= t[:-1]).all()):
-        order = np.argsort(t, kind="stable").tolist()  # by time, then by the order in the file
-        for k, col in enumerate(columns):
-            columns[k] = list(map(col.__getitem__, order))
-    return Rows(columns), True, actions
+    t = got.t
+    if len(t) > 1 and not bool((t[1:] >= t[:-1]).all()):
+        got = got.reordered(np.argsort(t, kind="stable"))  # by time, then the file's order
+    return got, True, got.counts()
 
 
-def _joined(cols: list, k: int) -> list:
-    """Field ``k`` of every device's columns, as one list."""
-    parts = [c[k] for _, c in cols]
-    if parts and isinstance(parts[0], np.ndarray):
-        return np.concatenate(parts).tolist()
-    return list(chain.from_iterable(parts))
+def _joined(cols: list) -> Entries:
+    """Every device's columns as one :class:`Entries`, in the file's order."""
+    n = sum(len(c[1]) for _, c in cols)
 
+    def ints(k: int) -> np.ndarray:
+        return np.concatenate([c[k] for _, c in cols]) if cols else np.zeros(0, np.int64)
 
-class Rows:
-    """Trace entries as columns (the fields :data:`.read.T` to :data:`.read.CAT`, a list
-    each), read as tuples: iterating makes one tuple at a time, so the entries are never all
-    tuples at once (a million tuples of nine fields are about 200 MB)."""
-
-    __slots__ = ("columns",)
-
-    def __init__(self, columns: list) -> None:
-        self.columns = columns
-
-    @classmethod
-    def of(cls, tuples: list[tuple], width: int = 9) -> Rows:
-        """The rows ``tuples`` (each of ``width`` fields) as columns."""
-        return cls([list(c) for c in zip(*tuples)] if tuples else [[] for _ in range(width)])
-
-    def __len__(self) -> int:
-        return len(self.columns[0])
-
-    def __iter__(self):
-        return zip(*self.columns)
-
-    def __reversed__(self):
-        return zip(*(reversed(c) for c in self.columns))
-
-    def __getitem__(self, i: int) -> tuple:
-        return tuple(c[i] for c in self.columns)
-
-    def column(self, k: int) -> list:
-        """Field ``k`` of every row."""
-        return self.columns[k]
+    dev = np.concatenate([np.full(len(c[1]), d, np.int64) for d, c in cols] or [ints(0)])
+    codes, names = _codes(list(chain.from_iterable(c[1] for _, c in cols)))
+    cats = [c[6] for _, c in cols]
+    cat = None
+    if any(c is not None for c in cats):
+        cat = list(chain.from_iterable(c if c is not None else repeat(None, len(x[1]))
+                                       for c, (_, x) in zip(cats, cols)))  # fmt: skip
+    order = np.arange(n, dtype=np.int64)
+    return Entries(ints(0), order, dev, codes, names, ints(2), ints(3), ints(4), ints(5), cat)
 
 
 #: The text tags torch may record on each trace entry: ``compile_context`` (the

@@ -29,7 +29,6 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Callable
-from functools import partial
 from typing import NamedTuple
 
 import numpy as np
@@ -38,7 +37,6 @@ from ..._devices import device_sort_key
 from ..._records import (
     NO_ID,
     Capture,
-    MemoryRecord,
     OlderBlock,
     OpRecord,
     SegmentRecord,
@@ -48,21 +46,16 @@ from ..._records import (
 )
 from ..._vocab import OpKind
 from . import columns
-from .blocks import Layout, Rules
+from .blocks import Rules
+from .columns import Entries
 from .frames import Bad, StackReader
+from .replay import Final, Replayed, pool_of, replay
 
 __all__ = ["Bad", "Read", "read_snapshot"]
 
 #: The largest int a snapshot may hold for an address, a size, a stream or a time (in ns):
 #: sums and roundings of them stay in int64.
 _INT64 = 2**62
-_FREES = ("free_completed", "free_requested", "free")
-_BLOCK_ACTIONS = frozenset(("alloc", *_FREES))
-_SEGMENT_ACTIONS = {"segment_alloc": 1, "segment_map": 1, "segment_free": -1, "segment_unmap": -1}
-#: the size of the caching allocator's small-pool segments
-_SMALL_SEGMENT = 2 * 2**20
-#: the largest block of the small pool (a larger one's size may depend on the layout)
-_SMALL_BLOCK = 2**20
 
 
 class Read(NamedTuple):
@@ -106,10 +99,9 @@ def _str(v: object, what: str) -> str:
     return v
 
 
-#: The fields of a trace entry as read (plain tuples: a million of them are made): sorting
+#: The fields of a trace entry read entry by entry (:func:`_entries_one_by_one`): sorting
 #: the tuples sorts by time, then by the order in the file.
-T, ORDER, DEV, ACTION, ADDR, SIZE, STREAM, STACK, CAT = range(9)
-_new_record = partial(tuple.__new__, MemoryRecord)  # a MemoryRecord without its __new__
+T, ORDER = 0, 1
 
 
 def _ok(v: object) -> bool:
@@ -118,10 +110,10 @@ def _ok(v: object) -> bool:
 
 def _entries(
     snap: dict, stacks: StackReader, wanted, consume: bool = False
-) -> tuple[columns.Rows, bool, Counter]:
-    """Every trace entry of the wanted devices (as tuples, fields :data:`T` ...), time
-    ordered; whether times were recorded (else the entry order is the clock); how many of
-    each action. Read a field at a time (:func:`.columns.entries`) where every entry is
+) -> tuple[Entries, bool, Counter]:
+    """Every trace entry of the wanted devices (:class:`.columns.Entries`), time ordered;
+    whether times were recorded (else the entry order is the clock); how many of each
+    action. Read a field at a time (:func:`.columns.entries`) where every entry is
     plain (int times, sizes and addresses, no ``oom``), else entry by entry."""
     fast = columns.entries(snap, stacks, wanted, consume)
     if fast is not None:
@@ -172,23 +164,14 @@ def _entries_one_by_one(snap: dict, stacks: StackReader, wanted):
                 cat = None
             append((t_ns, order, dev, action, addr, size, stream, stack, cat))
             order += 1
-    actions.update(r[ACTION] for r in rows)
+    actions.update(r[3] for r in rows)
     if not timed:
         rows = [(r[ORDER], *r[1:]) for r in rows]
     rows.sort()
-    return columns.Rows.of(rows), timed, actions
+    return Entries.of(rows), timed, actions
 
 
-class _Final(NamedTuple):
-    """The allocator's state when the snapshot was taken."""
-
-    blocks: dict  # (device, address) -> (size, stack index)
-    segments: list  # (device, address, size, pool, stream)
-    reserved: Counter  # device -> bytes reserved
-    allocated: Counter  # device -> bytes of active blocks
-
-
-def _final_state(snap: dict, stacks: StackReader, wanted) -> _Final:
+def _final_state(snap: dict, stacks: StackReader, wanted) -> Final:
     blocks: dict = {}
     segs: list = []
     reserved: Counter = Counter()
@@ -202,7 +185,7 @@ def _final_state(snap: dict, stacks: StackReader, wanted) -> _Final:
         addr = _int(s.get("address", 0), "a segment's address")
         total = _int(s.get("total_size", 0), "a segment's total_size")
         kind = s.get("segment_type")
-        pool = kind if kind in ("small", "large") else _pool(total)
+        pool = kind if kind in ("small", "large") else pool_of(total)
         segs.append((dev, addr, total, pool, _int(s.get("stream", 0), "stream")))
         reserved[dev] += total
         bl = s.get("blocks", [])
@@ -220,11 +203,7 @@ def _final_state(snap: dict, stacks: StackReader, wanted) -> _Final:
                 blocks[(dev, baddr)] = (size, stacks.index(_block_frames(b)))
                 allocated[dev] += size
             at = baddr + size
-    return _Final(blocks, segs, reserved, allocated)
-
-
-def _pool(size: int) -> str:
-    return "small" if size <= _SMALL_SEGMENT else "large"
+    return Final(blocks, segs, reserved, allocated)
 
 
 def _block_frames(b: dict) -> object:
@@ -236,182 +215,6 @@ def _block_frames(b: dict) -> object:
     for h in history:
         _int(_dict(h, "a history entry").get("real_size", 0), "a history entry's real_size")
     return _dict(history[-1], "a history entry").get("frames") if history else None
-
-
-class _Replay:
-    """The trace replayed in time order into records."""
-
-    def __init__(
-        self, final: _Final, rules: Rules, every_block: bool, name: Callable[[int], str]
-    ) -> None:
-        self.name = name  # a device index -> its name
-        self.layout = Layout(rules, every_block=every_block)
-        self.sizes: dict = {}  # (device, address) -> the open block's bytes
-        self.memory: list[MemoryRecord] = []
-        self.of_memory: list[int] = []
-        self.recorded: list[str | None] = []  # by memory record: the file's own category
-        self.segments: list[SegmentRecord] = []
-        self.open: dict = {}  # (device, address) -> allocation id
-        self.next_id = 0
-        self.freed_older = 0
-        self.ooms: list[dict] = []
-        self.pending: dict = {}  # (device, address) -> its free_requested entry
-        self.final = final
-        self.reserved: Counter = Counter()
-        self.track_reserved = False
-
-    def run(self, rows: columns.Rows, ops: list[int], actions: Counter | None = None) -> None:
-        """Replay ``rows``; ``ops[i]``: the innermost annotation open at row i's time;
-        ``actions``: how many of each action the rows hold, where known."""
-        segmented = actions is None or any(a in actions for a in _SEGMENT_ACTIONS)
-        acts = rows.column(ACTION)  # the one column looked at: no row made for the others
-        segment_rows = (
-            [rows[i] for i, a in enumerate(acts) if a in _SEGMENT_ACTIONS] if segmented else []
-        )
-        # the reserved total before the history: the end's minus what the history changed
-        net: Counter = Counter()
-        for r in segment_rows:
-            net[r[DEV]] += _SEGMENT_ACTIONS[r[ACTION]] * r[SIZE]
-        self.track_reserved = bool(net) or bool(self.final.segments)
-        if self.final.segments:  # counted back from the end
-            self.reserved = Counter(
-                {d: self.final.reserved[d] - net[d] for d in set(net) | set(self.final.reserved)}
-            )
-        self._layout_at_start(rows, segment_rows)
-        names = [self.name(d) for d in range(max(rows.column(DEV), default=0) + 1)]
-        self._loop(rows, ops, names)
-
-    def _loop(self, rows: columns.Rows, ops: list[int], names: list[str]) -> None:
-        """The replay proper: a block's size from its request (each distinct request
-        rounded once; the layout asked only where a block's size depends on it)."""
-        open_, sizes, pending, reserved = self.open, self.sizes, self.pending, self.reserved
-        layout = self.layout
-        place, release, placed = layout.place, layout.release, layout.size
-        rounding = layout.rules.rounding
-        ask = layout.every_block  # else only large blocks in plain segments are placed
-        large = None if layout.rules.expandable else _SMALL_BLOCK
-        rounded: dict = {}
-        memory, of_memory = self.memory.append, self.of_memory.append
-        recorded = self.recorded.append
-        track = self.track_reserved
-        new = _new_record
-        for r, op in zip(rows, ops):
-            t, _, dev, action, addr, req, _, stack, cat = r
-            key = (dev, addr)
-            if action == "alloc":
-                if key in open_:  # its free fell out of the record: end it here
-                    self._free(r, key, op, NO_ID)
-                aid = open_[key] = self.next_id
-                self.next_id += 1
-                size = rounded.get(req)
-                if size is None:
-                    size = rounded[req] = rounding(req)
-                if ask or (large is not None and size > large):
-                    size = place(dev, addr, req)
-                sizes[key] = size
-                total = reserved[dev] if track else NO_ID
-                memory(new((t, addr, size, NO_ID, aid, names[dev], op, NO_ID, total)))
-                of_memory(stack)
-                recorded(cat)
-            elif (action == "free_completed" or action == "free") and key in open_:
-                pending.pop(key, None)
-                aid, size = open_.pop(key), sizes.pop(key)
-                if key in placed:
-                    release(dev, addr)
-                total = reserved[dev] if track else NO_ID
-                memory(new((t, addr, -size, NO_ID, aid, names[dev], op, NO_ID, total)))
-                of_memory(stack)
-                recorded(None)
-            elif action == "free_completed" or action == "free":
-                pending.pop(key, None)
-                self._free(r, key, op, stack)
-            elif action == "free_requested":
-                pending[key] = r
-            else:
-                self.rare(r)
-
-    def rare(self, r: tuple) -> None:
-        """Segments and ``oom`` entries (the rest are counted, not replayed)."""
-        action, dev = r[ACTION], r[DEV]
-        if action in _SEGMENT_ACTIONS:
-            sign = _SEGMENT_ACTIONS[action]
-            self.reserved[dev] += sign * r[SIZE]
-            if sign > 0:
-                self.layout.add_segment(dev, r[ADDR], r[SIZE])
-            else:
-                self.layout.drop_segment(dev, r[ADDR], r[SIZE])
-            pool = self._segment_pool(r)
-            self.segments.append(
-                SegmentRecord(r[T], self.name(dev), r[ADDR], sign * r[SIZE], pool, r[STREAM])
-            )
-        elif action == "oom":
-            self.ooms.append(
-                {
-                    "device": self.name(dev),
-                    "time_ns": r[T],
-                    "size": r[SIZE],
-                    "device_free": r[ADDR],
-                    "stream": r[STREAM],
-                    # the allocator then, as the trace records it: the fragmentation
-                    "allocated_bytes": self.layout.allocated.get(dev, 0),
-                    "reserved_bytes": self.reserved[dev],
-                    "largest_free_bytes": self.layout.largest_free(dev),
-                }
-            )
-
-    def _layout_at_start(self, rows: columns.Rows, segment_rows: list[tuple]) -> None:
-        """Segments and blocks in use before the first entry: the final state's segments
-        the history did not allocate, its blocks the history did not allocate, and blocks
-        the history frees before allocating them."""
-        made = {(r[DEV], r[ADDR]) for r in segment_rows}
-        for dev, addr, size, _, _ in self.final.segments:
-            if (dev, addr) not in made:
-                self.layout.add_segment(dev, addr, size)
-        blocks = _BLOCK_ACTIONS  # the first entry of each address (the last one written)
-        devs, addrs, acts = rows.column(DEV), rows.column(ADDR), rows.column(ACTION)
-        at = {
-            (d, a): i
-            for i, d, a, x in zip(
-                range(len(rows) - 1, -1, -1), reversed(devs), reversed(addrs), reversed(acts)
-            )  # fmt: skip
-            if x in blocks
-        }
-        first = {key: rows[i] for key, i in at.items() if acts[i] != "alloc"}
-        for key, (size, _) in self.final.blocks.items():
-            if key not in at:
-                self.layout.occupy(*key, size)
-        rounding = self.layout.rules.rounding
-        for (dev, addr), r in first.items():  # freed before it was allocated: in use already
-            self.layout.occupy(dev, addr, rounding(r[SIZE]))
-
-    def _segment_pool(self, r: tuple) -> str:
-        for dev, addr, _, pool, _ in self.final.segments:
-            if dev == r[DEV] and addr == r[ADDR]:
-                return pool
-        return _pool(abs(r[SIZE]))
-
-    def _free(self, r: tuple, key, op: int, stack: int) -> None:
-        aid = self.open.pop(key, None)
-        size = self.sizes.pop(key, None)
-        if aid is None:  # allocated before the history began
-            aid = self.next_id
-            self.next_id += 1
-            self.freed_older += 1
-        if size is None:
-            size = self.layout.rules.rounding(r[SIZE])
-        self.layout.remove(r[DEV], r[ADDR])
-        total = self.reserved[r[DEV]] if self.track_reserved else NO_ID
-        dev = self.name(r[DEV])
-        self.memory.append(_new_record((r[T], r[ADDR], -size, NO_ID, aid, dev, op, NO_ID, total)))
-        self.of_memory.append(stack)
-        self.recorded.append(None)
-
-    def finish(self, end_ns: int) -> None:
-        """Frees only requested when the history ended complete then (their stream work was
-        still pending: the block is counted until then)."""
-        for key, r in sorted(self.pending.items(), key=lambda kv: kv[1][ORDER]):
-            if key in self.open and key not in self.final.blocks:
-                self._free((max(r[T], end_ns), *r[1:]), key, NO_ID, r[STACK])
 
 
 def _annotations(snap: dict, wanted, timed: bool) -> list[tuple[int, int, str]]:
@@ -452,25 +255,19 @@ def _annotations(snap: dict, wanted, timed: bool) -> list[tuple[int, int, str]]:
 OPTIMIZER_FROM_FRAMES = "Optimizer.step#(from its frames)"
 
 
-def _optimizer_spans(rows: columns.Rows, stacks: StackReader) -> list[tuple[int, int, str]]:
+def _optimizer_spans(e: Entries, stacks: StackReader) -> list[tuple[int, int, str]]:
     """Where no ``Optimizer.step#`` annotation was recorded: each run of entries whose
-    stacks are inside ``optimizer.step()`` (ended by an entry of another context) as a span,
-    so that steps split there as they split at a captured ``optimizer.step()``."""
-    context = stacks.context
-    inside, other = StackContext.OPTIMIZER_STEP.value, StackContext.NONE.value
-    spans: list = []
-    start = last = None
-    for r in rows:
-        c = context[r[STACK]] if r[STACK] >= 0 else other
-        if c == inside:
-            start = r[T] if start is None else start
-            last = r[T]
-        elif c != other and start is not None:
-            spans.append((start, last, OPTIMIZER_FROM_FRAMES))
-            start = None
-    if start is not None:
-        spans.append((start, last, OPTIMIZER_FROM_FRAMES))
-    return spans
+    stacks are inside ``optimizer.step()`` (ended by an entry of another context; entries
+    with no frames are passed over) as a span, so that steps split there as they split at
+    a captured ``optimizer.step()``."""
+    context = np.array([*stacks.context, StackContext.NONE.value], dtype=object)
+    c = context[e.stack]  # NO_ID (-1): the last, no frames
+    said = np.flatnonzero(c != StackContext.NONE.value)
+    inside = c[said] == StackContext.OPTIMIZER_STEP.value
+    edge = np.diff(np.concatenate([[False], inside, [False]]).astype(np.int8))
+    starts, ends = said[edge[:-1] == 1], said[edge[1:] == -1]
+    t = e.t
+    return [(s, z, OPTIMIZER_FROM_FRAMES) for s, z in zip(t[starts].tolist(), t[ends].tolist())]
 
 
 def _nest(spans: list) -> list[OpRecord]:
@@ -494,13 +291,13 @@ def _nest(spans: list) -> list[OpRecord]:
     return ops
 
 
-def _innermost(ops: list[OpRecord], times) -> list[int]:
+def _innermost(ops: list[OpRecord], times) -> np.ndarray:
     """For each time (ascending), the innermost op open then (``start <= t <= end``), or
     NO_ID. The innermost op only changes where an op starts or ends: it is found at those
     few points by one sweep over the ops (pre-order: by start), then each time takes the
     point at or before it (``searchsorted``)."""
     if not ops:
-        return [NO_ID] * len(times)
+        return np.full(len(times), NO_ID, dtype=np.int64)
     points = sorted({o.start_ns for o in ops} | {o.end_ns + 1 for o in ops})
     inner: list[int] = []
     stack: list[OpRecord] = []
@@ -516,7 +313,7 @@ def _innermost(ops: list[OpRecord], times) -> list[int]:
         inner.append(stack[-1].op_id if stack else NO_ID)
     at = np.searchsorted(np.asarray(points, dtype=np.int64), np.asarray(times, np.int64), "right")
     table = np.asarray([NO_ID, *inner], dtype=np.int64)
-    return table[at].tolist()
+    return table[at]
 
 
 #: Block sizes as written: a file :meth:`Profile.to_snapshot` wrote holds the blocks' own
@@ -566,11 +363,11 @@ def read_snapshot(
     wanted = _wanted(device)
     stacks = StackReader()
     tags = columns.tags(snap, wanted)  # read before the entries are let go
-    rows, timed, actions = _entries(snap, stacks, wanted, consume)
+    e, timed, actions = _entries(snap, stacks, wanted, consume)
     final = _final_state(snap, stacks, wanted)
     spans = _annotations(snap, wanted, timed)
     if not any(name.startswith("Optimizer.step#") for _, _, name in spans):
-        spans += _optimizer_spans(rows, stacks)
+        spans += _optimizer_spans(e, stacks)
     ops = _nest(spans)
     settings = snap.get("allocator_settings")
     name, ours = device_names(snap)
@@ -581,57 +378,19 @@ def read_snapshot(
         # models a CUDA device's segments as for a capture, and a CPU has none
         rules = EXACT
         final = final._replace(segments=[], reserved=Counter())
-    replay = _Replay(final, rules or Rules(), actions.get("oom", 0) > 0, name)
-    replay.run(rows, _innermost(ops, rows.column(T)), actions)
-    start = rows[0][T] if rows else (ops[0].start_ns if ops else 0)
-    end = max([rows[-1][T] if rows else start, *(o.end_ns for o in ops)])
-    replay.finish(end)
-    opened = {(s.device, s.address) for s in replay.segments if s.size > 0}
-    alive_before = [
-        SegmentRecord(start, name(d), a, z, pool, stream)
-        for d, a, z, pool, stream in final.segments
-        if (name(d), a) not in opened
-    ]
-    older, of_older = [], []
-    for (dev, addr), (size, stack) in final.blocks.items():
-        if (dev, addr) not in replay.open:
-            older.append(OlderBlock(name(dev), addr, size))
-            of_older.append(stack)
-    devices = sorted(
-        {name(d) for d in set(rows.column(DEV))}
-        | {name(d) for d, *_ in final.segments}
-        | {b.device for b in older},
-        key=device_sort_key,
-    )
-    if device is not None and not devices:
-        devices = [name(device)]
-    trace = Trace(ops, [], replay.memory, [], len(rows))
-    capture = Capture(
-        trace,
-        [],
-        [],
-        [],
-        devices,
-        start,
-        stacks=Stacks(
-            stacks.frames,
-            stacks.context,
-            stacks.callsite,
-            replay.of_memory,
-            of_older,
-            replay.recorded if any(replay.recorded) else None,
-        ),
-        segments=None if ours else alive_before + replay.segments,
-        older=older,
-    )
+    start = int(e.t[0]) if len(e) else (ops[0].start_ns if ops else 0)
+    end = max([int(e.t[-1]) if len(e) else start, *(o.end_ns for o in ops)])
+    every_block = actions.get("oom", 0) > 0
+    done = replay(e, _innermost(ops, e.t), final, rules or Rules(), every_block, name, end)
+    capture = _capture(e, ops, done, final, stacks, name, start, device, ours)
     meta = {
         "snapshot_actions": dict(sorted(actions.items())),
         "snapshot_older_blocks": {
-            "alive": len(older),
-            "alive_bytes": sum(b.size for b in older),
-            "freed": replay.freed_older,
+            "alive": len(capture.older),
+            "alive_bytes": sum(b.size for b in capture.older),
+            "freed": done.freed_older,
         },
-        "snapshot_ooms": replay.ooms,
+        "snapshot_ooms": done.ooms,
         "snapshot_end_allocated": {name(d): int(v) for d, v in sorted(final.allocated.items())},
         "snapshot_end_reserved": {name(d): int(v) for d, v in sorted(final.reserved.items())},
         "clock": "time_us" if timed else "entry order",
@@ -642,3 +401,51 @@ def read_snapshot(
         conf = settings.get("PYTORCH_CUDA_ALLOC_CONF")
         meta["snapshot_alloc_conf"] = conf if isinstance(conf, str) else ""
     return Read(capture, meta)
+
+
+def _capture(
+    e: Entries,
+    ops: list[OpRecord],
+    done: Replayed,
+    final: Final,
+    stacks: StackReader,
+    name: Callable[[int], str],
+    start: int,
+    device: int | None,
+    ours: bool,
+) -> Capture:
+    """The replay's records, the segments alive before the history, the blocks older than
+    it (alive at the end, never allocated in it) and the devices, as a Capture."""
+    opened = {(s.device, s.address) for s in done.segments if s.size > 0}
+    alive_before = [
+        SegmentRecord(start, name(d), a, z, pool, stream)
+        for d, a, z, pool, stream in final.segments
+        if (name(d), a) not in opened
+    ]
+    older, of_older = [], []
+    for (dev, addr), (size, stack) in final.blocks.items():
+        if (dev, addr) not in done.open:
+            older.append(OlderBlock(name(dev), addr, size))
+            of_older.append(stack)
+    devices = sorted(
+        {name(d) for d in np.unique(e.dev).tolist()}
+        | {name(d) for d, *_ in final.segments}
+        | {b.device for b in older},
+        key=device_sort_key,
+    )
+    if device is not None and not devices:
+        devices = [name(device)]
+    st = Stacks(
+        stacks.frames, stacks.context, stacks.callsite, done.of_memory, of_older, done.recorded
+    )
+    return Capture(
+        Trace(ops, [], done.memory, [], len(e)),
+        [],
+        [],
+        [],
+        devices,
+        start,
+        stacks=st,
+        segments=None if ours else alive_before + done.segments,
+        older=older,
+    )
