@@ -11,7 +11,6 @@ import gc
 import time
 from collections.abc import Callable, Iterator
 
-import numpy as np
 import pandas as pd
 
 from .._records import Capture
@@ -229,10 +228,7 @@ def baseline_meta(allocations, events, capture: Capture, allocated_start: dict) 
     pre = a["alloc_ns"].isna().to_numpy()
     dev = a["device"].astype(object).to_numpy()
     size = a["size_bytes"].to_numpy()
-    reason = a["reason"].astype(object).to_numpy()
-    untouched = np.array(
-        [isinstance(r, str) and r.endswith("untouched") for r in reason.tolist()], dtype=bool
-    )
+    untouched = a["reason"].str.endswith("untouched").fillna(False).to_numpy(dtype=bool)
     unreachable = pre & (a["ptr"].to_numpy() == 0) & a["tensor_id"].isna().to_numpy()
     out: dict = {"baseline_bytes": {}, "untouched_bytes": {}, "unreachable_bytes": {}}
     for d in sorted(set(dev[pre].tolist())):

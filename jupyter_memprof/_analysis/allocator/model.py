@@ -107,6 +107,13 @@ def is_cuda(device: str) -> bool:
     return str(device).startswith("cuda")
 
 
+def cuda_rows(devices: pd.Series) -> np.ndarray:
+    """Whether each row's device is a CUDA device (each distinct device asked once)."""
+    codes, uniques = pd.factorize(devices, use_na_sentinel=True)
+    named = np.array([is_cuda(d) for d in uniques] + [False], dtype=bool)
+    return named[codes]  # a missing device (-1): the last, not CUDA
+
+
 @dataclass
 class Stream:
     """A profile's CUDA allocations and frees, in the order the allocator saw them: blocks
@@ -123,8 +130,8 @@ def profile_stream(tables: Mapping[str, pd.DataFrame]) -> Stream:
     """The CUDA allocations and frees of a profile's ``events`` table."""
     ev = tables["events"]
     act = ev["action"].astype(object).to_numpy()
-    dev = ev["device"].astype(object).to_numpy().astype(str)
-    cuda = np.char.startswith(dev, "cuda")
+    dev = ev["device"].astype(object).to_numpy()
+    cuda = cuda_rows(ev["device"])
     pre = cuda & (act == "preexisting")
     live = cuda & ((act == "create") | (act == "destroy"))
     pre_rows = np.flatnonzero(pre)
@@ -139,7 +146,7 @@ def profile_stream(tables: Mapping[str, pd.DataFrame]) -> Stream:
     return Stream(
         event=rows,
         time_ns=ev["time_ns"].to_numpy()[rows],
-        device=dev[rows].tolist(),
+        device=[str(d) for d in dev[rows].tolist()],
         key=ev["alloc_id"].to_numpy()[rows].tolist(),
         size=size.tolist(),
     )
@@ -239,7 +246,7 @@ def recorded_peaks(events: pd.DataFrame) -> dict[str, int]:
     if "reserved_bytes" not in events.columns:
         return {}
     r = events[["device", "reserved_bytes"]].dropna()
-    r = r[r["device"].astype(str).str.startswith("cuda")]
+    r = r[cuda_rows(r["device"])]
     if r.empty:
         return {}
     return {
