@@ -103,8 +103,8 @@ def _ints(values: list, high: int) -> np.ndarray | None:
     """``values`` as int64 when every one is an int in ``[0, high)``, else None."""
     if set(map(type, values)) - {int}:
         return None
-    try:
-        a = np.array(values, dtype=np.int64)
+    try:  # ints only (checked above: fromiter would take floats, bools and text too)
+        a = np.fromiter(values, dtype=np.int64, count=len(values))
     except OverflowError:
         return None
     if a.size and (a.min() < 0 or a.max() >= high):
@@ -136,10 +136,9 @@ def _trace(trace: object, stacks: StackReader):
     index[id(None)] = NO_ID
     stack = np.fromiter(map(index.__getitem__, ids), dtype=np.int64, count=len(ids))
     del ids
-    cats = list(map(dict.get, trace, repeat("category")))
-    if not set(map(type, cats)) - {type(None)}:
-        cats = None
-    else:
+    cats = None
+    if any(map(dict.__contains__, trace, repeat("category"))):
+        cats = list(map(dict.get, trace, repeat("category")))
         cats = [c if type(c) is str and len(c) <= 64 else None for c in cats]
     return times * 1000, actions, *ints, stack, cats
 
@@ -212,6 +211,8 @@ def tags(snap: dict, wanted) -> dict:
         if type(trace) is not list or not wanted(dev) or set(map(type, trace)) - {dict}:
             continue
         for tag in TAGS:
+            if not any(map(dict.__contains__, trace, repeat(tag))):
+                continue
             values = list(map(dict.get, trace, repeat(tag)))
             if not set(values) - {None, ""}:
                 continue
