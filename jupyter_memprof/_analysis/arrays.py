@@ -10,6 +10,7 @@ each is a small, pure function of numpy arrays.
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 
 from .._vocab import Phase
 from . import schema as S
@@ -49,3 +50,10 @@ def find(keys: np.ndarray, query: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         return np.zeros(len(query), dtype=np.int64), np.zeros(len(query), dtype=bool)
     j = np.minimum(np.searchsorted(keys, query), len(keys) - 1)
     return j, keys[j] == query
+
+
+def cuda_rows(devices: pd.Series) -> np.ndarray:
+    """Whether each row's device is a CUDA device (each distinct device asked once)."""
+    codes, uniques = pd.factorize(devices, use_na_sentinel=True)
+    named = np.array([str(d).startswith("cuda") for d in uniques] + [False], dtype=bool)
+    return named[codes]  # a missing device (-1): the last, not CUDA

@@ -224,12 +224,19 @@ def check_text(df: pd.DataFrame, schema: dict) -> str | None:
             used = (
                 set(s.dropna().unique())
                 if not isinstance(s.dtype, pd.CategoricalDtype)
-                else (set(s.cat.remove_unused_categories().cat.categories))
+                else _used_categories(s)
             )
             unknown = sorted(str(u) for u in used - set(dtype.categories))
             if unknown:
                 return f"column {col!r} holds {unknown[0]!r}, not one of {list(dtype.categories)}"
     return None
+
+
+def _used_categories(s: pd.Series) -> set:
+    """The categories the rows of ``s`` (categorical) use: counted, not sorted."""
+    codes = s.cat.codes.to_numpy()
+    present = np.bincount(codes[codes >= 0], minlength=len(s.cat.categories)) > 0
+    return set(s.cat.categories[present])
 
 
 #: columns holding op ids: each must be the position of an op in ``ops`` (or NA)

@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 from .. import schema as S
+from ..arrays import cuda_rows
 from ..schema import Pool, Source
 from . import fast as allocator_fast
 from .config import AllocatorConfig
@@ -107,13 +108,6 @@ def is_cuda(device: str) -> bool:
     return str(device).startswith("cuda")
 
 
-def cuda_rows(devices: pd.Series) -> np.ndarray:
-    """Whether each row's device is a CUDA device (each distinct device asked once)."""
-    codes, uniques = pd.factorize(devices, use_na_sentinel=True)
-    named = np.array([is_cuda(d) for d in uniques] + [False], dtype=bool)
-    return named[codes]  # a missing device (-1): the last, not CUDA
-
-
 @dataclass
 class Stream:
     """A profile's CUDA allocations and frees, in the order the allocator saw them: blocks
@@ -130,8 +124,7 @@ def profile_stream(tables: Mapping[str, pd.DataFrame]) -> Stream:
     """The CUDA allocations and frees of a profile's ``events`` table."""
     ev = tables["events"]
     act = ev["action"].astype(object).to_numpy()
-    dev = ev["device"].astype(object).to_numpy()
-    cuda = cuda_rows(ev["device"])
+    dev, cuda = ev["device"].astype(object).to_numpy(), cuda_rows(ev["device"])
     pre = cuda & (act == "preexisting")
     live = cuda & ((act == "create") | (act == "destroy"))
     pre_rows = np.flatnonzero(pre)
