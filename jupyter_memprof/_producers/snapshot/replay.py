@@ -25,7 +25,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ..._records import NO_ID, MemoryColumns, SegmentRecord
-from .blocks import Layout, Rules
+from .blocks import Layout, Rules, default_rounding
 from .columns import (
     ALLOC,
     FREE,
@@ -45,6 +45,7 @@ __all__ = ["Final", "Replayed", "pool_of", "replay"]
 _SMALL_SEGMENT = 2 * 2**20
 #: the largest block of the small pool (a larger one's size may depend on the layout)
 _SMALL_BLOCK = 2**20
+_MIN_BLOCK = 512  # the rounding of a request by default
 _SIGN = {SEGMENT_ALLOC: 1, SEGMENT_MAP: 1, SEGMENT_FREE: -1, SEGMENT_UNMAP: -1}
 
 
@@ -83,7 +84,8 @@ class _Pairs(NamedTuple):
     ``prev`` (that entry's position, else -1), ``last`` (the last entry there). By entry,
     ``kid``: the number of its address (entries of blocks), else -1; by address number,
     ``first``: its first entry (``free_requested`` too) and ``open_at``: the allocation
-    still open there at the end, else -1."""
+    still open there at the end, else -1; ``unfreed``: each ``free_requested`` no free of
+    its address follows (the last there)."""
 
     rows: np.ndarray
     after_alloc: np.ndarray
@@ -92,6 +94,7 @@ class _Pairs(NamedTuple):
     kid: np.ndarray
     first: np.ndarray
     open_at: np.ndarray
+    unfreed: np.ndarray
 
 
 def _by_address(e: Entries, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -122,6 +125,9 @@ def _pairs(e: Entries, is_alloc: np.ndarray, is_free: np.ndarray) -> _Pairs:
     first = r[~same]  # by address number
     kid = np.full(len(e), -1, dtype=np.int64)
     kid[r] = np.cumsum(~same) - 1
+    frees = r[e.act[r] != ALLOC]  # requests and frees, by address
+    _, last = _runs(kid[frees])
+    unfreed = frees[last & (e.act[frees] == FREE_REQUESTED)]
     r = r[e.act[r] != FREE_REQUESTED]
     same, last = _runs(kid[r])
     alloc = is_alloc[r]
@@ -136,7 +142,7 @@ def _pairs(e: Entries, is_alloc: np.ndarray, is_free: np.ndarray) -> _Pairs:
     at = np.empty(len(e), dtype=np.int64)
     at[r] = np.arange(len(r))
     back = at[rows]  # to time order
-    return _Pairs(rows, after[back], prev[back], last[back], kid, first, open_at)
+    return _Pairs(rows, after[back], prev[back], last[back], kid, first, open_at, unfreed)
 
 
 class _Sizes:
@@ -148,6 +154,8 @@ class _Sizes:
     def __call__(self, req: np.ndarray) -> np.ndarray:
         if not len(req):
             return req.copy()
+        if self.rounding is default_rounding:  # 512 bytes: all at once
+            return np.maximum(-(-req // _MIN_BLOCK) * _MIN_BLOCK, _MIN_BLOCK)
         u, inv = np.unique(req, return_inverse=True)
         got = np.fromiter(map(self.rounding, u.tolist()), dtype=np.int64, count=len(u))
         return got[inv.ravel()]
@@ -263,15 +271,7 @@ def _pending(e: Entries, p: _Pairs, final: Final) -> np.ndarray:
     """The ``free_requested`` entries whose free the history did not record, of blocks
     still open at its end and not in the final state, in the file's order: their block
     ends when the history does (its stream work was pending until then)."""
-    req = np.flatnonzero(e.act == FREE_REQUESTED)
-    if not len(req):
-        return req
-    freeing = p.rows[e.act[p.rows] != ALLOC]
-    r = np.concatenate([req, freeing])
-    r = r[np.lexsort((r, p.kid[r]))]  # by address, each in time order
-    _, last = _runs(p.kid[r])
-    pending = r[last & (e.act[r] == FREE_REQUESTED)]  # no free of it after
-    pending = pending[p.open_at[p.kid[pending]] >= 0]
+    pending = p.unfreed[p.open_at[p.kid[p.unfreed]] >= 0]
     blocks = final.blocks
     keep = [(d, a) not in blocks for d, a in zip(e.dev[pending].tolist(), e.addr[pending].tolist())]
     out = pending[np.asarray(keep, dtype=bool)] if keep else pending
