@@ -2,9 +2,9 @@
 
 A *producer* runs (or pretends to run) some PyTorch code and describes what happened as a
 :class:`Capture`: ops with their nesting and timing (:class:`OpRecord`), the tensors each op
-read or wrote (:class:`TensorRef`), allocator events (:class:`MemoryRecord`), storages that
-were used but never reported (:class:`UntrackedTensor`), and the names the live session gives
-tensors (:class:`NameRow`). :func:`jupyter_memprof._analysis.pipeline.analyse` turns one
+read or wrote (:class:`TensorRef`), allocator events (:class:`MemoryRecord`, or for millions
+of them :class:`MemoryColumns`), storages that were used but never reported
+(:class:`UntrackedTensor`), and the names the live session gives tensors (:class:`NameRow`). :func:`jupyter_memprof._analysis.pipeline.analyse` turns one
 Capture into every table; it never sees the producer.
 
 Producers today:
