@@ -1,4 +1,4 @@
-"""The trace entries replayed into memory records, a column at a time.
+"""The trace entries replayed into records, a column at a time.
 
 The rules (docs/snapshots.md, "What it reads"), per address of a device, in time order:
 ``alloc`` opens a block (one still open there is ended first: its free fell out of the
