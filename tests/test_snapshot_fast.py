@@ -17,7 +17,7 @@ from jupyter_memprof._producers.snapshot.read import _entries_one_by_one, read_s
 def _rows(snap, fast: bool):
     stacks = StackReader()
     if fast:
-        rows, timed, actions = columns.entries(snap, stacks, lambda d: True)
+        rows, timed, actions, _ = columns.entries(snap, stacks, lambda d: True)
     else:
         rows, timed, actions = _entries_one_by_one(snap, stacks, lambda d: True)
     return list(rows), timed, actions, stacks.frames

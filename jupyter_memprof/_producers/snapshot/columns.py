@@ -99,9 +99,21 @@ def _codes(actions: list) -> tuple[np.ndarray, list[str]]:
     return codes, list(code)
 
 
-def _ints(values: list, high: int) -> np.ndarray | None:
-    """``values`` as int64 when every one is an int in ``[0, high)``, else None."""
-    if set(map(type, values)) - {int}:
+class _Absent:
+    """A field an entry does not hold (an address, a size, a stream: read as 0)."""
+
+
+_ABSENT = _Absent()
+
+
+def _ints(values: list, high: int, kinds: set | None = None) -> np.ndarray | None:
+    """``values`` as int64 when every one is an int in ``[0, high)``, else None; ``kinds``:
+    their types, where known (:data:`_ABSENT` is read as 0)."""
+    kinds = set(map(type, values)) if kinds is None else kinds
+    if _Absent in kinds:
+        values = [0 if v is _ABSENT else v for v in values]
+        kinds = kinds - {_Absent}
+    if kinds - {int}:
         return None
     try:  # ints only (checked above: fromiter would take floats, bools and text too)
         a = np.fromiter(values, dtype=np.int64, count=len(values))
@@ -121,33 +133,44 @@ def _trace(trace: object, stacks: StackReader):
     kinds = set(actions)
     if set(map(type, kinds)) - {str} or "oom" in kinds:
         return None
-    times = _ints(list(map(dict.get, trace, repeat("time_us"))), _TIME_US)
+    times = list(map(dict.get, trace, repeat("time_us")))
+    kinds = set(map(type, times))
+    times = None if type(None) in kinds else _ints(times, _TIME_US, kinds)
     if times is None:  # none recorded, or not all ints: entry by entry
         return None
-    ints = [_ints(list(map(dict.get, trace, repeat(k), repeat(0))), _INT64) for k in _FIELDS]
+    got = [list(map(dict.get, trace, repeat(k), repeat(_ABSENT))) for k in _FIELDS]
+    kinds = [set(map(type, v)) for v in got]
+    ints = [_ints(v, _INT64, k) for v, k in zip(got, kinds)]
+    del got
     if any(a is None for a in ints):
         return None
     frames = list(map(dict.get, trace, repeat("frames")))
     ids = list(map(id, frames))
-    for f in dict(zip(ids, frames)).values():  # each shared list once
+    shared = dict(zip(ids, frames))
+    for f in shared.values():  # each shared list once
         stacks.index(f)  # a list that is not frames raises its Bad here
     del frames
+    # each entry has the six fields torch always writes (action, time_us, addr, size,
+    # stream, frames) and no other: none has a category or a tag
+    six = id(None) not in shared and all(_Absent not in k for k in kinds)
+    extra = not (six and max(map(len, trace), default=0) <= 6)
     index = dict(stacks.by_id)
     index[id(None)] = NO_ID
     stack = np.fromiter(map(index.__getitem__, ids), dtype=np.int64, count=len(ids))
     del ids
     cats = None
-    if any(map(dict.__contains__, trace, repeat("category"))):
+    if extra and any(map(dict.__contains__, trace, repeat("category"))):
         cats = list(map(dict.get, trace, repeat("category")))
         cats = [c if type(c) is str and len(c) <= 64 else None for c in cats]
-    return times * 1000, actions, *ints, stack, cats
+    return times * 1000, actions, *ints, stack, cats, extra
 
 
 def entries(snap: dict, stacks: StackReader, wanted, consume: bool = False):
-    """``(entries, timed, actions)`` as :func:`.read._entries` makes them, or None where an
-    entry is not plain (the caller then reads entry by entry). With ``consume`` (the
-    snapshot is the reader's own, read from a file), every trace is emptied once all are
-    read, so their entries are freed before the columns are joined."""
+    """``(entries, timed, actions, tags)`` as :func:`.read._entries` makes them (``tags``:
+    as :func:`tags` counts them), or None where an entry is not plain (the caller then
+    reads entry by entry). With ``consume`` (the snapshot is the reader's own, read from a
+    file), every trace is emptied once all are read, so their entries are freed before the
+    columns are joined."""
     traces = snap.get("device_traces", [])
     if type(traces) is not list:
         return None
@@ -161,6 +184,10 @@ def entries(snap: dict, stacks: StackReader, wanted, consume: bool = False):
         if c is None:
             return None
         cols.append((dev, c))
+    found: dict = {}
+    for (_, c), trace in zip(cols, (t for d, t in enumerate(traces) if wanted(d))):
+        if c[-1]:  # an entry may hold a tag
+            count_tags(trace, found)
     if consume:
         for trace in traces:
             trace.clear()
@@ -169,7 +196,7 @@ def entries(snap: dict, stacks: StackReader, wanted, consume: bool = False):
     t = got.t
     if len(t) > 1 and not bool((t[1:] >= t[:-1]).all()):
         got = got.reordered(np.argsort(t, kind="stable"))  # by time, then the file's order
-    return got, True, got.counts()
+    return got, True, got.counts(), {tag: counts for tag, counts in found.items() if counts}
 
 
 def _joined(cols: list) -> Entries:
@@ -210,21 +237,26 @@ def tags(snap: dict, wanted) -> dict:
     for dev, trace in enumerate(traces):
         if type(trace) is not list or not wanted(dev) or set(map(type, trace)) - {dict}:
             continue
-        for tag in TAGS:
-            if not any(map(dict.__contains__, trace, repeat(tag))):
-                continue
-            values = list(map(dict.get, trace, repeat(tag)))
-            if not set(values) - {None, ""}:
-                continue
-            counts = out.setdefault(tag, {})
-            for e, v in zip(trace, values):
-                if type(v) is not str or not v or e.get("action") != "alloc":
-                    continue
-                v = v[:_TAG_CHARS]
-                if v not in counts and len(counts) >= _MOST_TAGS:
-                    v = "(other)"
-                c = counts.setdefault(v, {"allocs": 0, "requested_bytes": 0})
-                size = e.get("size", 0)
-                c["allocs"] += 1
-                c["requested_bytes"] += size if type(size) is int and 0 <= size < _INT64 else 0
+        count_tags(trace, out)
     return {tag: counts for tag, counts in out.items() if counts}
+
+
+def count_tags(trace: list[dict], out: dict) -> None:
+    """Add the ``alloc`` entries of ``trace`` (dicts) per value of each tag to ``out``."""
+    for tag in TAGS:
+        if not any(map(dict.__contains__, trace, repeat(tag))):
+            continue
+        values = list(map(dict.get, trace, repeat(tag)))
+        if not set(values) - {None, ""}:
+            continue
+        counts = out.setdefault(tag, {})
+        for e, v in zip(trace, values):
+            if type(v) is not str or not v or e.get("action") != "alloc":
+                continue
+            v = v[:_TAG_CHARS]
+            if v not in counts and len(counts) >= _MOST_TAGS:
+                v = "(other)"
+            c = counts.setdefault(v, {"allocs": 0, "requested_bytes": 0})
+            size = e.get("size", 0)
+            c["allocs"] += 1
+            c["requested_bytes"] += size if type(size) is int and 0 <= size < _INT64 else 0

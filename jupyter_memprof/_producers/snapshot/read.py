@@ -110,15 +110,16 @@ def _ok(v: object) -> bool:
 
 def _entries(
     snap: dict, stacks: StackReader, wanted, consume: bool = False
-) -> tuple[Entries, bool, Counter]:
+) -> tuple[Entries, bool, Counter, dict]:
     """Every trace entry of the wanted devices (:class:`.columns.Entries`), time ordered;
     whether times were recorded (else the entry order is the clock); how many of each
-    action. Read a field at a time (:func:`.columns.entries`) where every entry is
-    plain (int times, sizes and addresses, no ``oom``), else entry by entry."""
+    action; the entries' tags (:func:`.columns.tags`). Read a field at a time
+    (:func:`.columns.entries`) where every entry is plain (int times, sizes and addresses,
+    no ``oom``), else entry by entry."""
     fast = columns.entries(snap, stacks, wanted, consume)
     if fast is not None:
         return fast
-    return _entries_one_by_one(snap, stacks, wanted)
+    return (*_entries_one_by_one(snap, stacks, wanted), columns.tags(snap, wanted))
 
 
 def _entries_one_by_one(snap: dict, stacks: StackReader, wanted):
@@ -362,8 +363,7 @@ def read_snapshot(
         raise Bad("not a memory snapshot (it has neither 'segments' nor 'device_traces')")
     wanted = _wanted(device)
     stacks = StackReader()
-    tags = columns.tags(snap, wanted)  # read before the entries are let go
-    e, timed, actions = _entries(snap, stacks, wanted, consume)
+    e, timed, actions, tags = _entries(snap, stacks, wanted, consume)
     final = _final_state(snap, stacks, wanted)
     spans = _annotations(snap, wanted, timed)
     if not any(name.startswith("Optimizer.step#") for _, _, name in spans):
