@@ -261,10 +261,11 @@ def _optimizer_spans(e: Entries, stacks: StackReader) -> list[tuple[int, int, st
     stacks are inside ``optimizer.step()`` (ended by an entry of another context; entries
     with no frames are passed over) as a span, so that steps split there as they split at
     a captured ``optimizer.step()``."""
-    context = np.array([*stacks.context, StackContext.NONE.value], dtype=object)
-    c = context[e.stack]  # NO_ID (-1): the last, no frames
-    said = np.flatnonzero(c != StackContext.NONE.value)
-    inside = c[said] == StackContext.OPTIMIZER_STEP.value
+    context = [*stacks.context, StackContext.NONE.value]  # NO_ID (-1): the last, no frames
+    said_of = np.array([c != StackContext.NONE.value for c in context], dtype=bool)
+    inside_of = np.array([c == StackContext.OPTIMIZER_STEP.value for c in context], dtype=bool)
+    said = np.flatnonzero(said_of[e.stack])
+    inside = inside_of[e.stack[said]]
     edge = np.diff(np.concatenate([[False], inside, [False]]).astype(np.int8))
     starts, ends = said[edge[:-1] == 1], said[edge[1:] == -1]
     t = e.t

@@ -236,23 +236,31 @@ def replay(
     )
 
 
-def _interleave(main: np.ndarray, imp: np.ndarray) -> np.ndarray:
+class _Places(NamedTuple):
+    """Where each record goes (see :func:`_interleave`): ``main``, the places of the
+    records of the entries; ``ends``, those of the ends just before some of them."""
+
+    main: np.ndarray
+    ends: np.ndarray
+
+
+def _interleave(main: np.ndarray, imp: np.ndarray) -> _Places:
     """Where each record goes: the records of the entries ``main`` (ascending) with, just
     before those of ``imp`` (a subset), the end of the block open at its address."""
     before = np.zeros(len(main), dtype=np.int64)
-    before[np.searchsorted(main, imp)] = 1
-    return np.arange(len(main)) + np.cumsum(before)
+    at = np.searchsorted(main, imp)
+    before[at] = 1
+    place = np.arange(len(main)) + np.cumsum(before)
+    return _Places(place, place[at] - 1)
 
 
-def _merged(place: np.ndarray, imp: np.ndarray, main: np.ndarray, fin: np.ndarray):
-    """One column: the records of the entries at ``place``, the ends before them in the
-    places left, then the ends at the history's end."""
+def _merged(place: _Places, imp: np.ndarray, main: np.ndarray, fin: np.ndarray):
+    """One column: the records of the entries, the ends before some of them, then the
+    ends at the history's end."""
     out = np.empty(len(main) + len(imp) + len(fin), dtype=np.int64)
-    free = np.ones(len(main) + len(imp), dtype=bool)
-    free[place] = False
-    out[place] = main
-    out[: len(free)][free] = imp
-    out[len(free) :] = fin
+    out[place.main] = main
+    out[place.ends] = imp
+    out[len(main) + len(imp) :] = fin
     return out
 
 
@@ -262,7 +270,7 @@ def _recorded(e, place, main, is_alloc, n_imp, n_fin) -> list | None:
     if e.cat is None:
         return None
     out: list = [None] * (len(main) + n_imp + n_fin)
-    for at, row in zip(place[is_alloc[main]].tolist(), main[is_alloc[main]].tolist()):
+    for at, row in zip(place.main[is_alloc[main]].tolist(), main[is_alloc[main]].tolist()):
         out[at] = e.cat[row]
     return out if any(out) else None
 
