@@ -836,7 +836,7 @@ def test_a_capture_whose_thread_ended_unfinished_frees_the_slot_for_the_next(wit
         import torch.autograd.profiler as torch_profiler
         from torch.nn.modules import module as nn_module
         from torch.optim import optimizer as optim_module
-        from jupyter_memprof._producers.recorder import SLOT
+        from jupyter_memprof._producers.slot import SLOT
 
         def hooks():
             return sum(

@@ -136,7 +136,8 @@ def release_profile(prof: Profile | int | None = None) -> int:
     KeyError
         An id that is not registered.
     """
-    from .._producers.recorder import LATER, SLOT
+    from .._producers.recorder import LATER
+    from .._producers.slot import SLOT
     from .._results.profile import Profile
 
     LATER.free()  # torch's raw results not freed yet (they belong to no profile)

@@ -31,7 +31,8 @@ from ..._records import CLOSURE_MARKER, Capture, Trace
 from ..._vocab import OpKind
 from ..cuda_kernels import Gpu
 from ..live import SessionNames, held_rows, marked_closure
-from ..recorder import cell_namer, exclusive
+from ..recorder import cell_namer
+from ..slot import exclusive
 from ..torch_profiler import FrameNamer
 from .copy import FakeCopier
 from .dist import distributed_hooks
