@@ -26,7 +26,7 @@ from .finish import FinishOptions, fill, register
 from .frames import caller_names
 from .options import EstimateOptions, raised_as
 
-__all__ = ["estimate", "estimate_with", "run_estimate"]
+__all__ = ["checked_options", "estimate", "estimate_with", "run_estimate"]
 
 #: What the x axis of an estimate counts (a fake run has no meaningful duration).
 CLOCK = "op sequence"
@@ -98,18 +98,26 @@ def estimate(
     >>> est.meta["oom"] is None  # doctest: +SKIP
     True
     """
-    if not callable(fn):
-        raise EstimateError(f"estimate() needs a function to call first, not {type(fn).__name__}")
-    with raised_as(EstimateError):
-        options = EstimateOptions.from_kwargs(
-            device=device,
-            limit=limit,
-            allocator=allocator,
-            context=context,
-            gpu=gpu,
-            world_size=world_size,
-        )
+    options = checked_options(
+        "estimate()",
+        fn,
+        device=device,
+        limit=limit,
+        allocator=allocator,
+        context=context,
+        gpu=gpu,
+        world_size=world_size,
+    )
     return estimate_with(options, fn, args, kwargs, sys._getframe(1))
+
+
+def checked_options(entry: str, fn: Any, **options: Any) -> EstimateOptions:
+    """``options`` of ``entry`` (``"estimate()"``, ``"fit()"``) checked once, with ``fn``
+    callable, or one :class:`EstimateError` line."""
+    if not callable(fn):
+        raise EstimateError(f"{entry} needs a function to call first, not {type(fn).__name__}")
+    with raised_as(EstimateError):
+        return EstimateOptions.from_kwargs(**options)
 
 
 def estimate_with(

@@ -26,9 +26,9 @@ from .._errors import EstimateError
 from .._results.fit import Fit
 from .._results.profile import Profile
 from . import session as _session
-from .estimate import run_estimate
+from .estimate import checked_options, run_estimate
 from .frames import caller_names
-from .options import EstimateOptions, raised_as
+from .options import EstimateOptions
 
 __all__ = ["Fit", "fit", "fit_with", "search"]
 
@@ -190,17 +190,16 @@ def fit(
     ...     train_step(model, opt, torch.randn(batch, 512))
     >>> jupyter_memprof.fit(step_at, model, opt, limit="24GiB", device="cuda:0").batch
     """
-    if not callable(fn):
-        raise EstimateError(f"fit() needs a function to call first, not {type(fn).__name__}")
-    with raised_as(EstimateError):
-        options = EstimateOptions.from_kwargs(
-            device=device,
-            limit=limit,
-            allocator=allocator,
-            context=context,
-            gpu=gpu,
-            world_size=world_size,
-        )
+    options = checked_options(
+        "fit()",
+        fn,
+        device=device,
+        limit=limit,
+        allocator=allocator,
+        context=context,
+        gpu=gpu,
+        world_size=world_size,
+    )
     if options.limit is None:
         raise EstimateError("fit() needs a limit, such as limit='24GiB'")
     return fit_with(options, fn, args, low, high, sys._getframe(1))
