@@ -251,6 +251,16 @@ class OlderBlock(NamedTuple):
     size: int
 
 
+class UnnamedStorage(NamedTuple):
+    """A storage live when a real run's capture started that no name reached: held by a
+    tensor the garbage collector tracks (a closure's cell, a reference cycle, a frame) or
+    saved by the autograd graph of such a tensor (:mod:`jupyter_memprof._producers.unnamed`)."""
+
+    device: str
+    ptr: int
+    size: int
+
+
 class Capture(NamedTuple):
     """Everything one producer hands to the analysis."""
 
@@ -272,3 +282,5 @@ class Capture(NamedTuple):
     segments: list[SegmentRecord] | None = None
     #: blocks alive throughout, older than what was recorded (a snapshot's final state)
     older: list[OlderBlock] | None = None
+    #: CPU storages live at the start that no name reached (a real run; None: not looked for)
+    unnamed: list[UnnamedStorage] | None = None

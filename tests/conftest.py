@@ -15,6 +15,26 @@ def _torch_threads():
     yield
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _no_unnamed_survey():
+    # A capture counts on the CPU every tensor no name reaches: here those of other tests,
+    # of fixtures and of test modules. Tests of that survey ask for `unnamed_survey`.
+    # (Session scope: set before any fixture of a wider scope profiles.)
+    from jupyter_memprof._producers import unnamed
+
+    unnamed.ENABLED = False
+    yield
+    unnamed.ENABLED = True
+
+
+@pytest.fixture
+def unnamed_survey(monkeypatch):
+    """Captures in this test look for the CPU's storages that no name reaches."""
+    from jupyter_memprof._producers import unnamed
+
+    monkeypatch.setattr(unnamed, "ENABLED", True)
+
+
 @pytest.fixture(scope="session")
 def mlp_adam_profile():
     """One real Adam step of a small MLP (fc1 -> relu -> fc2), profiled once per session."""

@@ -2,8 +2,9 @@
 
 Allocator events are paired into blocks (:func:`_pair_events`); then come the blocks from
 before the capture: those ops used but the allocator never reported (:func:`_add_op_inputs`),
-the baseline of storages the session named at the start (:func:`_untouched_blocks`) and, on
-CUDA, what nothing names (:func:`_unreachable_blocks`); frees seen by weak references and
+the baseline of storages the session named at the start (:func:`_untouched_blocks`) and
+what nothing names (on CUDA :func:`_unreachable_blocks`, on the CPU :func:`_unnamed_blocks`);
+frees seen by weak references and
 frees implied by an address handed out again end blocks from before the capture.
 """
 
@@ -121,6 +122,7 @@ def build_allocations(
     totals_end: dict | None = None,
     inferred: dict | None = None,
     older: list | None = None,
+    unnamed: list | None = None,
 ) -> pd.DataFrame:
     """One row per block, from allocation to free.
 
@@ -139,7 +141,9 @@ def build_allocations(
     were freed (:func:`.lost_frees.frees_from_totals`; ``totals_end``: the totals at the stop;
     what it did per device is put in ``inferred``).
 
-    ``older``: blocks alive throughout that no event recorded (``Capture.older``).
+    ``older``: blocks alive throughout that no event recorded (``Capture.older``);
+    ``unnamed``: CPU storages live at the start that no name reached (``Capture.unnamed``,
+    :func:`_unnamed_blocks`).
 
     Rows: the blocks existing before the capture first, then by allocation time, then by
     free time; ties keep the order of (``allocation_id``, device) and blocks seen only as op
@@ -150,15 +154,18 @@ def build_allocations(
         and untracked.empty
         and not totals_start
         and not older
+        and not unnamed
         and not (names["when"] == "start").any()
     ):
         return S.empty(S.ALLOCATIONS)  # nothing happened: skip pandas' fixed costs
     b = _pair_events(mem)
-    live = _start_sizes(names) if (~b.has_a).any() or not untracked.empty else {}
+    live = _start_sizes(names, unnamed) if (~b.has_a).any() or not untracked.empty else {}
     _fix_stale_sizes(b, live)
     _add_op_inputs(b, untracked, devices, live)
     held_at_start = allocated_at_start(mem, totals_start)
     _add_baseline(b, mem, untracked, names, devices, held_at_start)
+    if unnamed:
+        _unnamed_blocks(b, unnamed, watched_frees, devices)
     _watched_frees(watched_frees, b)
     if older:
         _append_found(b, [(o.device, o.ptr, o.size) for o in older])
@@ -333,6 +340,33 @@ def _unreachable_blocks(allocated, devices, b: _Blocks) -> list:
     return out
 
 
+def _unnamed_blocks(b: _Blocks, unnamed: list, watched: list | None, devices: list) -> None:
+    """On the CPU, what nothing names: the storages live at the start that no name reached
+    (``Capture.unnamed``) and that are no block yet (the captured code used them, or freed
+    them where torch reported it), as on CUDA: one block of address 0 per device, alive to
+    the end, and one of address 0 per storage a weak reference saw freed during the capture,
+    ended then."""
+    have = set(b.key_of(np.flatnonzero(~b.has_a)))
+    gone = {(d, p): t for d, p, t in watched or ()}
+    alive: dict[str, int] = {}
+    ended: list[tuple[str, int, int]] = []
+    for device, ptr, size in unnamed:
+        key = (device, ptr)
+        if device not in devices or key in have:
+            continue
+        have.add(key)
+        if key in gone:
+            ended.append((device, size, gone[key]))
+        else:
+            alive[device] = alive.get(device, 0) + size
+    extra = [(d, 0, z) for d, z in alive.items()] + [(d, 0, z) for d, z, _ in ended]
+    if not extra:
+        return
+    _append_found(b, extra)
+    for i, (_, _, t) in enumerate(ended, start=len(b.dev) - len(ended)):
+        b.has_f[i], b.free_ns[i] = True, t
+
+
 def _watched_frees(watched, b: _Blocks) -> None:
     """End blocks from before the capture that the allocator never reported freed, at the
     time a weak reference on their storage saw them go. Updates ``b.has_f`` and ``b.free_ns``."""
@@ -349,8 +383,9 @@ def _watched_frees(watched, b: _Blocks) -> None:
             b.free_ns[i] = t
 
 
-def _start_sizes(names: pd.DataFrame) -> dict:
-    """``(device, ptr) -> bytes`` of the storages the session named at the start."""
+def _start_sizes(names: pd.DataFrame, unnamed: list | None = None) -> dict:
+    """``(device, ptr) -> bytes`` of the storages the session named at the start, then of
+    those it did not (``unnamed``)."""
     when = names["when"].to_numpy(dtype=object) == "start"
     live: dict = {}
     for key in zip(
@@ -359,6 +394,8 @@ def _start_sizes(names: pd.DataFrame) -> dict:
         names["size_bytes"].to_numpy()[when].tolist(),
     ):
         live.setdefault(key[:2], key[2])
+    for device, ptr, size in unnamed or ():
+        live.setdefault((device, ptr), size)
     return live
 
 

@@ -100,7 +100,7 @@ _CATEGORY = S.codes_of(S.CATEGORY_DTYPE)
 _ROLE = S.codes_of(S.ROLE_DTYPE)
 
 
-#: The reason of the baseline's remainder on a CUDA device (one block of address 0).
+#: The reason of the baseline's remainder that nothing names (blocks of address 0).
 UNREACHABLE_REASON = "allocated before the capture, reachable from nothing the session knows"
 _UNTOUCHED = "existed before the capture, untouched"
 
@@ -133,8 +133,9 @@ class Decisions:
 
 # -- the rules, most certain first -----------------------------------------------------------
 def unreachable_rule(f: Facts, d: Decisions) -> None:
-    """0. The baseline's remainder: what the CUDA allocator held at the start that nothing
-    the session knows names (one block of address 0) is ``unknown``."""
+    """0. The baseline's remainder: what the CUDA allocator held at the start, or the CPU's
+    tensors held, that nothing the session knows names (a block of address 0) is
+    ``unknown``."""
     allocs = f.tables["allocations"]
     d.decide(_unreachable(f, allocs), C.UNKNOWN, UNREACHABLE_REASON)
 

@@ -296,7 +296,7 @@ META: dict[str, Key] = {
     ),
     "baseline_bytes": Key(by_device(nonneg_int), "bytes live when the capture started"),
     "untouched_bytes": Key(by_device(nonneg_int), "of those, never used by the code"),
-    "unreachable_bytes": Key(by_device(nonneg_int), "of those, reached by no name (CUDA)"),
+    "unreachable_bytes": Key(by_device(nonneg_int), "of those, reached by no name"),
     "cuda_start": Key(CUDA_TOTALS, "CUDA's totals when the capture started"),
     "cuda_end": Key(CUDA_TOTALS, "and when it ended"),
     "leaks": Key(

@@ -156,6 +156,7 @@ def _record_tables(
         totals_end=capture.totals_end,
         inferred=inferred,
         older=capture.older,
+        unnamed=capture.unnamed,
     )
     names_df = T.match_names(names_df, allocations)
     ops = T.finish_ops(ops, flows, allocations)
@@ -217,8 +218,8 @@ def baseline_meta(allocations, events, capture: Capture, allocated_start: dict) 
     the driver's view (see docs/tables.md, "The baseline"):
 
     - ``baseline_bytes``: bytes of the blocks live at the start; ``untouched_bytes``: those
-      the captured code never used; ``unreachable_bytes``: CUDA's remainder that nothing the
-      session knows reaches;
+      the captured code never used; ``unreachable_bytes``: what nothing the session knows
+      reaches (CUDA's remainder; on the CPU the storages of unnamed tensors);
     - ``reserved_peak_bytes``: the caching allocator's largest reserved total (recorded);
     - ``cuda_start`` / ``cuda_end``: ``allocated``, ``reserved``, ``free`` and ``total``
       bytes and ``outside_torch_bytes`` (the device's used memory that PyTorch's allocator

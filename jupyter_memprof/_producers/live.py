@@ -215,7 +215,9 @@ def _public(namespace: dict | None) -> list[tuple[str, Any]]:
     return [(k, v) for k, v in list(namespace.items()) if not k.startswith("_")]
 
 
-def _storage(t: torch.Tensor) -> tuple[str, int, int] | None:
+def storage_of(t: torch.Tensor) -> tuple[str, int, int] | None:
+    """``(device, address, bytes)`` of a tensor's storage (its allocator block's bytes);
+    None for a tensor with none to read (meta, sparse, nested, fake)."""
     try:
         s = t.untyped_storage()
         if t.device.type == "meta":
@@ -363,7 +365,7 @@ class SessionNames:
         storages have no address, passes its own). ``watch(tensor, (device, address,
         bytes))`` is called for each named tensor (the recorder watches for frees)."""
         with collector_paused():
-            return self._rows(when, storage or _storage, watch)
+            return self._rows(when, storage or storage_of, watch)
 
     def _rows(self, when: str, storage, watch) -> list[NameRow]:
         rows: list[NameRow] = []
@@ -438,7 +440,7 @@ def _saved_attrs(node: Any) -> tuple[str, ...]:
     return hit
 
 
-def _saved_tensors(node: Any) -> list[tuple[str, torch.Tensor]] | None:
+def saved_tensors(node: Any) -> list[tuple[str, torch.Tensor]] | None:
     """The tensors an autograd node saved for backward (``_saved_self``, ...); None when
     backward has freed them already (then it has freed the whole graph's)."""
     out = []
@@ -482,7 +484,7 @@ class _Graphs:
                 continue
             self.seen.add(id(node))
             self.budget -= 1
-            saved = _saved_tensors(node)
+            saved = saved_tensors(node)
             if saved is None:
                 return
             for attr, t in saved:
@@ -522,7 +524,7 @@ def held_rows(
     of live tensors hold counts in what was live before (the baseline), named by path."""
     with warnings.catch_warnings():  # reading a deprecated attribute must not warn the user
         warnings.simplefilter("ignore")
-        graphs = _Graphs(storage or _storage, when)
+        graphs = _Graphs(storage or storage_of, when)
         tensors = list(names.var_tensors if names.deep else reach(namespace).tensors)
         if not names.deep:
             for path, t in tensors:

@@ -20,8 +20,8 @@ from collections.abc import Callable
 import torch
 
 from .._errors import CaptureError
-from .._records import Capture, DeviceTotals, WatchedFree
-from . import profiler_guard
+from .._records import Capture, DeviceTotals, UnnamedStorage, WatchedFree
+from . import profiler_guard, unnamed
 from . import torch_profiler as events
 from .live import ModuleHooks, SessionNames, held_rows, modules_by_id
 from .slot import SLOT, Claim
@@ -269,6 +269,7 @@ class Recorder:
         self.totals_start: dict[str, DeviceTotals] = {}
         self.totals_end: dict[str, DeviceTotals] = {}
         self.watched_frees: list[WatchedFree] = []
+        self.unnamed: list[UnnamedStorage] = []
         self._guard: profiler_guard.Guard | None = None
 
     def start(self) -> None:
@@ -358,13 +359,20 @@ class Recorder:
 
     def _start_names(self) -> list:
         """The session's names at the start: its variables' tensors (watched for frees)
-        and the tensors their autograd graphs saved (held only by those graphs)."""
+        and the tensors their autograd graphs saved (held only by those graphs); and on the
+        CPU the storages no name reaches (:attr:`unnamed`, watched too: CUDA's allocator
+        counts those itself)."""
         namespace = self._namespace()
         names = SessionNames(namespace)
         rows = names.rows("start", watch=self._watch)
         named = {(r.device, r.ptr) for r in rows}
-        held = held_rows(names, namespace, when="start")
-        return rows + [r for r in held if (r.device, r.ptr) not in named]
+        rows += [
+            r for r in held_rows(names, namespace, when="start") if (r.device, r.ptr) not in named
+        ]
+        if "cpu" in self.devices and unnamed.ENABLED:
+            named = {(r.device, r.ptr) for r in rows}
+            self.unnamed = unnamed.unnamed_storages(named, ("cpu",), watch=self._watch).storages
+        return rows
 
     def stop(self) -> None:
         """Always stops the profiler and removes every hook, whatever happened before (each
@@ -456,6 +464,7 @@ class Recorder:
             totals_start=dict(self.totals_start),
             totals_end=dict(self.totals_end),
             watched_frees=list(self.watched_frees),
+            unnamed=list(self.unnamed),
         )
 
     def release(self) -> None:

@@ -238,9 +238,10 @@ class WindowRecorder(Recorder):
                 tp.profiler = None  # torch's raw result: not kept
         # the next window: the session's names at its start (so blocks from before it are
         # named as in one capture), no burner nor watched frees of its own (frees of blocks
-        # made while an earlier window recorded are reported)
+        # made while an earlier window recorded are reported), no survey of unnamed storages
+        # (the run's start has it)
         self.start_rows = SessionNames(self._namespace()).rows("start")
-        self._burner_ptr, self.watched_frees = None, []
+        self._burner_ptr, self.watched_frees, self.unnamed = None, [], []
         self.totals_start = cuda_totals(self.devices)
         tp = _new_profiler(self.devices, self.with_stack)
         try:
