@@ -10,7 +10,12 @@ rounds in one process:
   same cell without the magic;
 - the start's naming (walk, names, weak references) for that namespace, and for a namespace
   of about 1M Python objects and 10k tensors (250k small dicts in a list, 10k tensors in a
-  dict, a model): the walk alone, and the walk with the names and weak references.
+  dict, a model): the walk alone, and the walk with the names and weak references;
+- the CPU's survey of the storages no name reaches (``_producers/unnamed.py``: every object
+  the garbage collector tracks looked at), with the naming it needs, for the big namespace
+  with 10k tensors more that no variable names: in this process (both namespaces live),
+  then with 700k more objects the collector tracks (small objects and one-item lists; the
+  big namespace's dicts hold only numbers and strings, which the collector does not track).
 
 Run: ``.venv/bin/python benchmarks/bench_baseline.py [--rounds 7]``
 """
@@ -34,6 +39,7 @@ from bench_estimate import quickstart
 from jupyter_memprof._producers.live import SessionNames
 from jupyter_memprof._producers.reach import reach
 from jupyter_memprof._producers.recorder import _FreeWatch
+from jupyter_memprof._producers.unnamed import unnamed_storages
 
 
 def quickstart_namespace() -> dict:
@@ -86,6 +92,31 @@ def start_names(ns: dict) -> int:
     return len(rows)
 
 
+class _Record:
+    def __init__(self, i: int) -> None:
+        self.i = i
+
+
+def survey(ns: dict) -> int:
+    """The start's survey of what no name reaches, given the names; the objects it saw."""
+    watch = _FreeWatch()
+    named = {(r.device, r.ptr) for r in SessionNames(ns).rows("start")}
+    found = unnamed_storages(named, watch=watch)
+    watch.close()
+    return found.objects
+
+
+def survey_rounds(big: dict, rounds: int) -> list[tuple[int, tuple[list, list]]]:
+    """The survey's objects and times with 10k tensors more that no variable names, then
+    with 700k more objects the collector tracks."""
+    hidden = [torch.zeros(4) for _ in range(10_000)]
+    out = [(survey(big), timed(lambda: survey(big), rounds))]
+    filler = [_Record(i) for i in range(350_000)] + [[i] for i in range(350_000)]
+    out.append((survey(big), timed(lambda: survey(big), rounds)))
+    assert len(hidden) == 10_000 and len(filler) == 700_000
+    return out
+
+
 def empty_cell(ns: dict, rounds: int) -> tuple[list[float], list[float]]:
     from IPython.testing.globalipapp import start_ipython
 
@@ -125,6 +156,9 @@ def main() -> int:
         "big walk": timed(lambda: reach(big), args.rounds),
         "big names": timed(lambda: start_names(big), args.rounds),
     }
+    surveys = survey_rounds(big, args.rounds)
+    big.clear()  # the empty cell: in a process of the quickstart's size
+    objects_q = len(gc.get_objects())
     magic, plain = empty_cell(q, args.rounds)
     print(f"torch {torch.__version__}; medians of {args.rounds} rounds (min–max)\n")
     print("| namespace | named storages | walk | walk, names and weak references |")
@@ -138,7 +172,15 @@ def main() -> int:
             f"| {label} | {rows:,} | {ms(walk[0])}, CPU {ms(walk[1])} "
             f"| {ms(names[0])}, CPU {ms(names[1])} |"
         )
-    print("\nEmpty cell with the quickstart's namespace (IPython shell):\n")
+    print("\nThe survey of what no name reaches (with the naming it needs):\n")
+    print("| objects the collector tracks | survey and naming | naming alone |")
+    print("|---:|---:|---:|")
+    for n, (wall, cpu) in surveys:
+        print(f"| {n:,} | {ms(wall)}, CPU {ms(cpu)} | {ms(r['big names'][0])} |")
+    print(
+        f"\nEmpty cell with the quickstart's namespace (IPython shell; {objects_q:,} objects "
+        "the collector tracks):\n"
+    )
     print("| cell | wall | CPU |")
     print("|---|---:|---:|")
     print(f"| `%%memprofile` + `pass` | {ms(magic[0])} | {ms(magic[1])} |")

@@ -19,7 +19,7 @@ import torch
 
 import jupyter_memprof
 from jupyter_memprof._analysis.categories import UNREACHABLE_REASON
-from jupyter_memprof._producers.unnamed import unnamed_storages
+from jupyter_memprof._producers.unnamed import cpu_storage, unnamed_storages
 
 pytestmark = pytest.mark.usefixtures("unnamed_survey")
 
@@ -141,14 +141,23 @@ def test_what_a_hidden_graph_saved_counts_and_nothing_named_counts_twice():
     assert keep[0]() > 0
 
 
+class _MyTensor(torch.Tensor):
+    pass
+
+
 def test_the_survey_lists_each_unnamed_storage_once_with_its_bytes():
     t = torch.ones(300)
     views = [t[:10], t[100:], t.view(3, 100)]  # one storage
     key = ("cpu", t.untyped_storage().data_ptr())
-    found = {(s.device, s.ptr): s.size for s in unnamed_storages(set(), ("cpu",)).storages}
+    found = {(s.device, s.ptr): s.size for s in unnamed_storages(set()).storages}
     assert found[key] == 1200
-    assert key not in {(s.device, s.ptr) for s in unnamed_storages({key}, ("cpu",)).storages}
-    assert not unnamed_storages(set(), ("cuda:0",)).storages
+    assert key not in {(s.device, s.ptr) for s in unnamed_storages({key}).storages}
+    mine = [torch.ones(20).as_subclass(_MyTensor)]  # a user's tensor type is a tensor too
+    found = {(s.device, s.ptr): s.size for s in unnamed_storages(set()).storages}
+    assert found[("cpu", mine[0].untyped_storage().data_ptr())] == 80
+    meta = torch.ones(300, device="meta")
+    sparse = torch.ones(3).to_sparse()
+    assert cpu_storage(meta) is None and cpu_storage(sparse) is None
     assert len(views) == 3
 
 

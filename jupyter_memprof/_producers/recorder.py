@@ -371,7 +371,7 @@ class Recorder:
         ]
         if "cpu" in self.devices and unnamed.ENABLED:
             named = {(r.device, r.ptr) for r in rows}
-            self.unnamed = unnamed.unnamed_storages(named, ("cpu",), watch=self._watch).storages
+            self.unnamed = unnamed.unnamed_storages(named, watch=self._watch).storages
         return rows
 
     def stop(self) -> None:

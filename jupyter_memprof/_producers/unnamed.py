@@ -14,9 +14,10 @@ are not among those named; the analysis puts what is not otherwise a block into 
 of address 0 per device, as on CUDA. Not seen: storages only C++ holds that no graph of a
 Python tensor reaches (a library's C++ cache).
 
-Cost: ``gc.get_objects()`` and one type test per distinct type, about 0.2 s per million
-tracked objects on a 2-core machine (docs/reliability.md has the numbers), plus the graph
-walk, bounded by :data:`~jupyter_memprof._producers.live.GRAPH_BUDGET` nodes.
+Cost: ``gc.get_objects()`` and a look at each object's type, in C: about 0.1 to 0.2 s of
+CPU per million tracked objects (docs/tables.md, "The baseline", has the numbers), a few µs
+per tensor found, and the graph walk, bounded by
+:data:`~jupyter_memprof._producers.live.GRAPH_BUDGET` nodes.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ import torch
 
 from .._records import UnnamedStorage
 from .dtensor import local_tensor
-from .live import GRAPH_BUDGET, saved_tensors, storage_of
+from .live import GRAPH_BUDGET, saved_tensors
 from .reach import collector_paused
 
 #: Whether a real run's capture looks for them (tests/conftest.py turns it off for the tests
@@ -50,47 +51,71 @@ class Survey(NamedTuple):
     seconds: float
 
 
+def tensor_types() -> set[type]:
+    """``torch.Tensor`` and every subclass of it defined in this process (``Parameter``,
+    ``FakeTensor``, a user's): the types whose objects are tensors."""
+    out: set[type] = {torch.Tensor}
+    todo = [torch.Tensor]
+    while todo:
+        for sub in type.__subclasses__(todo.pop()):
+            if sub not in out:
+                out.add(sub)
+                todo.append(sub)
+    return out
+
+
 def tracked_tensors() -> tuple[list[torch.Tensor], int]:
     """Every tensor among the objects the garbage collector tracks, and how many objects it
-    tracks. One type test per distinct type, the rest in C (``map``, ``compress``); the
+    tracks. One pass in C (``map``, ``compress``) against the set of tensor types; the
     collector is paused so that the list of every object does not start a collection."""
+    wanted = tensor_types()
     with collector_paused():
         objects = gc.get_objects()
         n = len(objects)
-        kinds = list(map(type, objects))
-        wanted = {k for k in set(kinds) if issubclass(k, torch.Tensor)}
-        tensors = list(itertools.compress(objects, map(wanted.__contains__, kinds)))
-        del objects, kinds
+        tensors = list(itertools.compress(objects, map(wanted.__contains__, map(type, objects))))
+        del objects
     return tensors, n
+
+
+def cpu_storage(t: torch.Tensor) -> tuple[str, int, int] | None:
+    """``("cpu", address, bytes)`` of a CPU tensor's storage; None for a tensor of another
+    device or with no storage to read (sparse; a fake tensor's address is 0). The
+    survey's hot path: no device object is made."""
+    try:
+        if not t.is_cpu:
+            return None
+        s = t.untyped_storage()
+        return "cpu", s.data_ptr(), s.nbytes()
+    except Exception:  # sparse, nested; a tensor subclass whose attributes raise
+        return None
 
 
 class _Found:
     """Storages found so far, each once, none of them named."""
 
-    def __init__(self, named: Container, devices: Container[str], storage, watch) -> None:
+    def __init__(self, named: Container, storage, watch) -> None:
         self.named = named
-        self.devices = devices
         self.storage = storage
         self.watch = watch
         self.seen: set[tuple[str, int]] = set()
         self.out: list[UnnamedStorage] = []
 
     def add(self, t: Any) -> bool:
-        """Note ``t``'s storage when it is on a wanted device, named by nothing and new;
-        True when ``t``'s storage is not named (its graph is worth a walk)."""
+        """Note ``t``'s storage when it is named by nothing and new; True when ``t``'s
+        storage is not named (its graph is worth a walk)."""
         try:
             t = local_tensor(t)
-            st = self.storage(t) if isinstance(t, torch.Tensor) else None
         except Exception:  # a tensor subclass whose attributes raise
             return False
-        if st is None or not st[1] or st[0] not in self.devices:
+        st = self.storage(t) if isinstance(t, torch.Tensor) else None
+        if st is None or not st[1]:
             return False
         key = (st[0], st[1])
         if key in self.named:
             return False
         if key not in self.seen:
             self.seen.add(key)
-            self.out.append(UnnamedStorage(st[0], st[1], st[2]))
+            self.out.append(UnnamedStorage(*st))
             if self.watch is not None:
                 self.watch(t, st)
         return True
@@ -121,19 +146,19 @@ def _walk_graphs(roots: list[Any], found: _Found, budget: int) -> int:
 
 def unnamed_storages(
     named: Container[tuple[str, int]],
-    devices: Container[str],
     *,
-    storage: Callable[[torch.Tensor], tuple[str, int, int] | None] = storage_of,
+    storage: Callable[[torch.Tensor], tuple[str, int, int] | None] = cpu_storage,
     watch: Callable[[torch.Tensor, tuple[str, int, int]], object] | None = None,
     graph_budget: int = GRAPH_BUDGET,
 ) -> Survey:
-    """The storages on ``devices`` that Python's tensors hold, or that the autograd graphs
-    of those tensors saved, less those ``named`` (``(device, address)`` keys: the session's
-    names and what their graphs hold), each once, in the order found. ``watch(tensor,
-    (device, address, bytes))`` is called for each (the recorder watches for frees)."""
+    """The CPU storages (``storage``: which and how read) that Python's tensors hold, or
+    that the autograd graphs of those tensors saved, less those ``named`` (``(device,
+    address)`` keys: the session's names and what their graphs hold), each once, in the
+    order found. ``watch(tensor, (device, address, bytes))`` is called for each (the
+    recorder watches for frees)."""
     t0 = time.perf_counter()
     tensors, objects = tracked_tensors()
-    found = _Found(named, devices, storage, watch)
+    found = _Found(named, storage, watch)
     n_tensors, roots = len(tensors), []
     with collector_paused(), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # a deprecated attribute read must not warn
