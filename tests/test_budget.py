@@ -95,3 +95,27 @@ def test_the_machine_floor_stops_the_code_too():
     assert "recording stopped: the process grew by" in str(prof)
     assert "the machine's available memory fell under" in str(prof)
     assert len(prof.ops[prof.ops["name"] == "aten::mul"]) >= 1
+
+
+def test_a_capture_stopped_at_its_budget_frees_torchs_result_before_the_analysis():
+    """Memory before time: torch's raw result (about five times what recording grew) and
+    the records are freed at once, also where a shell would free them after the cell."""
+    from jupyter_memprof._producers.recorder import LATER
+
+    x = torch.ones(10)
+    LATER.free()
+    was, LATER.enabled = LATER.enabled, True  # as in a notebook: freed after the cell
+    try:
+        with pytest.raises(MemoryBudgetExceeded):
+            with jupyter_memprof.profile(memory_budget="8MiB", namespace={"x": x}) as prof:
+                while True:
+                    x * 2
+        assert len(LATER) == 0 and prof.meta["memory_budget"]["exceeded"] is True
+        assert (prof.ops["name"] == "aten::mul").sum() > 100
+        with jupyter_memprof.profile(namespace={"x": x}) as plain:
+            x * 2
+        assert len(LATER) == 2  # a plain capture's raw result and records: after the cell
+        assert (plain.ops["name"] == "aten::mul").sum() == 1
+    finally:
+        LATER.free()
+        LATER.enabled = was

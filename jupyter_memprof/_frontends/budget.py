@@ -13,10 +13,11 @@ between two Python instructions, never inside an op):
   at the start), before the machine runs out.
 
 The capture then stops torch's profiler, reads what it recorded and says so in
-``meta["memory_budget"]`` and the summary. Reading takes memory too: about 14 times what the
-events took (measured: a capture stopped at 201 MiB of growth took 2.8 GiB more while read
-and analysed), so a cell that may not end is best given a budget of a twentieth of the
-memory free. Linux only (``/proc``); elsewhere there is no watchdog.
+``meta["memory_budget"]`` and the summary. Reading takes memory too, about 15 times the
+budget at its peak, mostly torch's own result objects made at its stop (docs/reliability.md
+has the measurements); a capture stopped here frees that result before the analysis. So a
+cell that may not end is best given a budget of a twentieth of the memory free. Linux only
+(``/proc``); elsewhere there is no watchdog.
 """
 
 from __future__ import annotations

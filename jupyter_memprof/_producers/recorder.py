@@ -467,13 +467,13 @@ class Recorder:
             unnamed=list(self.unnamed),
         )
 
-    def release(self) -> None:
+    def release(self, now: bool = False) -> None:
         """Let go of torch's raw result (it can be large): freed now, or after the cell when
-        a shell frees results then (:data:`LATER`)."""
+        a shell frees results then (:data:`LATER`), unless ``now``."""
         tp, self._torch_profiler = self._torch_profiler, None
         if tp is None:
             return
         raw, tp.profiler = tp.profiler, None
-        if raw is not None and LATER.hand_over(raw):
+        if raw is not None and not now and LATER.hand_over(raw):
             return
         del raw
