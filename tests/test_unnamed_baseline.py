@@ -70,6 +70,15 @@ def test_a_tensor_only_a_closure_cell_holds_is_one_block_reachable_by_no_name():
     assert int(first.groupby("category", observed=True)["bytes"].last().sum()) == _baseline(prof)
     assert prof.peak("cpu").attrs["peak_bytes"] >= _baseline(prof)
     assert "reachable from no name" in str(prof) and "reachable from no name" in prof._repr_html_()
+    # the dashboard draws it as it draws CUDA's: an `unknown` block and its timeline's band
+    from jupyter_memprof._views.dashboard.select import shown
+
+    seen = shown(prof, None, None)
+    cols = seen.acols
+    at = [i for i, r in enumerate(cols["reason"]) if r == UNREACHABLE_REASON]
+    assert len(at) == 1 and cols["category"][at[0]] == "unknown"
+    assert cols["size"][at[0]] == _unreachable(prof)
+    assert "unknown" in seen.timelines[0].categories
     assert hooks[0]() == 1000
 
 
