@@ -9,13 +9,13 @@ of a traceback), and so is every tensor an autograd graph saved that once was a 
 object (torch keeps the object alive with the tensor). The graphs of those tensors are
 walked too, for what they saved that never was one (a result inside a fused op).
 
-:func:`unnamed_storages` lists, once per storage, the storages on the wanted devices that
-are not among those named; the analysis puts what is not otherwise a block into one block
-of address 0 per device, as on CUDA. Not seen: storages only C++ holds that no graph of a
-Python tensor reaches (a library's C++ cache).
+:func:`unnamed_storages` lists, once per storage, the CPU storages that are not among those
+named; the analysis puts what is not otherwise a block into one block of address 0, as on
+CUDA. Not seen: storages only C++ holds that no graph of a Python tensor reaches (a
+library's C++ cache), and objects ``gc.freeze()`` moved out of the collector's lists.
 
 Cost: ``gc.get_objects()`` and a look at each object's type, in C: about 0.1 to 0.2 s of
-CPU per million tracked objects (docs/tables.md, "The baseline", has the numbers), a few µs
+CPU per million tracked objects (docs/reliability.md has the numbers), a few µs
 per tensor found, and the graph walk, bounded by
 :data:`~jupyter_memprof._producers.live.GRAPH_BUDGET` nodes.
 """
