@@ -12,6 +12,7 @@ body once on fake tensors; the real marks share one real run.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import re
@@ -131,7 +132,7 @@ def wrap(original: Callable, marks: list, item, kept: list) -> Callable:
         if real:
             from .. import profile, release
 
-            with profile(label=item.name, namespace={}) as prof:
+            with _test_alone(), profile(label=item.name, namespace={}) as prof:
                 result = original(**testargs)
             release(prof)
             kept.append(prof)
@@ -142,6 +143,20 @@ def wrap(original: Callable, marks: list, item, kept: list) -> Callable:
         return result
 
     return run
+
+
+@contextlib.contextmanager
+def _test_alone():
+    """A test's capture counts what the test makes and uses: not, on the CPU, the tensors
+    that other tests, fixtures and test modules of the session keep alive, which a capture
+    elsewhere counts as reachable by no name (``_producers/unnamed.py``)."""
+    from .._producers import unnamed
+
+    was, unnamed.ENABLED = unnamed.ENABLED, False
+    try:
+        yield
+    finally:
+        unnamed.ENABLED = was
 
 
 class Memprof:
@@ -174,7 +189,8 @@ class Memprof:
         if self._capture is not None:
             raise RuntimeError("memprof is capturing already: one `with memprof:` at a time")
         self._capture = profile(label=self.name, namespace={})
-        prof = self._capture.__enter__()
+        with _test_alone():
+            prof = self._capture.__enter__()
         self.profiles.append(prof)
         return prof
 
