@@ -26,28 +26,48 @@ def _peaks(events: pd.DataFrame) -> dict[str, tuple[int, int, int]]:
     adds its bytes, destroying it takes them away; a new version changes nothing."""
     if events.empty:
         return {}
-    action = _actions(events)
-    sign = np.where(action == Action.DESTROY.value, -1, 1)
-    sign[action == Action.INCREMENT_VERSION.value] = 0
+    sign = np.where(_is(events, Action.DESTROY), -1, 1)
+    sign[_is(events, Action.INCREMENT_VERSION)] = 0
     delta = sign * events["size_bytes"].to_numpy(dtype=np.int64)
     times = events["time_ns"].to_numpy(dtype=np.int64)
-    codes, devices = pd.factorize(events["device"].astype(object))
+    codes, devices = _device_codes(events["device"])
     out = {}
     for code, dev in enumerate(devices):
         rows = np.flatnonzero(codes == code)
+        if not len(rows):
+            continue
         live = np.cumsum(delta[rows])
         top = int(np.argmax(live))
         out[str(dev)] = (int(live[top]), int(times[rows[top]]), int(rows[top]))
     return out
 
 
+def _device_codes(col: pd.Series) -> tuple[np.ndarray, list]:
+    """A device column as (a code per row, -1 where missing; the device of each code)."""
+    if isinstance(col.dtype, pd.CategoricalDtype):
+        return col.cat.codes.to_numpy(), list(col.cat.categories)
+    codes, devices = pd.factorize(col.astype(object))
+    return codes, list(devices)
+
+
+def _is(events: pd.DataFrame, action: Action) -> np.ndarray:
+    """Which events are ``action`` (a categorical column compares its codes)."""
+    col = events["action"]
+    if isinstance(col.dtype, pd.CategoricalDtype):
+        cats = col.cat.categories
+        if action.value not in cats:
+            return np.zeros(len(col), dtype=bool)
+        return col.cat.codes.to_numpy() == cats.get_loc(action.value)
+    return (col.astype(object) == action.value).to_numpy(dtype=bool)
+
+
 def live_after(tables: dict[str, pd.DataFrame], event: int) -> np.ndarray:
     """alloc_ids of the blocks alive right after event number ``event``."""
-    ev = tables["events"]
-    act = _actions(ev)[: event + 1]
-    ids = ev["alloc_id"].to_numpy()[: event + 1]
-    born = ids[(act != Action.DESTROY.value) & (act != Action.INCREMENT_VERSION.value)]
-    gone = ids[act == Action.DESTROY.value]
+    ev = tables["events"].iloc[: event + 1]
+    destroy = _is(ev, Action.DESTROY)
+    ids = ev["alloc_id"].to_numpy()
+    born = ids[~destroy & ~_is(ev, Action.INCREMENT_VERSION)]
+    gone = ids[destroy]
     if len(born) and born.min() >= 0 and born.max() < 4 * len(ids) + 1024:
         # ids are small (the analysis numbers blocks 0, 1, ...): a mask, not a sort
         alive = np.zeros(int(born.max()) + 1, dtype=bool)
@@ -57,13 +77,18 @@ def live_after(tables: dict[str, pd.DataFrame], event: int) -> np.ndarray:
     return np.setdiff1d(born, gone)
 
 
-def _actions(events: pd.DataFrame) -> np.ndarray:
-    """The events' actions as an object array (each distinct value converted once)."""
-    col = events["action"]
-    if isinstance(col.dtype, pd.CategoricalDtype):
-        names = np.append(col.cat.categories.astype(object).to_numpy(), None)
-        return names[col.cat.codes.to_numpy()]  # code -1 (missing) picks the None
-    return col.astype(object).to_numpy()
+def member(ids: np.ndarray, pool: np.ndarray) -> np.ndarray:
+    """``np.isin(ids, pool)`` for block ids: a mask over the ids where they are small (the
+    analysis numbers blocks 0, 1, ...), not a sort."""
+    ids, pool = np.asarray(ids, dtype=np.int64), np.asarray(pool, dtype=np.int64)
+    if not len(ids) or not len(pool):
+        return np.zeros(len(ids), dtype=bool)
+    low, high = min(ids.min(), pool.min()), max(ids.max(), pool.max())
+    if low < 0 or high >= 4 * (len(ids) + len(pool)) + 1024:
+        return np.isin(ids, pool)
+    mask = np.zeros(int(high) + 1, dtype=bool)
+    mask[pool] = True
+    return mask[ids]
 
 
 def with_op_context(tables: dict[str, pd.DataFrame], blocks: pd.DataFrame) -> pd.DataFrame:
@@ -127,7 +152,7 @@ def peak_point(tables: dict[str, pd.DataFrame], device: str | None = None) -> Pe
     peak_bytes, peak_ns, event = peaks[device]
     a = tables["allocations"]
     ids = a["alloc_id"].to_numpy(dtype=np.int64)
-    mine = np.isin(ids, live_after(tables, event)) & _on(a["device"], device)
+    mine = member(ids, live_after(tables, event)) & _on(a["device"], device)
     return PeakPoint(device, peak_bytes, peak_ns, ids[mine])
 
 
@@ -155,7 +180,7 @@ def peak(tables: dict[str, pd.DataFrame], device: str | None = None) -> pd.DataF
         out.attrs.update(peak_bytes=0, peak_ns=None, device=point.device)
         return out
     a = tables["allocations"]
-    blocks = a[a["alloc_id"].isin(point.alloc_ids).to_numpy(dtype=bool)]
+    blocks = a[member(a["alloc_id"].to_numpy(dtype=np.int64), point.alloc_ids)]
     out = (
         with_op_context(tables, blocks)
         .sort_values(["size_bytes", "alloc_id"], ascending=[False, True])

@@ -221,12 +221,15 @@ def check_text(df: pd.DataFrame, schema: dict) -> str | None:
         if not _utf8_ok("".join(uniques)):
             return f"column {col!r} holds text that is not valid Unicode"
         if kind == "vocab":
+            vocab = set(dtype.categories)
+            if isinstance(s.dtype, pd.CategoricalDtype) and set(uniques) <= vocab:
+                continue  # no value it may hold is outside the vocabulary
             used = (
                 set(s.dropna().unique())
                 if not isinstance(s.dtype, pd.CategoricalDtype)
                 else _used_categories(s)
             )
-            unknown = sorted(str(u) for u in used - set(dtype.categories))
+            unknown = sorted(str(u) for u in used - vocab)
             if unknown:
                 return f"column {col!r} holds {unknown[0]!r}, not one of {list(dtype.categories)}"
     return None
@@ -235,7 +238,8 @@ def check_text(df: pd.DataFrame, schema: dict) -> str | None:
 def _used_categories(s: pd.Series) -> set:
     """The categories the rows of ``s`` (categorical) use: counted, not sorted."""
     codes = s.cat.codes.to_numpy()
-    present = np.bincount(codes[codes >= 0], minlength=len(s.cat.categories)) > 0
+    # shifted by one so that a missing value (-1) counts at 0: no copy of the present codes
+    present = np.bincount(codes + np.int64(1), minlength=len(s.cat.categories) + 1)[1:] > 0
     return set(s.cat.categories[present])
 
 
@@ -262,7 +266,7 @@ def check_tables(tables: dict[str, pd.DataFrame], path: str) -> dict[str, pd.Dat
         raise ProfileFileError(f"{where}: table 'ops' does not number its ops 0, 1, 2, ...")
     for name, cols in _OP_REFS.items():
         for col in cols:
-            v = tables[name][col].dropna().to_numpy(dtype=np.int64)
+            v = _present(tables[name][col])
             if len(v) and (v.min() < 0 or v.max() >= n):
                 raise ProfileFileError(
                     f"{where}: table {name!r} column {col!r} names an op that is not in 'ops'"
@@ -277,6 +281,13 @@ def check_tables(tables: dict[str, pd.DataFrame], path: str) -> dict[str, pd.Dat
     if problem:
         raise ProfileFileError(f"{where}: {problem}")
     return tables
+
+
+def _present(s: pd.Series) -> np.ndarray:
+    """The values of an integer column that are not missing, as int64."""
+    if s.dtype == np.int64:
+        return s.to_numpy()
+    return s.to_numpy(dtype=np.int64, na_value=0)[~s.isna().to_numpy()]
 
 
 #: columns holding block ids: each must be an ``alloc_id`` of ``allocations`` (or NA)
@@ -297,47 +308,73 @@ _FILLED = {
 }
 
 
+class _Blocks:
+    """The ``alloc_id`` column of ``allocations``, to find rows by id: an id's row is
+    ``id - first`` where the ids are ``first, first + 1, ...`` (as the analysis numbers
+    them), else a binary search of the ids sorted once."""
+
+    def __init__(self, ids: np.ndarray) -> None:
+        self.n = len(ids)
+        first = int(ids[0]) if self.n else 0
+        self.dense = bool(self.n) and np.array_equal(ids, np.arange(first, first + self.n))
+        self.first = first
+        if not self.dense:
+            self.order = np.argsort(ids, kind="stable")
+            self.known = ids[self.order]
+
+    def repeats(self) -> bool:
+        """Whether an id names two rows."""
+        if self.dense or self.n < 2:
+            return False
+        return bool((self.known[1:] == self.known[:-1]).any())
+
+    def rows(self, values: np.ndarray) -> np.ndarray | None:
+        """The row of each of ``values``; None when one is not an id."""
+        if not len(values):
+            return np.zeros(0, dtype=np.intp)
+        if not self.n:
+            return None
+        if self.dense:
+            rows = values - self.first
+            return rows if rows.min() >= 0 and rows.max() < self.n else None
+        at = np.minimum(np.searchsorted(self.known, values), self.n - 1)
+        return self.order[at] if bool((self.known[at] == values).all()) else None
+
+
 def _block_problem(tables: dict[str, pd.DataFrame]) -> str | None:
     """The first contradiction between the blocks and what refers to them (the analyses
-    and views look blocks up by id): a vocabulary value missing, ids repeated, references to unknown blocks, a block
-    without events or whose events are on another device; None if none."""
+    and views look blocks up by id): a vocabulary value missing, ids repeated, references
+    to unknown blocks, a block without events or whose events are on another device; None
+    if none."""
     for name, cols in _FILLED.items():
         for col in cols:
             if tables[name][col].isna().any():
                 return f"table {name!r} column {col!r} has missing values"
     allocs = tables["allocations"]
-    ids = allocs["alloc_id"].to_numpy(dtype=np.int64)
-    known = np.sort(ids)  # sorted once: repeats are neighbours, lookups a binary search
-    if len(known) > 1 and bool((known[1:] == known[:-1]).any()):
+    blocks = _Blocks(allocs["alloc_id"].to_numpy(dtype=np.int64))
+    if blocks.repeats():
         return "table 'allocations' names a block twice (alloc_id repeats)"
     for name, col in _BLOCK_REFS.items():
-        refs = tables[name][col].dropna().to_numpy(dtype=np.int64)
-        if not _all_in(refs, known):
+        if blocks.rows(_present(tables[name][col])) is None:
             return f"table {name!r} column {col!r} names a block that is not in 'allocations'"
     events = tables["events"]
-    ev_ids = events["alloc_id"].to_numpy(dtype=np.int64)
-    if not _all_in(ids, np.sort(ev_ids)):
+    rows = blocks.rows(events["alloc_id"].to_numpy(dtype=np.int64))  # all known: see above
+    if np.bincount(rows, minlength=blocks.n).min(initial=1) == 0:
         return "table 'allocations' holds a block without events"
-    by_id = np.argsort(ids, kind="stable")  # every event's block is known (checked above)
-    block_device = allocs["device"].astype(object).to_numpy()[by_id]
-    of_event = block_device[np.searchsorted(ids[by_id], ev_ids)] if len(ids) else block_device
-    if len(events) and not np.array_equal(of_event, events["device"].astype(object).to_numpy()):
+    ev_device = events["device"]
+    block_device = _codes_in(allocs["device"], ev_device.cat.categories)
+    if len(events) and not np.array_equal(block_device[rows], ev_device.cat.codes.to_numpy()):
         return "table 'events' puts a block on another device than 'allocations' does"
-    timeline = set(tables["timeline"]["device"].astype(object).unique())
-    if not timeline <= set(events["device"].astype(object).unique()):
+    if not _used_categories(tables["timeline"]["device"]) <= _used_categories(ev_device):
         return "table 'timeline' names a device that has no events"
     return None
 
 
-def _all_in(values: np.ndarray, pool: np.ndarray) -> bool:
-    """Is every one of ``values`` in ``pool`` (sorted ascending)? ``np.isin`` without its
-    sort of both (a table of millions of blocks is checked on every load)."""
-    if not len(values):
-        return True
-    if not len(pool):
-        return False
-    at = np.minimum(np.searchsorted(pool, values), len(pool) - 1)
-    return bool((pool[at] == values).all())
+def _codes_in(col: pd.Series, categories: pd.Index) -> np.ndarray:
+    """The codes of a categorical ``col`` (no value missing) in ``categories``: -2 for a
+    value not among them."""
+    at = categories.get_indexer(col.cat.categories)
+    return np.where(at >= 0, at, -2)[col.cat.codes.to_numpy()]
 
 
 def decode_utf8(data: bytes) -> str:

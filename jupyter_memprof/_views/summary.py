@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
+from .._analysis.peak import member
 from .._units import format_bytes, format_seconds
 from .budget import budget_phrase
 from .fit_bar import fit_html
@@ -192,7 +193,7 @@ def _steps(steps: pd.DataFrame) -> dict[str, int]:
 def _top_categories(allocations: pd.DataFrame, alloc_ids) -> dict[str, int]:
     """Bytes of the blocks ``alloc_ids`` (those live at a peak) per category, largest first,
     categories with no bytes left out."""
-    blocks = allocations[allocations["alloc_id"].isin(alloc_ids).to_numpy(dtype=bool)]
+    blocks = allocations[member(allocations["alloc_id"].to_numpy(), alloc_ids)]
     by_category = blocks.groupby("category", observed=True)["size_bytes"].sum()
     ordered = by_category.sort_values(ascending=False, kind="stable")
     return {str(cat): int(nbytes) for cat, nbytes in ordered.items() if nbytes > 0}
