@@ -144,3 +144,19 @@ def test_a_category_outside_the_vocabulary(folder):
     assert "bogus" not in set(jupyter_memprof.load(folder).allocations["category"].cat.categories)
     _rewrite(folder, "allocations", used)
     _refused(folder, "column 'category' holds 'bogus', not one of")
+
+
+def test_every_column_of_a_loaded_profile_can_be_written(prof, tmp_path):
+    # the columns are read without a copy of the whole table: each must still be the
+    # table's own writable array (pyarrow hands over read-only views)
+    got = jupyter_memprof.load(prof.save(tmp_path / "p", format="parquet"))
+    for df in got.tables.values():
+        if df.empty:
+            continue
+        for col in df.columns:
+            value = df[col].iloc[-1]
+            if isinstance(value, list):  # ops.input_shapes: a list is not one value to .loc
+                continue
+            df.loc[0, col] = value
+            assert df[col].iloc[0] is value or df[col].iloc[0] == value or value != value
+        assert df.equals(df.copy())

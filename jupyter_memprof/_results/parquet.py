@@ -257,8 +257,8 @@ def _declared(file: str) -> int:
 
 
 def _column(col, dtype, text: TextBudget):
-    """An Arrow column as what pandas builds the declared dtype from; raises Bad."""
-    import numpy as np
+    """An Arrow column as what pandas builds the declared dtype from, the table's own
+    writable array (pyarrow's are read-only views); raises Bad."""
     import pyarrow as pa
 
     t = col.type
@@ -266,19 +266,7 @@ def _column(col, dtype, text: TextBudget):
     if len(col) == 0:  # an empty column's type says nothing (pandas writes double)
         return pd.Series([], dtype=object).astype("Int64" if kind in ("int", "Int") else object)
     if kind in ("int", "Int"):
-        if not pa.types.is_integer(t) and not (kind == "Int" and pa.types.is_null(t)):
-            raise Bad(f"is {t}, not integers")
-        if kind == "int" and col.null_count:
-            raise Bad("has missing values")
-        try:
-            col = col.cast(pa.int64())  # safe: an unsigned value over the range raises
-        except pa.ArrowInvalid:
-            raise Bad("holds an integer out of the 64-bit range") from None
-        if kind == "int":
-            return col.to_numpy()
-        values = np.asarray(col.fill_null(0).to_numpy(zero_copy_only=False), dtype=np.int64)
-        mask = np.asarray(col.is_null().to_numpy(zero_copy_only=False), dtype=bool)
-        return pd.arrays.IntegerArray(values, mask)
+        return _integers(col, kind)
     if kind == "bool":
         if not pa.types.is_boolean(t) or col.null_count:
             raise Bad(f"is {t}, not true or false")
@@ -296,10 +284,66 @@ def _column(col, dtype, text: TextBudget):
         if pa.types.is_dictionary(t):
             col = col.cast(value_type)
         return col.to_pandas(types_mapper={value_type: S.STRING}.get)
+    if kind == "vocab":
+        return _vocabulary(col, dtype)
     values = col.to_pandas()
     if kind == "object":
         return _shapes(values, text)
-    return values
+    return values.copy()  # its codes: pyarrow's indices, read-only
+
+
+def _integers(col, kind: str):
+    """An Arrow integer column as int64 (``kind`` "int") or Int64 ("Int"); raises Bad."""
+    import numpy as np
+    import pyarrow as pa
+
+    t = col.type
+    if not pa.types.is_integer(t) and not (kind == "Int" and pa.types.is_null(t)):
+        raise Bad(f"is {t}, not integers")
+    if kind == "int" and col.null_count:
+        raise Bad("has missing values")
+    try:
+        col = col.cast(pa.int64())  # safe: an unsigned value over the range raises
+    except pa.ArrowInvalid:
+        raise Bad("holds an integer out of the 64-bit range") from None
+    if kind == "int" or not col.null_count:
+        values = col.to_numpy()  # several chunks: joined into a new array
+        values = values if values.flags.writeable else values.copy()
+        if kind == "int":
+            return values
+        return pd.arrays.IntegerArray(values, np.zeros(len(values), dtype=bool))
+    if col.null_count == len(col):  # nothing recorded (a snapshot's tensor ids)
+        return pd.arrays.IntegerArray(
+            np.zeros(len(col), dtype=np.int64), np.ones(len(col), dtype=bool)
+        )
+    values = np.array(col.fill_null(0).to_numpy(zero_copy_only=False), dtype=np.int64)
+    mask = np.asarray(col.is_null().to_numpy(zero_copy_only=False), dtype=bool)
+    return pd.arrays.IntegerArray(values, mask)
+
+
+def _vocabulary(col, dtype: pd.CategoricalDtype) -> pd.Categorical:
+    """A text column (dictionary-encoded) as the closed vocabulary ``dtype``: each chunk's
+    dictionary mapped onto the vocabulary's codes; Bad naming the first value (in sorted
+    order) a row holds outside it. A value the dictionary lists but no row uses is
+    dropped."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    codes, unknown = [], set()
+    for chunk in col.chunks:
+        if not pa.types.is_dictionary(chunk.type):
+            chunk = chunk.dictionary_encode()
+        words = chunk.dictionary.to_pylist()  # a None among them: a missing value
+        known = np.append(dtype.categories.get_indexer(words), -1).astype(np.int64)
+        outside = np.array([w is not None for w in words] + [False]) & (known < 0)
+        at = np.asarray(pc.fill_null(chunk.indices, len(words)).to_numpy(zero_copy_only=False))
+        if outside.any():
+            unknown.update(str(words[i]) for i in np.unique(at[outside[at]]))
+        codes.append(known[at])
+    if unknown:
+        raise Bad(f"holds {sorted(unknown)[0]!r}, not one of {list(dtype.categories)}")
+    return pd.Categorical.from_codes(np.concatenate(codes), dtype=dtype)
 
 
 def _longest(col) -> int:
@@ -409,11 +453,14 @@ def _read_tables(path: str, names, stored: int) -> dict[str, pd.DataFrame]:
                 except Bad as exc:
                     raise Bad(f"column {c!r} {exc}") from None
             del table
+            # each column is already its own writable array: not copied again, nor joined
+            # into blocks (a copy of the whole table)
             df = pd.DataFrame(
                 {
                     c: (v.reset_index(drop=True) if isinstance(v, pd.Series) else v)
                     for c, v in columns.items()
-                }
+                },
+                copy=False,
             )
             problem = check_text(df, schema)
             if problem:
