@@ -16,7 +16,15 @@ where torch is installed, of torch's own Python reader of a snapshot's trace
 (``torch.cuda._memory_viz.trace``, printing to /dev/null). The ratios are what
 docs/snapshots.md reports.
 
-Run: ``.venv/bin/python benchmarks/bench_snapshot.py [--entries 1500000] [--quick]``
+``--dashboard``: then, in a fresh process that opens the snapshot from its cached copy, the
+seconds of its dashboard: the widget's build (``prof.show(header=False)``, after a first
+dashboard of a small profile has paid the imports), ``to_html`` and the HTML's size, the
+page's first render in headless Chromium (``window.memprofReady``), a zoom in the page (3x
+in, from the range's change to the redrawn frame) and the kernel's answer to a zoom beyond
+the levels sent (``levels.zoomed``), and the process's peak memory.
+
+Run: ``.venv/bin/python benchmarks/bench_snapshot.py [--entries 1500000] [--quick]
+[--dashboard]``
 """
 
 from __future__ import annotations
@@ -178,6 +186,7 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="150,000 entries, one round")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--no-torch", action="store_true", help="leave out torch's own reader")
+    ap.add_argument("--dashboard", action="store_true", help="time its dashboard too")
     args = ap.parse_args()
     entries, rounds = (150_000, 1) if args.quick else (args.entries, args.rounds)
     with tempfile.TemporaryDirectory() as tmp:
@@ -207,6 +216,8 @@ def main() -> None:
             print(f"{what:>24}: {s:7.2f} s ({s / base[0]:4.1f}x), peak memory +{rss / MiB:6.0f} MiB "
                   f"({rss / base[1]:4.2f}x), CPU {cpu:6.2f} s")  # fmt: skip
         _ratios(got)
+        if args.dashboard:
+            dashboard(path, cache)
 
 
 def _ratios(got: dict[str, tuple[float, float, float]]) -> None:
@@ -221,6 +232,56 @@ def _ratios(got: dict[str, tuple[float, float, float]]) -> None:
         print(
             f"cached reopen / first open: {a / o:.2f}x the time (CPU {ac / oc:.2f}x; target 0.1x)"
         )
+
+
+_DASHBOARD = """
+import json, os, resource, sys, tempfile, time
+sys.path[:0] = [HERE, os.path.join(os.path.dirname(HERE), "tests")]
+import jupyter_memprof as jm
+from bench_dashboard import ZOOM_JS, first_render_s
+from _browser import chromium_page
+from jupyter_memprof._views.dashboard import data as dd, levels
+from bench_snapshot import make_snapshot
+from jupyter_memprof._frontends import snapshot_cache
+snapshot_cache.MIN_BYTES = 0  # as the measurements above: --quick's file is small
+p = jm.load_snapshot(PATH)
+assert p.meta["snapshot_cached"]
+with tempfile.TemporaryDirectory() as tmp:
+    html = os.path.join(tmp, "big.html")
+    small = jm.load_snapshot(make_snapshot(2000))  # the first dashboard pays the imports
+    small.show(header=False).close()
+    small.to_html(html)
+    t = time.perf_counter(); widget = p.show(header=False); show = time.perf_counter() - t
+    t = time.perf_counter(); p.to_html(html); to_html = time.perf_counter() - t
+    render = first_render_s(html, 1)[0]
+    end = dd.window(p).end_ms
+    with chromium_page(viewport=(1400, 1000)) as page:
+        page.goto("file://" + html)
+        page.wait_for_function("window.memprofReady !== undefined", timeout=600_000)
+        zoom = page.evaluate(ZOOM_JS, [end * 0.41, end * 0.41 + end / 3])["ms"] / 1000
+    src, _req, tl, stacked = widget._built.zoom[p.devices[0]]
+    t = time.perf_counter(); levels.zoomed(p, tl, end * 0.63, end * 0.63 + end * 1e-4, 1400)
+    kernel = time.perf_counter() - t
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    print(json.dumps([show, to_html, os.path.getsize(html), render, zoom, kernel, rss]))
+"""
+
+
+def dashboard(path: str, cache: str) -> None:
+    """The dashboard of the snapshot at ``path`` (opened from its cached copy in ``cache``),
+    timed in a fresh process (see the module docstring)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    code = f"PATH = {path!r}\nHERE = {here!r}\n" + _DASHBOARD
+    env = dict(os.environ, JUPYTER_MEMPROF_CACHE=cache)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                         cwd=os.path.dirname(here))  # fmt: skip
+    if out.returncode:
+        print(f"dashboard: did not run ({out.stderr.strip().splitlines()[-1]})")
+        return
+    show, to_html, size, render, zoom, kernel, rss = json.loads(out.stdout.splitlines()[-1])
+    print(f"dashboard: widget build {show:.2f} s, to_html {to_html:.2f} s ({size / 1e6:.1f} MB), "
+          f"first render {render:.2f} s, a zoom in the page {zoom * 1000:.0f} ms, the kernel's "
+          f"zoom beyond the levels {kernel * 1000:.0f} ms; peak memory {rss / MiB:.0f} MiB")  # fmt: skip
 
 
 if __name__ == "__main__":
