@@ -22,13 +22,10 @@ PEAK_COLUMNS = {
 
 def _peaks(events: pd.DataFrame) -> dict[str, tuple[int, int, int]]:
     """For each device: the highest total of live bytes after any event (the first event to
-    reach it), its time and the event's position. Creating (or finding preexisting) a block
-    adds its bytes, destroying it takes them away; a new version changes nothing."""
+    reach it), its time and the event's position (see :func:`live_bytes`)."""
     if events.empty:
         return {}
-    sign = np.where(_is(events, Action.DESTROY), -1, 1)
-    sign[_is(events, Action.INCREMENT_VERSION)] = 0
-    delta = sign * events["size_bytes"].to_numpy(dtype=np.int64)
+    live = live_bytes(events)
     times = events["time_ns"].to_numpy(dtype=np.int64)
     codes, devices = _device_codes(events["device"])
     out = {}
@@ -36,10 +33,26 @@ def _peaks(events: pd.DataFrame) -> dict[str, tuple[int, int, int]]:
         rows = np.flatnonzero(codes == code)
         if not len(rows):
             continue
-        live = np.cumsum(delta[rows])
-        top = int(np.argmax(live))
-        out[str(dev)] = (int(live[top]), int(times[rows[top]]), int(rows[top]))
+        top = int(rows[np.argmax(live[rows])])
+        out[str(dev)] = (int(live[top]), int(times[top]), top)
     return out
+
+
+def live_bytes(events: pd.DataFrame) -> np.ndarray:
+    """The live bytes of each event's device right after it: creating (or finding
+    preexisting) a block adds its bytes, destroying it takes them away; a new version
+    changes nothing. 0 for an event without a device."""
+    sign = np.where(_is(events, Action.DESTROY), -1, 1)
+    sign[_is(events, Action.INCREMENT_VERSION)] = 0
+    delta = sign * events["size_bytes"].to_numpy(dtype=np.int64)
+    codes, devices = _device_codes(events["device"])
+    if len(devices) == 1 and not (codes < 0).any():
+        return np.cumsum(delta)
+    live = np.zeros(len(events), dtype=np.int64)
+    for code in range(len(devices)):
+        rows = np.flatnonzero(codes == code)
+        live[rows] = np.cumsum(delta[rows])
+    return live
 
 
 def _device_codes(col: pd.Series) -> tuple[np.ndarray, list]:

@@ -22,7 +22,7 @@ from .categories import categorise
 from .distributed import end_unseen_frees
 from .frame_rules import categorise_by_frames
 from .leaks import leaks
-from .recorded_segments import recorded_segments
+from .recorded_segments import recorded_peak_meta, recorded_segments
 from .steps import build_steps
 from .timeline import build_events, build_timeline, with_reserved
 
@@ -108,6 +108,8 @@ def analyse(
     segments, allocator_meta = model_profile(tables, allocator)
     if capture.segments is not None:  # the allocator's own record
         segments = recorded_segments(capture.segments, start_ns)
+        for key, recorded in recorded_peak_meta(tables["events"]).items():
+            allocator_meta[key] = {**allocator_meta.get(key, {}), **recorded}
     tables["segments"] = segments
     stages.done(5)
     totals_start = capture.totals_start or {}

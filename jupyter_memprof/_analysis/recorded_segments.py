@@ -2,7 +2,9 @@
 
 It reads the allocator's own record of its segments
 (``Capture.segments``, a memory snapshot's ``segment_alloc`` / ``segment_free`` /
-``segment_map`` / ``segment_unmap``) instead of the model's replay."""
+``segment_map`` / ``segment_unmap``) instead of the model's replay; with it, the reserved
+peak's time and the fragmentation then come from the recorded reserved totals
+(:func:`recorded_peak_meta`)."""
 
 from __future__ import annotations
 
@@ -12,8 +14,10 @@ import pandas as pd
 from .._records import SegmentRecord
 from .._vocab import Source
 from . import schema as S
+from .arrays import cuda_rows
+from .peak import live_bytes
 
-__all__ = ["recorded_segments"]
+__all__ = ["recorded_peak_meta", "recorded_segments"]
 
 
 def recorded_segments(records: list[SegmentRecord], start_ns: int) -> pd.DataFrame:
@@ -52,3 +56,28 @@ def recorded_segments(records: list[SegmentRecord], start_ns: int) -> pd.DataFra
         S.SEGMENTS,
         name="segments",
     )
+
+
+def recorded_peak_meta(events: pd.DataFrame) -> dict:
+    """``reserved_peak_ns`` and ``fragmentation_bytes`` of each CUDA device from the
+    recorded reserved totals (the ``events`` table's ``reserved_bytes``): the time of the
+    first event after which the reserved total was at its highest, and that total minus
+    the bytes of the blocks in use right after the same event (what the allocator held
+    that no block in use did: cached free blocks, the rests of split segments). Empty
+    where nothing was recorded."""
+    reserved = events["reserved_bytes"]
+    have = reserved.notna().to_numpy() & cuda_rows(events["device"])
+    if not have.any():
+        return {}
+    total = reserved.to_numpy(dtype=np.int64, na_value=0)
+    live = live_bytes(events)
+    times = events["time_ns"].to_numpy(dtype=np.int64)
+    codes, devices = pd.factorize(events["device"], use_na_sentinel=True)
+    when, frag = {}, {}
+    for code, device in enumerate(devices):
+        rows = np.flatnonzero(have & (codes == code))
+        if len(rows):
+            top = rows[np.argmax(total[rows])]
+            when[str(device)] = int(times[top])
+            frag[str(device)] = max(int(total[top] - live[top]), 0)
+    return {"reserved_peak_ns": when, "fragmentation_bytes": frag}

@@ -64,7 +64,9 @@ def summary(prof: ProfileLike) -> dict[str, Any]:
       capture and ``top_categories`` maps category -> bytes live at the peak, largest first
       (categories with no bytes left out); on CUDA devices also ``reserved_bytes`` (the
       caching allocator's reserved peak), ``reserved_source`` (``recorded`` or
-      ``modelled``) and ``fragmentation_bytes`` (reserved minus allocated at the peak);
+      ``modelled``) and ``fragmentation_bytes`` (reserved minus allocated: at the recorded
+      reserved peak where the allocator's segments were recorded, a memory snapshot; else
+      the model's, at the allocated peak);
     - ``ops``, ``blocks``, ``events``: row counts of those tables;
     - ``wall_s`` (how long the code ran), ``capture_s`` (reading torch's events) and
       ``analysis_s`` (building the tables), each None when unknown; ``finish_s``: how long
