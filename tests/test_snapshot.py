@@ -301,3 +301,36 @@ def test_each_entry_gets_the_innermost_annotation_open_then():
             assert any(o.op_id == op for o in open_), (t, op, want)
         else:
             assert op == want, (t, op, want)
+
+
+def test_the_cached_copy_gives_the_same_tables_and_a_damaged_one_is_read_again(
+    tmp_path, monkeypatch
+):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from jupyter_memprof._frontends import snapshot_cache
+
+    monkeypatch.setenv("JUPYTER_MEMPROF_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(snapshot_cache, "MIN_BYTES", 0)
+    path = tmp_path / "big.pickle"
+    path.write_bytes(pickle.dumps(_two_devices()))
+    first = jm.load_snapshot(path)
+    second = jm.load_snapshot(path)
+    assert second.meta["snapshot_cached"] is True
+    for name, table in first.tables.items():
+        assert second.tables[name].equals(table), name
+    for key in ("reserved_peak_bytes", "reserved_peak_ns", "fragmentation_bytes"):
+        assert second.meta[key] == first.meta[key]
+    # the copy damaged: an event of a cuda:0 block put on cuda:1, which the tables would
+    # not say otherwise; refused, and the snapshot is read again
+    (copy,) = (tmp_path / "cache").iterdir()
+    events = pq.read_table(copy / "events.parquet").to_pandas().copy(deep=True)
+    on_0 = (events["device"] == "cuda:0").to_numpy().nonzero()[0][0]
+    events.loc[on_0, "device"] = "cuda:1"
+    pq.write_table(pa.Table.from_pandas(events, preserve_index=False), copy / "events.parquet")
+    with pytest.raises(jm.ProfileFileError, match="puts a block on another device"):
+        jm.load(copy)
+    third = jm.load_snapshot(path)
+    assert "snapshot_cached" not in third.meta
+    assert third.allocations.equals(first.allocations)
