@@ -149,13 +149,18 @@ def test_what_if_checkpoint_with_a_cache_that_grows_on_recompute_is_one_line():
 
 def test_cpu_bf16_matmul_scratch_is_modelled():
     """oneDNN's scratch block inside bf16 mm/addmm (before: named as not modelled, ViT
-    -4.2%): the ViT step under CPU autocast is estimated to the byte, nothing named."""
+    -4.2%): the ViT step under CPU autocast is estimated to the byte; only its patch
+    embedding's convolution and CPU flash attention are named (no CPU rule for their own
+    blocks, none of them at this peak)."""
     from jupyter_memprof._producers.cpu_kernels import measured_cpu
 
     if not measured_cpu():
         pytest.skip("the rule was measured on AVX-512 bf16 CPUs without AMX")
     r = compare(MODELS["ViT, bf16 autocast"])
-    assert r["notes"] == {} and r["estimate"] == r["real"]
+    named = {"aten::convolution", "aten::convolution_backward"}
+    named |= {f"aten::_scaled_dot_product_flash_attention_for_cpu{s}" for s in ("", "_backward")}
+    assert set(r["notes"]) <= named
+    assert r["estimate"] == r["real"]
 
 
 @pytest.mark.parametrize("name,change,value,by_hand", WHAT_IF, ids=lambda v: str(v)[:40])

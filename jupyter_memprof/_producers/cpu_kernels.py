@@ -223,12 +223,30 @@ _MATMULS = frozenset(
     {torch.ops.aten.mm.default, torch.ops.aten.addmm.default, torch.ops.aten.bmm.default}
 )
 _ONEDNN_LOW = (torch.bfloat16, torch.float16)
+#: CPU flash attention, whose kernels allocate per-thread buffers no rule covers yet
+_FLASH = frozenset(
+    {
+        torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default,
+        torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward.default,
+    }
+)
+#: convolutions, whose CPU kernels allocate scratch blocks no rule covers yet
+_CONVOLUTIONS = frozenset(
+    {torch.ops.aten.convolution.default, torch.ops.aten.convolution_backward.default}
+)
 
 
 def not_modelled(func, args: tuple) -> str | None:
     """What a CPU kernel allocates for itself that no rule covers, for ops known to: oneDNN's
-    bf16 matmul scratch outside the measured shapes and CPUs, and f16 matmuls on CPUs where
-    torch gives them to oneDNN (AVX-512 FP16, AMX)."""
+    bf16 matmul scratch outside the measured shapes and CPUs, f16 matmuls on CPUs where
+    torch gives them to oneDNN (AVX-512 FP16, AMX), convolutions and CPU flash attention."""
+    if func in _CONVOLUTIONS:
+        return (
+            "oneDNN's convolution scratch memory: not modelled (its blocks vary with the "
+            "shape and the thread count: docs/estimate.md)"
+        )
+    if func in _FLASH:
+        return "CPU flash attention's per-thread buffers: not modelled (docs/estimate.md)"
     if func not in _MATMULS:
         return None
     low = {a.dtype for a in args if isinstance(a, torch.Tensor) and a.dtype in _ONEDNN_LOW}
